@@ -1,0 +1,398 @@
+"""``config.toml`` -> typed, validated Structs, shared by the dashboard and the worker.
+
+Every error is a ``ConfigError`` whose message names the key path, the bad value and what was
+expected, e.g. ``grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo``.
+Relative paths resolve against the config file's folder.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema")
+_SEP = "\x1f"  # separates "field" from "message" in errors raised by __post_init__
+
+
+class ConfigError(ValueError):
+    """A config problem. ``key`` is the dotted key path (``""`` for file-level errors)."""
+
+    def __init__(self, key: str, message: str, file: str | None = None) -> None:
+        self.key = key
+        self.detail = message
+        self.file = file
+        text = f"{key}: {message}" if key else message
+        super().__init__(f"{file}: {text}" if file else text)
+
+
+def _invalid(field: str, value: Any, expected: str) -> ValueError:
+    return ValueError(f"{field}{_SEP}{value!r} {expected}")
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class LoraConfig(_Section):
+    rank: int = 8
+    alpha: float = 16.0
+    layers: int = 8  # how many of the last transformer blocks get adapters; -1 = all
+    dropout: float = 0.0
+    keys: list[str] | None = None  # module names to adapt; mlx-lm's default when omitted
+
+    def __post_init__(self) -> None:
+        if self.rank < 1:
+            raise _invalid("rank", self.rank, "must be at least 1")
+        if self.layers == 0 or self.layers < -1:
+            raise _invalid("layers", self.layers, "must be -1 (all) or at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise _invalid("dropout", self.dropout, "must be in [0, 1)")
+
+
+class ModelConfig(_Section):
+    path: str
+    lora: LoraConfig | None = None
+
+
+class DataConfig(_Section):
+    path: str
+    eval_path: str | None = None
+    system_prompt: str | None = None
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    shuffle: bool = True
+    seed: int = 0
+
+
+class RewardConfig(_Section):
+    name: str | None = None  # a built-in
+    function: str | None = None  # custom: "file.py:func" or "module:func"
+    weight: float = 1.0
+    timeout_s: float = 30.0
+    on_error: Literal["raise", "skip"] = "raise"
+    params: dict[str, Any] = {}
+
+    def __post_init__(self) -> None:
+        if (self.name is None) == (self.function is None):
+            raise _invalid("name", self.name, "— give exactly one of `name` (a built-in) or `function`")
+        if self.name is not None and self.name not in BUILTIN_REWARDS:
+            raise _invalid("name", self.name, "is not one of " + ", ".join(BUILTIN_REWARDS))
+        if self.function is not None and not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.function):
+            raise _invalid("function", self.function, "is not of the form file.py:func or module:func")
+        if self.timeout_s <= 0:
+            raise _invalid("timeout_s", self.timeout_s, "must be > 0")
+
+    @property
+    def label(self) -> str:
+        """The name shown in reward breakdowns."""
+        return self.name or str(self.function).rsplit(":", 1)[1]
+
+
+class GrpoConfig(_Section):
+    group_size: int = 4
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    epsilon: float = 0.2
+    epsilon_high: float | None = None  # defaults to epsilon
+    beta: float = 0.0
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    mask_truncated_completions: bool = False
+    num_iterations: int = 1
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise _invalid("group_size", self.group_size, "must be at least 2 (advantages compare a group)")
+        if self.epsilon <= 0:
+            raise _invalid("epsilon", self.epsilon, "must be > 0")
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon
+        elif self.epsilon_high <= 0:
+            raise _invalid("epsilon_high", self.epsilon_high, "must be > 0")
+        if self.beta < 0:
+            raise _invalid("beta", self.beta, "must be >= 0")
+        if self.num_iterations < 1:
+            raise _invalid("num_iterations", self.num_iterations, "must be at least 1")
+
+
+class GenerationConfig(_Section):
+    max_completion_length: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    enable_thinking: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_completion_length < 1:
+            raise _invalid("max_completion_length", self.max_completion_length, "must be at least 1")
+        if self.temperature <= 0:
+            raise _invalid("temperature", self.temperature, "must be > 0")
+        if not 0 < self.top_p <= 1:
+            raise _invalid("top_p", self.top_p, "must be in (0, 1]")
+        if self.top_k < 0:
+            raise _invalid("top_k", self.top_k, "must be >= 0 (0 = off)")
+        if not 0 <= self.min_p < 1:
+            raise _invalid("min_p", self.min_p, "must be in [0, 1)")
+        if self.repetition_penalty <= 0:
+            raise _invalid("repetition_penalty", self.repetition_penalty, "must be > 0")
+
+
+class TrainingConfig(_Section):
+    learning_rate: float = 1e-5
+    batch_size: int = 4  # prompts per step
+    gradient_accumulation_steps: int = 1
+    num_epochs: int = 1
+    max_steps: int = 0  # 0 = until the epochs end
+    max_grad_norm: float = 1.0  # 0 = no clipping
+    weight_decay: float = 0.0
+    seed: int = 0
+    nan_patience: int = 3  # consecutive non-finite steps before an emergency checkpoint
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0:
+            raise _invalid("learning_rate", self.learning_rate, "must be > 0")
+        if self.batch_size < 1:
+            raise _invalid("batch_size", self.batch_size, "must be at least 1")
+        if self.gradient_accumulation_steps < 1:
+            raise _invalid("gradient_accumulation_steps", self.gradient_accumulation_steps, "must be at least 1")
+        if self.batch_size % self.gradient_accumulation_steps:
+            raise _invalid(
+                "gradient_accumulation_steps",
+                self.gradient_accumulation_steps,
+                f"must divide training.batch_size ({self.batch_size})",
+            )
+        if self.num_epochs < 1:
+            raise _invalid("num_epochs", self.num_epochs, "must be at least 1")
+        if self.max_steps < 0:
+            raise _invalid("max_steps", self.max_steps, "must be >= 0 (0 = until the epochs end)")
+        if self.max_grad_norm < 0:
+            raise _invalid("max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clipping)")
+        if self.weight_decay < 0:
+            raise _invalid("weight_decay", self.weight_decay, "must be >= 0")
+        if self.nan_patience < 1:
+            raise _invalid("nan_patience", self.nan_patience, "must be at least 1")
+
+
+class CheckpointConfig(_Section):
+    output_dir: str = "runs/grpo"
+    save_every: int = 50  # steps; 0 = only final / manual
+    keep_last: int = 3  # periodic checkpoints kept; 0 = keep all
+    resume: str | bool = "latest"  # "latest" | a checkpoint path | false
+
+    def __post_init__(self) -> None:
+        if self.save_every < 0:
+            raise _invalid("save_every", self.save_every, "must be >= 0 (0 = only final and manual)")
+        if self.keep_last < 0:
+            raise _invalid("keep_last", self.keep_last, "must be >= 0 (0 = keep all)")
+        if self.resume is True:
+            self.resume = "latest"
+        if self.resume == "":
+            raise _invalid("resume", self.resume, 'must be "latest", a checkpoint path or false')
+
+
+class StoreConfig(_Section):
+    enabled: bool = True
+
+
+class DisplayConfig(_Section):
+    sample_display: Literal["all", "best_worst", "random"] = "best_worst"
+    restart_on_crash: bool = True
+    restart_delay_s: float = 5.0
+    max_restarts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.restart_delay_s < 0:
+            raise _invalid("restart_delay_s", self.restart_delay_s, "must be >= 0")
+        if self.max_restarts < 0:
+            raise _invalid("max_restarts", self.max_restarts, "must be >= 0")
+
+
+class RuntimeConfig(_Section):
+    # Linux mlx[cpu] links a slow reference BLAS; "auto" preloads an optimized one when found.
+    blas: str = "auto"  # "auto" | "off" | path to a BLAS shared library
+
+
+class Config(_Section):
+    model: ModelConfig
+    data: DataConfig
+    rewards: list[RewardConfig]
+    name: str | None = None  # run name; defaults to the output folder's name
+    grpo: GrpoConfig = msgspec.field(default_factory=GrpoConfig)
+    generation: GenerationConfig = msgspec.field(default_factory=GenerationConfig)
+    training: TrainingConfig = msgspec.field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = msgspec.field(default_factory=CheckpointConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    display: DisplayConfig = msgspec.field(default_factory=DisplayConfig)
+    runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+
+    def __post_init__(self) -> None:
+        if not self.rewards:
+            raise _invalid("rewards", self.rewards, "— at least one [[rewards]] table is needed")
+
+    @property
+    def run_name(self) -> str:
+        return self.name or Path(self.checkpoint.output_dir).name
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain builtins (for ``init`` frames and the store)."""
+        return msgspec.to_builtins(self)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path, *, check_paths: bool = True) -> Config:
+    """Read, validate and resolve a config file. Raises ``ConfigError``."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("", "config file not found", str(file)) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError("", f"cannot read config file ({exc.__class__.__name__})", str(file)) from None
+    return parse_config(text, base_dir=file.resolve().parent, file=str(file), check_paths=check_paths)
+
+
+def parse_config(
+    text: str, *, base_dir: Path | None = None, file: str = "<config>", check_paths: bool = True
+) -> Config:
+    """Validate TOML text. Relative paths resolve against ``base_dir`` (default: cwd)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("", f"TOML syntax error: {exc}", file) from None
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        key, message = _explain(str(exc), raw)
+        raise ConfigError(key, message, file) from None
+    _resolve_paths(config, base_dir or Path.cwd(), file, check_paths)
+    return config
+
+
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "object": "a table",
+    "array": "an array",
+}
+
+
+def _explain(error: str, raw: dict[str, Any]) -> tuple[str, str]:
+    """Turn a msgspec validation message into (key path, human message)."""
+    message, _, where = error.rpartition(" - at `")
+    if not _:
+        message, where = error, "$`"
+    parts = re.findall(r"\.(\w+)|\[(\d+)\]", where.rstrip("`"))
+    segments: list[str | int] = [name if name else int(idx) for name, idx in parts]
+
+    if _SEP in message:  # raised by a __post_init__
+        field, text = message.split(_SEP, 1)
+        return _dotted(segments + [field]), text
+    if m := re.match(r"Object contains unknown field `(\w+)`", message):
+        known = _known_fields(segments)
+        hint = f" (expected one of: {', '.join(known)})" if known else ""
+        return _dotted(segments + [m.group(1)]), f"unknown key{hint}"
+    if m := re.match(r"Object missing required field `(\w+)`", message):
+        return _dotted(segments + [m.group(1)]), "is required"
+    value = _lookup(raw, segments)
+    if message.startswith("Invalid enum value"):
+        options = _literal_options(segments)
+        return _dotted(segments), f"{value!r} is not one of {', '.join(options)}"
+    if m := re.match(r"Expected `(.+?)`, got `(\w+)`", message):
+        expected = " or ".join(_TYPE_WORDS.get(t.strip(), t.strip()) for t in m.group(1).split("|"))
+        if segments[-1:] == ["resume"]:
+            expected = '"latest", a checkpoint path or false'
+        return _dotted(segments), f"{value!r} is not {expected}"
+    return _dotted(segments), message
+
+
+def _dotted(segments: list[str | int]) -> str:
+    out = ""
+    for seg in segments:
+        out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else seg)
+    return out
+
+
+def _lookup(raw: Any, segments: list[str | int]) -> Any:
+    for seg in segments:
+        try:
+            raw = raw[seg]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return raw
+
+
+def _struct_at(segments: list[str | int]) -> Any:
+    """The type declared at a key path (unwrapping list[...] and X | None)."""
+    tp: Any = Config
+    for seg in segments:
+        tp = _unwrap(tp)
+        if isinstance(seg, int):
+            tp = typing.get_args(tp)[0] if typing.get_args(tp) else tp
+            continue
+        hints = typing.get_type_hints(tp) if isinstance(tp, type) else {}
+        tp = hints.get(seg)
+        if tp is None:
+            return None
+    return _unwrap(tp)
+
+
+def _unwrap(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def _known_fields(segments: list[str | int]) -> list[str]:
+    tp = _struct_at(segments)
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return list(tp.__struct_fields__)
+    return []
+
+
+def _literal_options(segments: list[str | int]) -> list[str]:
+    tp = _struct_at(segments)
+    return [str(a) for a in typing.get_args(tp)] if typing.get_origin(tp) is Literal else []
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
+    def local(value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (base / p).resolve()
+
+    def must_exist(key: str, value: str) -> str:
+        p = local(value)
+        if check and not p.exists():
+            raise ConfigError(key, f"{value!r} does not exist (looked at {p})", file)
+        return str(p)
+
+    model_path = local(config.model.path)
+    if model_path.exists() or not _HUB_ID.fullmatch(config.model.path):
+        config.model.path = must_exist("model.path", config.model.path)
+    config.data.path = must_exist("data.path", config.data.path)
+    if config.data.eval_path is not None:
+        config.data.eval_path = must_exist("data.eval_path", config.data.eval_path)
+    for i, reward in enumerate(config.rewards):
+        if reward.function is not None:
+            target, func = reward.function.rsplit(":", 1)
+            if target.endswith(".py"):
+                reward.function = must_exist(f"rewards[{i}].function", target) + ":" + func
+    config.checkpoint.output_dir = str(local(config.checkpoint.output_dir))
+    resume = config.checkpoint.resume
+    if isinstance(resume, str) and resume != "latest":
+        config.checkpoint.resume = must_exist("checkpoint.resume", resume)
+    if config.runtime.blas not in ("auto", "off"):
+        config.runtime.blas = must_exist("runtime.blas", config.runtime.blas)

@@ -1,0 +1,247 @@
+"""Every message of the dashboard <-> worker protocol as a msgspec Struct.
+
+Worker -> dashboard messages are variants of ``Event``; dashboard -> worker messages are
+variants of ``Command``. Both are tagged unions with tag field ``type`` and snake_case tags.
+Floats that can be NaN/inf are typed ``float | None``: msgspec encodes NaN/inf as ``null``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Union
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+Phase = Literal["loading", "generating", "scoring", "training", "saving", "idle"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+CheckpointKind = Literal["periodic", "manual", "final", "emergency"]
+SampleDisplay = Literal["all", "best_worst", "random"]
+FinishReason = Literal["stop", "length", "repetition"]
+ToolCallStatus = Literal["ok", "invalid_json", "missing_name"]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class _Message(msgspec.Struct, tag_field="type", tag=_snake, kw_only=True):
+    pass
+
+
+# ---------------------------------------------------------------- worker -> dashboard
+
+
+class Hello(_Message):
+    protocol_version: int
+    worker_version: str
+    pid: int
+
+
+class Status(_Message):
+    phase: Phase
+    message: str = ""
+
+
+class Init(_Message):
+    model: str
+    model_path: str
+    training_type: str = "grpo"
+    config: dict[str, Any] = {}
+    dataset_size: int = 0
+    steps_per_epoch: int = 0
+    total_steps: int = 0
+    num_epochs: int = 1
+    output_dir: str = ""
+
+
+class DatabasePath(_Message):
+    path: str
+    run_id: int
+    run_name: str
+
+
+class StepSummary(msgspec.Struct, kw_only=True):
+    """One step of history, as sent in ``resume_state``."""
+
+    step: int
+    epoch: int = 0
+    loss: float | None = None
+    reward: float | None = None
+    reward_std: float | None = None
+    kl: float | None = None
+    completion_mean_length: float | None = None
+    training_tokens_per_s: float | None = None
+
+
+class Aggregates(msgspec.Struct, kw_only=True):
+    best_reward: float | None = None
+    avg_reward: float | None = None
+    best_loss: float | None = None
+    avg_loss: float | None = None
+    total_tokens: int = 0
+    avg_generation_ms: float | None = None
+    avg_training_ms: float | None = None
+
+
+class ResumeState(_Message):
+    step: int
+    epoch: int
+    total_epochs: int
+    step_in_epoch: int
+    steps_per_epoch: int
+    history: list[StepSummary] = []
+    aggregates: Aggregates = msgspec.field(default_factory=Aggregates)
+
+
+class EpochStart(_Message):
+    epoch: int
+    total_epochs: int
+    steps_in_epoch: int
+
+
+class ClipRatio(msgspec.Struct, kw_only=True):
+    low: float | None = 0.0
+    high: float | None = 0.0
+    region: float | None = 0.0
+
+
+class Step(_Message):
+    step: int
+    epoch: int
+    loss: float | None = None
+    reward: float | None = None
+    reward_std: float | None = None
+    frac_reward_zero_std: float | None = None
+    rewards: dict[str, float | None] = {}
+    advantage_std: float | None = None
+    kl: float | None = None
+    entropy: float | None = None
+    clip_ratio: ClipRatio = msgspec.field(default_factory=ClipRatio)
+    completion_mean_length: float | None = None
+    completion_clipped_ratio: float | None = None
+    num_tokens: int = 0
+    generation_ms: float | None = None
+    scoring_ms: float | None = None
+    training_ms: float | None = None
+    generation_tokens_per_s: float | None = None
+    training_tokens_per_s: float | None = None
+    grad_norm: float | None = None
+    learning_rate: float | None = None
+    peak_memory_mb: float | None = None
+    active_memory_mb: float | None = None
+    gradients_applied: bool = True
+    skipped_reason: str | None = None
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    """A ``<tool_call>`` block parsed from one completion."""
+
+    index: int
+    name: str | None = None
+    arguments: Any = None
+    status: ToolCallStatus = "ok"
+    error: str | None = None
+    raw: str = ""
+
+
+class Sample(_Message):
+    step: int
+    index: int
+    group: int
+    prompt: str
+    completion: str
+    reward: float | None = None
+    reward_details: dict[str, float | None] = {}
+    advantage: float | None = None
+    num_tokens: int = 0
+    finish_reason: FinishReason = "stop"
+    thinking: str | None = None
+    tool_calls: list[ToolCall] = []
+
+
+class Checkpoint(_Message):
+    path: str
+    step: int
+    kind: CheckpointKind
+
+
+class EpochEnd(_Message):
+    epoch: int
+    mean_loss: float | None = None
+    mean_reward: float | None = None
+    seconds: float = 0.0
+
+
+class Log(_Message):
+    level: LogLevel
+    message: str
+    time: float = 0.0
+
+
+class Paused(_Message):
+    step: int
+
+
+class Resumed(_Message):
+    step: int
+
+
+class Complete(_Message):
+    total_steps: int
+    seconds: float
+    status: Literal["completed", "stopped"]
+
+
+class Error(_Message):
+    message: str
+    fatal: bool = False
+    traceback: str | None = None
+
+
+Event = Union[
+    Hello,
+    Status,
+    Init,
+    DatabasePath,
+    ResumeState,
+    EpochStart,
+    Step,
+    Sample,
+    Checkpoint,
+    EpochEnd,
+    Log,
+    Paused,
+    Resumed,
+    Complete,
+    Error,
+]
+
+# ---------------------------------------------------------------- dashboard -> worker
+
+
+class Pause(_Message):
+    pass
+
+
+class Resume(_Message):
+    pass
+
+
+class Stop(_Message):
+    pass
+
+
+class SaveCheckpoint(_Message):
+    pass
+
+
+class SetSampleDisplay(_Message):
+    mode: SampleDisplay
+
+
+Command = Union[Pause, Resume, Stop, SaveCheckpoint, SetSampleDisplay]
+
+EVENT_TYPES: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
+COMMAND_TYPES: tuple[type, ...] = Command.__args__  # type: ignore[attr-defined]

@@ -1,0 +1,173 @@
+"""The SQLite store (``<output_dir>/outputs.db``): schema, version and forward migrations.
+
+The worker is the only writer; the dashboard reads through ``file:…?mode=ro``. Both use this
+module so the two sides can never disagree about a column.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from .messages import Step
+
+APPLICATION_ID = "grpo-tui"
+SCHEMA_VERSION = 1
+
+# Metric columns of ``steps``: every field of the ``step`` message, clip_ratio flattened and the
+# per-function reward means stored as JSON.
+STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for f in Step.__struct_fields__
+    if f not in ("step", "epoch")
+    for c in (("clip_ratio_low", "clip_ratio_high", "clip_ratio_region") if f == "clip_ratio" else (f,))
+)
+
+_V1 = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    model TEXT,
+    model_path TEXT,
+    config TEXT,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    status TEXT NOT NULL DEFAULT 'running'
+        CHECK (status IN ('running', 'completed', 'stopped', 'crashed')),
+    total_steps INTEGER
+);
+CREATE TABLE steps (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    {", ".join(f"{c} {'TEXT' if c in ('rewards', 'skipped_reason') else 'REAL'}" for c in STEP_METRIC_COLUMNS)},
+    created_at REAL NOT NULL,
+    UNIQUE (run_id, step)
+);
+CREATE TABLE generations (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    prompt_index INTEGER NOT NULL,
+    group_index INTEGER NOT NULL,
+    prompt TEXT NOT NULL,
+    completion TEXT NOT NULL,
+    raw_completion TEXT NOT NULL,
+    thinking TEXT,
+    reward REAL,
+    reward_details TEXT,
+    advantage REAL,
+    num_tokens INTEGER NOT NULL DEFAULT 0,
+    finish_reason TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE tool_calls (
+    id INTEGER PRIMARY KEY,
+    generation_id INTEGER NOT NULL REFERENCES generations(id) ON DELETE CASCADE,
+    call_index INTEGER NOT NULL,
+    name TEXT,
+    arguments TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    raw TEXT
+);
+CREATE TABLE logs (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER,
+    level TEXT NOT NULL,
+    message TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX steps_run_step ON steps (run_id, step);
+CREATE INDEX generations_run_step ON generations (run_id, step, id);
+CREATE INDEX generations_run_reward ON generations (run_id, reward, id);
+CREATE INDEX generations_run_finish ON generations (run_id, finish_reason, id);
+CREATE INDEX tool_calls_generation ON tool_calls (generation_id);
+CREATE INDEX tool_calls_status ON tool_calls (status, generation_id);
+CREATE INDEX logs_run ON logs (run_id, id);
+CREATE VIRTUAL TABLE generations_fts USING fts5(
+    prompt, completion, thinking, content='generations', content_rowid='id'
+);
+CREATE TRIGGER generations_ai AFTER INSERT ON generations BEGIN
+    INSERT INTO generations_fts (rowid, prompt, completion, thinking)
+    VALUES (new.id, new.prompt, new.completion, coalesce(new.thinking, ''));
+END;
+CREATE TRIGGER generations_ad AFTER DELETE ON generations BEGIN
+    INSERT INTO generations_fts (generations_fts, rowid, prompt, completion, thinking)
+    VALUES ('delete', old.id, old.prompt, old.completion, coalesce(old.thinking, ''));
+END;
+"""
+
+# MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
+MIGRATIONS: dict[int, str] = {1: _V1}
+
+
+class StoreError(RuntimeError):
+    """A file that cannot be used as a grpo-tui store (not one, or from a newer version)."""
+
+
+def read_schema_version(conn: sqlite3.Connection) -> int:
+    """0 for an empty database; raises ``StoreError`` for a non-grpo-tui database."""
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"not an SQLite database ({exc})") from None
+    if not tables:
+        return 0
+    if "meta" not in tables:
+        raise StoreError("not a grpo-tui store (no meta table)")
+    rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if rows.get("application") != APPLICATION_ID:
+        raise StoreError("not a grpo-tui store")
+    return int(rows.get("schema_version", 0))
+
+
+def check_readable(conn: sqlite3.Connection) -> int:
+    """The schema version of an existing store; ``StoreError`` if this version can't read it."""
+    version = read_schema_version(conn)
+    if version == 0:
+        raise StoreError("not a grpo-tui store (empty database)")
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"store schema version {version} is newer than this grpo-tui understands "
+            f"({SCHEMA_VERSION}); upgrade grpo-tui"
+        )
+    return version
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring a store (possibly empty) up to ``SCHEMA_VERSION``. Returns the version."""
+    version = read_schema_version(conn)
+    if version > SCHEMA_VERSION:
+        check_readable(conn)
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        script = MIGRATIONS[target]
+        conn.executescript(
+            "BEGIN IMMEDIATE;\n"
+            + script
+            + f"\nINSERT OR REPLACE INTO meta VALUES ('application', '{APPLICATION_ID}');"
+            + f"\nINSERT OR REPLACE INTO meta VALUES ('schema_version', '{target}');\nCOMMIT;"
+        )
+    return SCHEMA_VERSION
+
+
+def step_row(step: Step) -> dict[str, Any]:
+    """A ``step`` message as a ``steps`` row (without run_id / created_at)."""
+    row: dict[str, Any] = {"step": step.step, "epoch": step.epoch}
+    for field in Step.__struct_fields__:
+        if field in ("step", "epoch"):
+            continue
+        value = getattr(step, field)
+        if field == "clip_ratio":
+            row.update(clip_ratio_low=value.low, clip_ratio_high=value.high, clip_ratio_region=value.region)
+        elif field == "rewards":
+            row["rewards"] = json.dumps(value)
+        elif field == "gradients_applied":
+            row[field] = 1.0 if value else 0.0
+        else:
+            row[field] = value
+    return row

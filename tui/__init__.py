@@ -1,0 +1,1 @@
+"""The Textual dashboard. Imports ``grpo_tui.protocol``, never ``grpo_tui.worker``."""

@@ -1,0 +1,117 @@
+"""``grpo-tui`` command line: run, worker, browse, check.
+
+Kept light: heavy imports (Textual, MLX) happen only inside the subcommand that needs them, and
+the worker is started as its own process (``python -m grpo_tui.worker``) so this package never
+imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from grpo_tui.protocol import __version__
+from grpo_tui.protocol.config import Config, ConfigError, load_config
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"grpo-tui: {message}", file=sys.stderr)
+    return code
+
+
+def _load(path: str) -> Config | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"grpo-tui: config error: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from grpo_tui.protocol.tomlout import dumps
+
+    config = _load(args.config)
+    if config is None:
+        return 2
+    print(f"# {args.config}: valid. Resolved config:")
+    print(dumps(config.to_dict()), end="")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    if _load(args.config) is None:
+        return 2
+    argv = [sys.executable, "-m", "grpo_tui.worker", args.config] + (["--plain"] if args.plain else [])
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return 2
+    try:
+        from grpo_tui.tui.app import run_dashboard
+    except ImportError as exc:
+        if "grpo_tui.tui.app" not in str(exc):
+            raise
+        return _fail("the dashboard is not built yet in this version; use `grpo-tui worker CONFIG --plain`.")
+    return run_dashboard(args.config, config)
+
+
+def cmd_browse(args: argparse.Namespace) -> int:
+    if not Path(args.database).is_file():
+        return _fail(f"{args.database}: no such file.")
+    try:
+        from grpo_tui.tui.browse import run_browser
+    except ImportError as exc:
+        if "grpo_tui.tui.browse" not in str(exc):
+            raise
+        return _fail("the database browser is not built yet in this version.")
+    return run_browser(args.database)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo-tui",
+        description="Train language models with GRPO on MLX, watched and steered from a terminal dashboard.",
+    )
+    parser.add_argument("--version", action="version", version=f"grpo-tui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("run", help="open the dashboard and train (starts the worker)")
+    p.add_argument("config", help="path to config.toml")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames")
+    p.add_argument("config", help="path to config.toml")
+    p.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("browse", help="browse a run store (outputs.db) without training")
+    p.add_argument("database", help="path to outputs.db")
+    p.set_defaults(func=cmd_browse)
+
+    p = sub.add_parser("check", help="validate a config and print it resolved")
+    p.add_argument("config", help="path to config.toml")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
