@@ -13,3 +13,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+def pytest_report_header(config):
+    from grpo_tui.protocol.blas import active_blas, describe
+
+    import mlx.core  # noqa: F401  (active_blas inspects the loaded MLX)
+
+    return f"blas: {describe(active_blas())}"
