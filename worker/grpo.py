@@ -1,0 +1,121 @@
+"""GRPO math (DESIGN §7): advantages and the clipped policy loss. Pure functions on ``mx.array``.
+
+The formulas follow TRL's ``GRPOTrainer`` (``_compute_loss`` and the advantage computation in
+``_generate_and_score_completions``): sample (Bessel-corrected) standard deviation, ``1e-4`` in the
+denominator, ``-min(ρA, clip(ρ)A)`` per token, the k3 KL estimator, and the four normalisations.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def _sample_std(x: mx.array, axis: int | None = None) -> mx.array:
+    """Bessel-corrected standard deviation (``torch.std``'s default); 0 for a single element."""
+    n = x.size if axis is None else x.shape[axis]
+    return mx.sqrt(mx.var(x, axis=axis, ddof=1)) if n > 1 else mx.zeros_like(mx.mean(x, axis=axis))
+
+
+def group_std(rewards: mx.array, group_size: int) -> mx.array:
+    """Per-completion sample std of its group's rewards, shape (N,)."""
+    grouped = rewards.reshape(-1, group_size)
+    return mx.repeat(_sample_std(grouped, axis=1), group_size)
+
+
+def group_advantages(rewards: mx.array, group_size: int, scale: str = "group") -> mx.array:
+    """``A_ij = (r_ij − mean_j r_i) / (s + 1e-4)`` for rewards laid out group by group, shape (N,).
+
+    ``scale``: ``"group"`` (s = the group's sample std), ``"batch"`` (s = the whole batch's sample
+    std) or ``"none"`` (no division).
+    """
+    rewards = rewards.astype(mx.float32)
+    grouped = rewards.reshape(-1, group_size)
+    centered = (grouped - mx.mean(grouped, axis=1, keepdims=True)).reshape(-1)
+    if scale == "none":
+        return centered
+    if scale == "group":
+        std = group_std(rewards, group_size)
+    elif scale == "batch":
+        std = _sample_std(rewards)
+    else:
+        raise ValueError(f"scale_rewards must be group, batch or none, not {scale!r}")
+    return centered / (std + 1e-4)
+
+
+def policy_loss(
+    logps: mx.array,
+    old_logps: mx.array,
+    advantages: mx.array,
+    mask: mx.array,
+    *,
+    loss_type: str,
+    epsilon: float,
+    epsilon_high: float,
+    beta: float = 0.0,
+    ref_logps: mx.array | None = None,
+    importance_sampling_level: str = "token",
+    max_completion_length: int | None = None,
+    num_items: float | mx.array | None = None,
+    accumulation_steps: int = 1,
+) -> tuple[mx.array, dict[str, mx.array]]:
+    """The clipped surrogate loss of one micro-batch (DESIGN §7).
+
+    ``logps``, ``old_logps``, ``ref_logps``, ``mask``: (N, T) per completion token; ``advantages``:
+    (N,). ``num_items`` is the number of completion tokens in the whole accumulated batch (``dapo``;
+    defaults to this micro-batch's). Returns the scalar loss and metrics (means over masked tokens):
+    ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {loss_type!r}")
+    mask = mask.astype(mx.float32)
+    seq_tokens = mx.sum(mask, axis=-1)
+    tokens = mx.sum(mask)
+    log_ratio = logps - old_logps
+    if importance_sampling_level == "token":
+        log_weight = log_ratio
+    elif importance_sampling_level == "sequence":
+        log_weight = (mx.sum(log_ratio * mask, axis=-1) / mx.maximum(seq_tokens, 1.0))[:, None]
+    else:
+        raise ValueError(f"importance_sampling_level must be token or sequence, not {importance_sampling_level!r}")
+
+    ratio = mx.exp(log_weight)
+    clipped = mx.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
+    adv = advantages[:, None]
+    per_token = -mx.minimum(ratio * adv, clipped * adv)
+
+    kl = mx.array(0.0)
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        delta = ref_logps - logps
+        per_token_kl = mx.exp(delta) - delta - 1.0  # k3 estimator, >= 0
+        per_token = per_token + beta * per_token_kl
+        kl = mx.sum(per_token_kl * mask) / mx.maximum(tokens, 1.0)
+
+    masked = per_token * mask
+    if loss_type == "grpo":
+        loss = mx.mean(mx.sum(masked, axis=-1) / mx.maximum(seq_tokens, 1.0)) / accumulation_steps
+    elif loss_type == "bnpo":
+        loss = mx.sum(masked) / mx.maximum(tokens, 1.0) / accumulation_steps
+    elif loss_type == "dr_grpo":
+        length = max_completion_length if max_completion_length is not None else mask.shape[-1]
+        loss = mx.sum(masked) / (mask.shape[0] * length) / accumulation_steps
+    else:  # dapo: normalised by the active tokens of the whole accumulated batch
+        denom = tokens if num_items is None else mx.array(num_items, dtype=mx.float32)
+        loss = mx.sum(masked) / mx.maximum(denom, 1.0)
+
+    # Clip statistics (TRL): a token counts as clipped only when clipping changes its gradient.
+    ratio_b = mx.broadcast_to(ratio, mask.shape)
+    low = ((ratio_b < 1.0 - epsilon) & (adv < 0)).astype(mx.float32)
+    high = ((ratio_b > 1.0 + epsilon_high) & (adv > 0)).astype(mx.float32)
+    denom = mx.maximum(tokens, 1.0)
+    metrics = {
+        "clip_ratio_low": mx.sum(low * mask) / denom,
+        "clip_ratio_high": mx.sum(high * mask) / denom,
+        "clip_ratio_region": mx.sum(mx.maximum(low, high) * mask) / denom,
+        "kl": kl,
+        "tokens": tokens,
+    }
+    return loss, metrics

@@ -1,0 +1,343 @@
+"""Reward functions: the built-ins and custom Python, called TRL-style.
+
+Every reward is ``fn(prompts, completions, **columns) -> list[float | None]`` where ``prompts`` are
+the dataset prompts (a string or a list of chat messages), ``completions`` the completion texts as the
+model produced them (thinking included; decoded from the generated token ids without the final stop
+token), and ``columns`` every other dataset column, one list entry per completion. ``None`` means
+"not applicable" and is left out of the weighted sum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from grpo_tui.protocol.config import RewardConfig
+
+from .parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
+
+RewardFn = Callable[..., Any]
+
+
+class RewardError(RuntimeError):
+    """A reward function failed; the message names it."""
+
+
+# ---------------------------------------------------------------- built-ins
+
+
+def accuracy(prompts: list, completions: list[str], answer: list | None = None, **_: Any) -> list[float | None]:
+    """1.0 when the final answer equals the dataset ``answer``, else 0.0 (``None`` without an answer).
+
+    The final answer is the last ``<answer>…</answer>`` content of the text after thinking, or else
+    its last number. Both sides are compared as numbers (|a − b| ≤ 1e-6 · max(1, |b|)) when both parse
+    as numbers, else as case-folded stripped strings.
+    """
+    answers = answer if answer is not None else [None] * len(completions)
+    scores: list[float | None] = []
+    for text, expected in zip(completions, answers):
+        if expected is None:
+            scores.append(None)
+            continue
+        got = extract_answer(split_thinking(text)[1])
+        if got is None:
+            scores.append(0.0)
+            continue
+        a, b = parse_number(got), parse_number(expected)
+        if a is not None and b is not None:
+            scores.append(float(abs(a - b) <= 1e-6 * max(1.0, abs(b))))
+        else:
+            scores.append(float(got.strip().casefold() == str(expected).strip().casefold()))
+    return scores
+
+
+def xml_format(prompts: list, completions: list[str], tags: list[str] | None = None, **_: Any) -> list[float]:
+    """Format score in [0, 1]: ``(1/K) Σ_tag [exactly one <tag>…</tag> pair in the answer]``, times
+    0.5 when anything but whitespace follows the last closing tag. ``tags`` (params) defaults to
+    ``["answer"]``; ``"think"`` checks the thinking block instead (its ``</think>`` must be present).
+    """
+    tags = tags or ["answer"]
+    scores = []
+    for text in completions:
+        thinking, answer = split_thinking(text)
+        ok = 0
+        for tag in tags:
+            if tag == "think":
+                ok += thinking is not None and text.count("</think>") == 1
+            else:
+                ok += len(re.findall(rf"<{tag}>.*?</{tag}>", answer, re.DOTALL)) == 1 and answer.count(f"<{tag}>") == 1
+        score = ok / len(tags)
+        closers = [answer.rfind(f"</{t}>") + len(t) + 3 for t in tags if t != "think" and f"</{t}>" in answer]
+        if closers and answer[max(closers) :].strip():
+            score *= 0.5
+        scores.append(score)
+    return scores
+
+
+def length(
+    prompts: list,
+    completions: list[str],
+    *,
+    num_tokens: list[int],
+    max_completion_length: int,
+    target: int | None = None,
+    **_: Any,
+) -> list[float]:
+    """Length score in [0, 1] from the completion's token count n (params: ``target``).
+
+    Without ``target``: ``1 − n / max_completion_length`` (shorter is better). With ``target``:
+    ``max(0, 1 − |n − target| / target)`` (closest to the target is best).
+    """
+    if target is None:
+        return [max(0.0, 1.0 - n / max_completion_length) for n in num_tokens]
+    return [max(0.0, 1.0 - abs(n - target) / max(target, 1)) for n in num_tokens]
+
+
+def tool_use(
+    prompts: list, completions: list[str], tools: list[str] | None = None, required: bool = False, **_: Any
+) -> list[float | None]:
+    """Share of well-formed tool calls: ``(# calls with status ok [and name in tools]) / (# calls)``.
+
+    A completion without any ``<tool_call>`` scores ``0.0`` when ``required`` (params) is true, else
+    ``None`` (not applicable). ``tools`` (params) lists the allowed tool names.
+    """
+    scores: list[float | None] = []
+    for text in completions:
+        calls = parse_tool_calls(split_thinking(text)[1])
+        if not calls:
+            scores.append(0.0 if required else None)
+            continue
+        good = sum(c.status == "ok" and (tools is None or c.name in tools) for c in calls)
+        scores.append(good / len(calls))
+    return scores
+
+
+def json_schema(
+    prompts: list, completions: list[str], schema: dict | None = None, tag: str | None = None, **_: Any
+) -> list[float]:
+    """1.0 when the answer holds JSON that matches ``schema`` (params), 0.5 when it parses but does
+    not match, 0.0 when there is no JSON. The JSON is the ``<tag>`` content when ``tag`` is given, else
+    the whole answer text, else its outermost ``{…}``/``[…]`` span. The schema subset checked: ``type``,
+    ``properties``, ``required``, ``additionalProperties: false``, ``items``, ``enum``.
+    """
+    scores = []
+    for text in completions:
+        value = _find_json(split_thinking(text)[1], tag)
+        if value is _MISSING:
+            scores.append(0.0)
+        else:
+            scores.append(1.0 if schema is None or not _schema_errors(value, schema) else 0.5)
+    return scores
+
+
+_MISSING = object()
+_JSON_TYPES = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "null": type(None),
+    "integer": int,
+    "number": (int, float),
+}
+
+
+def _find_json(text: str, tag: str | None) -> Any:
+    if tag is not None:
+        found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+        if not found:
+            return _MISSING
+        text = found[-1]
+    candidates = [text.strip()]
+    for open_, close in ("{}", "[]"):
+        start, end = text.find(open_), text.rfind(close)
+        if 0 <= start < end:
+            candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+    return _MISSING
+
+
+def _schema_errors(value: Any, schema: dict, path: str = "$") -> list[str]:
+    errors = []
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        ok = any(
+            isinstance(value, _JSON_TYPES[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
+            for k in kinds
+            if k in _JSON_TYPES
+        )
+        if not ok:
+            return [f"{path}: expected {kind}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: not one of {schema['enum']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        errors += [f"{path}.{k}: required" for k in schema.get("required", []) if k not in value]
+        if schema.get("additionalProperties") is False:
+            errors += [f"{path}.{k}: not allowed" for k in value if k not in props]
+        for k, sub in props.items():
+            if k in value:
+                errors += _schema_errors(value[k], sub, f"{path}.{k}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            errors += _schema_errors(item, schema["items"], f"{path}[{i}]")
+    return errors
+
+
+BUILTINS: dict[str, RewardFn] = {
+    "accuracy": accuracy,
+    "xml_format": xml_format,
+    "length": length,
+    "tool_use": tool_use,
+    "json_schema": json_schema,
+}
+
+# ---------------------------------------------------------------- custom functions
+
+
+def load_function(spec: str) -> RewardFn:
+    """Import ``file.py:func`` or ``module:func``."""
+    target, name = spec.rsplit(":", 1)
+    if target.endswith(".py"):
+        path = Path(target)
+        module_name = f"grpo_tui_reward_{path.stem}_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise RewardError(f"reward {spec}: cannot import {path}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise RewardError(f"reward {spec}: {name!r} is not a function in {target}")
+    return fn
+
+
+@dataclass
+class Reward:
+    """One configured reward function."""
+
+    label: str
+    fn: RewardFn
+    weight: float
+    timeout_s: float
+    on_error: str
+    params: dict[str, Any]
+    builtin: bool
+
+    @classmethod
+    def from_config(cls, config: RewardConfig) -> "Reward":
+        fn = BUILTINS[config.name] if config.name else load_function(str(config.function))
+        return cls(config.label, fn, config.weight, config.timeout_s, config.on_error, dict(config.params), bool(config.name))
+
+
+def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
+    """Build every configured reward; a label used twice gets a ``#2``, ``#3``… suffix."""
+    rewards, seen = [], {}
+    for config in configs:
+        reward = Reward.from_config(config)
+        seen[reward.label] = seen.get(reward.label, 0) + 1
+        if seen[reward.label] > 1:
+            reward.label = f"{reward.label}#{seen[reward.label]}"
+        rewards.append(reward)
+    return rewards
+
+
+def _call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float) -> Any:
+    """Run ``fn(**kwargs)`` (sync or async) in a daemon thread; a hung function is abandoned, not joined."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result = fn(**kwargs)
+            if inspect.isawaitable(result):
+                result = asyncio.run(_await(result))
+            box["value"] = result
+        except BaseException as exc:  # noqa: BLE001 — reported to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="reward", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"timed out after {timeout_s:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _validate(values: Any, n: int) -> list[float | None]:
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"returned {type(values).__name__}, expected a list of {n} numbers")
+    if len(values) != n:
+        raise ValueError(f"returned {len(values)} scores for {n} completions")
+    out: list[float | None] = []
+    for i, v in enumerate(values):
+        if v is None:
+            out.append(None)
+        elif not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+            raise TypeError(f"score {i} is {v!r}, not a number or None")
+        elif not math.isfinite(float(v)):
+            raise ValueError(f"score {i} is {float(v)}")
+        else:
+            out.append(float(v))
+    return out
+
+
+def score(
+    rewards: list[Reward],
+    prompts: list,
+    completions: list[str],
+    columns: dict[str, list],
+    extras: dict[str, Any],
+    warn: Callable[[str], None],
+) -> tuple[list[float | None], dict[str, list[float | None]]]:
+    """Call every reward; return (weighted sums, per-function scores).
+
+    The weighted sum ignores ``None``; a completion no function applies to gets ``None``. ``extras``
+    (token counts, generation config) go to the built-ins only, so custom functions see exactly
+    ``prompts``, ``completions`` and the dataset columns.
+    """
+    n = len(completions)
+    per_fn: dict[str, list[float | None]] = {}
+    for reward in rewards:
+        kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
+        if reward.builtin:
+            kwargs.update(extras)
+        kwargs.update(reward.params)
+        try:
+            values = _validate(_call_with_timeout(reward.fn, kwargs, reward.timeout_s), n)
+        except Exception as exc:  # noqa: BLE001 — every failure becomes one clear error
+            message = f"reward function {reward.label!r} failed: {exc.__class__.__name__}: {exc}"
+            if reward.on_error != "skip":
+                raise RewardError(message) from exc
+            warn(message + " (on_error = skip: scored None)")
+            values = [None] * n
+        per_fn[reward.label] = values
+    totals: list[float | None] = []
+    for i in range(n):
+        parts = [(r.weight, per_fn[r.label][i]) for r in rewards]
+        present = [w * v for w, v in parts if v is not None]
+        totals.append(sum(present) if present else None)
+    return totals, per_fn
