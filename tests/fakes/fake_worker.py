@@ -1,0 +1,222 @@
+"""A scripted stand-in for ``python -m grpo_tui.worker``: speaks the real protocol, trains nothing.
+
+    python tests/fakes/fake_worker.py [--steps N] [--fps F] [--crash-at STEP] ...
+
+Frames go to stdout, log lines to stderr, commands are read from stdin (pause / resume / stop /
+save_checkpoint / set_sample_display). With ``GRPO_TUI_RESUME=latest`` in the environment (a
+dashboard restart) it resumes after the last checkpoint it wrote and sends ``resume_state``.
+Everything is deterministic: values are functions of the step number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+
+from grpo_tui.protocol import codec
+from grpo_tui.protocol import messages as m
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("config", nargs="?", default="")
+    p.add_argument("--steps", type=int, default=12, help="total steps")
+    p.add_argument("--fps", type=float, default=0.0, help="frames per second (0 = as fast as possible)")
+    p.add_argument("--samples", type=int, default=4, help="sample frames per step")
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--completion-chars", type=int, default=60)
+    p.add_argument("--protocol-version", type=int, default=m.PROTOCOL_VERSION)
+    p.add_argument("--crash-at", type=int, default=0, help="exit 3 after this step (first run only)")
+    p.add_argument("--hold", action="store_true", help="after the last step, wait for stop instead of completing")
+    p.add_argument("--ignore-stop", action="store_true", help="never answer stop (tests the kill timeout)")
+    p.add_argument("--zero-std-from", type=int, default=0, help="from this step on every group ties")
+    p.add_argument("--output-dir", default="", help="write tiny safetensors checkpoints here")
+    p.add_argument("--save-every", type=int, default=0)
+    p.add_argument("--hostile", action="store_true", help="completions full of escapes and markup")
+    return p.parse_args(argv)
+
+
+class Fake:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = sys.stdout.buffer
+        self.commands: queue.Queue[m.Command | None] = queue.Queue()
+        self.paused = False
+        self.mode = "best_worst"
+        self.start = time.monotonic()
+        self.frames = 0
+        self.last_checkpoint = 0
+
+    def send(self, message: m.Event) -> None:
+        if self.args.fps > 0:  # pace frames evenly
+            due = self.start + self.frames / self.args.fps
+            time.sleep(max(0.0, due - time.monotonic()))
+        self.out.write(codec.encode(message))
+        self.out.flush()
+        self.frames += 1
+
+    def read_commands(self) -> None:
+        for line in sys.stdin.buffer:
+            try:
+                self.commands.put(codec.decode_command(line))
+            except codec.ProtocolError as exc:
+                print(f"fake worker: bad command {exc}", file=sys.stderr, flush=True)
+        self.commands.put(None)  # EOF: the dashboard is gone
+
+    def handle(self, cmd: m.Command | None, step: int) -> bool:
+        """Answer one command; True when the run must end now."""
+        if cmd is None:
+            self.checkpoint(step, "final")
+            return True
+        if isinstance(cmd, m.Pause):
+            if self.paused:
+                self.send(m.Error(message="pause while already paused"))
+            else:
+                self.paused = True
+                self.send(m.Status(phase="idle", message="paused"))
+                self.send(m.Paused(step=step))
+        elif isinstance(cmd, m.Resume):
+            if not self.paused:
+                self.send(m.Error(message="resume while not paused"))
+            else:
+                self.paused = False
+                self.send(m.Resumed(step=step))
+        elif isinstance(cmd, m.SaveCheckpoint):
+            self.checkpoint(step, "manual")
+        elif isinstance(cmd, m.SetSampleDisplay):
+            self.mode = cmd.mode
+            self.send(m.Log(level="info", message=f"sample display: {cmd.mode}"))
+        elif isinstance(cmd, m.Stop):
+            if self.args.ignore_stop:
+                print("fake worker: ignoring stop", file=sys.stderr, flush=True)
+                return False
+            self.checkpoint(step, "final")
+            self.send(m.Complete(total_steps=step, seconds=time.monotonic() - self.start, status="stopped"))
+            return True
+        return False
+
+    def checkpoint(self, step: int, kind: str) -> None:
+        self.send(m.Status(phase="saving", message=f"saving {kind} checkpoint"))
+        name = "final" if kind == "final" else f"checkpoint-{step}"
+        path = Path(self.args.output_dir or "/nonexistent") / name
+        if self.args.output_dir:
+            write_checkpoint(path, step)
+        self.last_checkpoint = step
+        self.send(m.Checkpoint(path=str(path), step=step, kind=kind))  # type: ignore[arg-type]
+
+    def drain(self, step: int, block: bool) -> bool:
+        """Handle queued commands; while paused, block until resumed. True = end the run."""
+        while True:
+            try:
+                cmd = self.commands.get(block=block or self.paused, timeout=None)
+            except queue.Empty:
+                return False
+            if self.handle(cmd, step):
+                return True
+            if not self.paused and self.commands.empty() and not block:
+                return False
+
+
+def write_checkpoint(path: Path, step: int) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    weights = {"lora_a": np.zeros((8, 16), dtype=np.float16), "lora_b": np.zeros((16, 8), dtype=np.float16)}
+    save_file(weights, str(path / "adapters.safetensors"))
+    (path / "training_state.json").write_text(json.dumps({"step": step}))
+
+
+def completion(step: int, i: int, chars: int, hostile: bool) -> str:
+    text = f"<think>step {step} sample {i}</think><answer>{(step * 7 + i) % 97}</answer> "
+    if hostile:
+        text += "[bold red]not bold[/] [link=http://x]l[/link] \x1b[31mred\x1b[0m \x1b]0;title\x07 a\bb\rc\x07 "
+    return (text * (chars // max(len(text), 1) + 1))[:chars]
+
+
+def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
+    tie = args.zero_std_from and step >= args.zero_std_from
+    reward = 0.2 + 0.6 * (1 - math.exp(-step / 8))
+    return m.Step(
+        step=step, epoch=epoch, loss=0.0 if tie else 0.5 * math.exp(-step / 10) + 0.05 * math.sin(step),
+        reward=reward, reward_std=0.0 if tie else 0.3 / (1 + step / 10),
+        frac_reward_zero_std=1.0 if tie else 0.25, rewards={"accuracy": reward, "xml_format": 0.9},
+        kl=0.001 * step, entropy=1.2, completion_mean_length=20.0 + step % 5,
+        num_tokens=640, generation_ms=300.0, scoring_ms=20.0, training_ms=180.0,
+        generation_tokens_per_s=2000.0, training_tokens_per_s=3500.0 + 10 * step,
+        grad_norm=0.5, learning_rate=2e-4, peak_memory_mb=812.5, active_memory_mb=600.0,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    fake = Fake(args)
+    threading.Thread(target=fake.read_commands, daemon=True).start()
+    print("fake worker: starting", file=sys.stderr, flush=True)
+    fake.send(m.Hello(protocol_version=args.protocol_version, worker_version="fake-0", pid=os.getpid()))
+    if args.protocol_version != m.PROTOCOL_VERSION:
+        time.sleep(30)  # a real mismatched worker would carry on; the dashboard must kill it
+        return 0
+    fake.send(m.Status(phase="loading", message="loading model"))
+    steps_per_epoch = max(args.steps // 2, 1)
+    fake.send(m.Init(
+        model="tiny-fake", model_path="/models/tiny-fake", config={"name": "fake-run", "grpo": {"group_size": 4}},
+        dataset_size=steps_per_epoch * 4, steps_per_epoch=steps_per_epoch, total_steps=args.steps,
+        num_epochs=2, output_dir=args.output_dir,
+    ))
+    fake.send(m.DatabasePath(path=os.path.join(args.output_dir or "/tmp", "outputs.db"), run_id=1, run_name="fake-run"))
+    restarted = os.environ.get("GRPO_TUI_RESUME") == "latest"
+    marker = Path(args.output_dir or "/tmp") / ".fake-crashed"
+    first = 1
+    if restarted and marker.exists():
+        first = int(marker.read_text() or 0) + 1
+        history = [m.StepSummary(step=s, epoch=(s - 1) // steps_per_epoch + 1, loss=step_frame(s, 1, args).loss,
+                                 reward=step_frame(s, 1, args).reward) for s in range(1, first)]
+        fake.send(m.ResumeState(step=first - 1, epoch=(first - 2) // steps_per_epoch + 1, total_epochs=2,
+                                step_in_epoch=(first - 2) % steps_per_epoch + 1, steps_per_epoch=steps_per_epoch,
+                                history=history))
+        fake.send(m.Log(level="info", message=f"resumed from step {first - 1}"))
+    for step in range(first, args.steps + 1):
+        epoch = (step - 1) // steps_per_epoch + 1
+        if (step - 1) % steps_per_epoch == 0:
+            fake.send(m.EpochStart(epoch=epoch, total_epochs=2, steps_in_epoch=steps_per_epoch))
+        fake.send(m.Status(phase="generating"))
+        fake.send(step_frame(step, epoch, args))
+        for i in range(args.samples):
+            fake.send(m.Sample(
+                step=step, index=i, group=i // args.group_size, prompt=f"What is {step} + {i}? Answer in <answer>.",
+                completion=completion(step, i, args.completion_chars, args.hostile), reward=1.0 - 0.25 * (i % 4),
+                reward_details={"accuracy": 1.0 if i % 2 == 0 else 0.0, "xml_format": 0.5},
+                advantage=0.5 - 0.25 * (i % 4), num_tokens=20 + i, finish_reason="length" if i % 3 == 2 else "stop",
+                thinking=f"step {step} sample {i}",
+                tool_calls=[m.ToolCall(index=0, name="calc", arguments={"a": step}, raw='{"name":"calc"}')] if i == 1 else [],
+            ))
+        fake.send(m.Log(level="debug" if step % 2 else "info", message=f"step {step} done"))
+        if args.save_every and step % args.save_every == 0:
+            fake.checkpoint(step, "periodic")
+        if args.crash_at and step == args.crash_at and not restarted:
+            marker.write_text(str(fake.last_checkpoint or step))
+            print("fake worker: Traceback (most recent call last): boom", file=sys.stderr, flush=True)
+            return 3
+        if fake.drain(step, block=False):
+            return 0
+    if args.hold:
+        fake.send(m.Status(phase="idle", message="holding"))
+        while not fake.drain(args.steps, block=True):
+            pass
+        return 0
+    fake.checkpoint(args.steps, "final")
+    fake.send(m.Complete(total_steps=args.steps, seconds=time.monotonic() - fake.start, status="completed"))
+    return 0
+
+
+if __name__ == "__main__":
+    code = run(parse_args())
+    sys.stdout.flush()
+    os._exit(code)  # the stdin reader thread may be blocked in a read; don't wait for it

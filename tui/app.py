@@ -1,0 +1,386 @@
+"""The dashboard: starts the worker, folds its frames into ``RunState``, steers it from the keyboard.
+
+Frames arrive from ``WorkerProcess`` callbacks into a plain list; a timer flushes that list a few
+times a second, folding every event into the state and refreshing each changed widget once.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import Config
+from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
+from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
+from grpo_tui.tui.screens.crash import CrashScreen
+from grpo_tui.tui.screens.group_view import GroupScreen
+from grpo_tui.tui.screens.help import HelpScreen
+from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
+from grpo_tui.tui.state import METRICS, LogEntry, RunState, group_of, log_entry_for
+from grpo_tui.tui.widgets.config_panel import ConfigPanel
+from grpo_tui.tui.widgets.database_placeholder import DatabasePlaceholder
+from grpo_tui.tui.widgets.logs_panel import LogsPanel
+from grpo_tui.tui.widgets.metric_tile import MetricTile
+from grpo_tui.tui.widgets.progress_panel import ProgressPanel
+from grpo_tui.tui.widgets.reward_chart import RewardChart
+from grpo_tui.tui.widgets.run_header import RunHeader
+from grpo_tui.tui.widgets.samples_panel import SamplesPanel
+from grpo_tui.tui.widgets.stats_panel import StatsPanel
+from grpo_tui.tui.worker_proc import WorkerProcess
+
+TABS = ("samples", "logs", "config", "database")
+DISPLAY_MODES = ("all", "best_worst", "random")
+FLUSH_INTERVAL_S = 0.2
+ZERO_STD_NOTE = (
+    "⚠ loss is 0: every group got identical rewards (frac_reward_zero_std = 1), so no advantage and no "
+    "learning signal this step. Try a larger group, a higher temperature or harder prompts."
+)
+
+# (action, palette title, palette help) — the command palette offers the same actions as the keys.
+PALETTE: tuple[tuple[str, str, str], ...] = (
+    ("pause", "Pause training", "Pause at the next step boundary (p)"),
+    ("resume", "Resume training", "Continue a paused run (r)"),
+    ("save", "Save checkpoint", "Write a checkpoint now (s)"),
+    ("cycle_display", "Cycle sample display", "all · best_worst · random (m)"),
+    ("help", "Show keys", "All key bindings (?)"),
+)
+
+
+class CheckpointsScanned(Message):
+    def __init__(self, infos: list[CheckpointInfo]) -> None:
+        super().__init__()
+        self.infos = infos
+
+
+class GrpoApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "grpo-tui"
+    BINDINGS = [
+        Binding("p", "pause", "pause"),
+        Binding("r", "resume", "resume"),
+        Binding("s", "save", "save ckpt"),
+        Binding("m", "cycle_display", "display"),
+        *(Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(TABS)),
+        Binding("tab", "next_tab(1)", "next tab", show=False, priority=True),
+        Binding("shift+tab", "next_tab(-1)", "previous tab", show=False, priority=True),
+        Binding("enter", "open_sample", "open sample", show=False),
+        Binding("left_square_bracket", "smoothing(-1)", "less smoothing", show=False),
+        Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(
+        self,
+        config_path: str,
+        config: Config,
+        *,
+        worker_argv: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        stop_timeout_s: float = 120.0,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+    ) -> None:
+        super().__init__()
+        self.config_path, self.config = config_path, config
+        self.worker_argv = list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path])
+        self.stop_timeout_s, self.flush_interval_s = stop_timeout_s, flush_interval_s
+        self.state = RunState(clock=clock, run_name=config.run_name)
+        self.display_mode: str = config.display.sample_display
+        self.proc: WorkerProcess | None = None
+        self.restarts = 0
+        self.quitting = False
+        self._refused = False
+        self._greeted = False
+        self._pending: list[tuple[str, object]] = []
+        self._stderr_tail: deque[str] = deque(maxlen=20)
+
+    # ------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield Static(ZERO_STD_NOTE, id="zero-std")
+                with Grid(id="tiles"):
+                    for key, title in METRICS:
+                        yield MetricTile(key, title)
+                yield RewardChart(id="chart")
+                yield ProgressPanel(id="progress")
+                yield StatsPanel(id="stats")
+            with TabbedContent(id="tabs", initial="samples"):
+                with TabPane("1 Samples", id="samples"):
+                    yield SamplesPanel(id="samples-panel")
+                with TabPane("2 Logs", id="logs"):
+                    yield LogsPanel(id="logs-panel")
+                with TabPane("3 Config", id="config"):
+                    yield ConfigPanel(id="config-panel")
+                with TabPane("4 Database", id="database"):
+                    yield DatabasePlaceholder(id="database-view")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one("#zero-std").display = False
+        self._render({"header", "metrics", "progress", "stats", "samples"})
+        self.query_one("#config-panel", ConfigPanel).show_config(self.config.to_dict())
+        self.set_interval(self.flush_interval_s, self.flush)
+        self.set_interval(1.0, lambda: self._render({"header"}))
+        await self._spawn({})
+
+    # ------------------------------------------------------------ worker process
+
+    async def _spawn(self, env: dict[str, str]) -> None:
+        self._greeted = False
+        self.proc = WorkerProcess(
+            self.worker_argv, env=env,
+            on_event=lambda e: self._pending.append(("event", e)),
+            on_stderr=lambda line: self._pending.append(("stderr", line)),
+            on_bad_line=lambda text: self._pending.append(("bad", text)),
+            on_exit=lambda code: self._pending.append(("exit", code)),
+        )
+        try:
+            await self.proc.start()
+        except OSError as exc:
+            self._fail(f"cannot start the worker ({' '.join(self.worker_argv[:3])}…): {exc}")
+
+    def _fail(self, message: str) -> None:
+        self.state.status, self.state.error = "error", message
+        self.state.ended_at = self.state.clock()
+        self._log([LogEntry("error", message, "dashboard")])
+        self.notify(message, severity="error", timeout=10)
+        self._render({"header", "bindings"})
+
+    async def _send(self, command: m.Command) -> None:
+        if not self.proc or not await self.proc.send(command):
+            self.notify("the worker is not running", severity="warning")
+
+    def _check_hello(self, event: m.Event) -> bool:
+        """The first frame must be a hello of our protocol version; else refuse the worker."""
+        self._greeted = True
+        if isinstance(event, m.Hello) and event.protocol_version == m.PROTOCOL_VERSION:
+            return True
+        got = f"protocol version {event.protocol_version}" if isinstance(event, m.Hello) else f"a {type(event).__name__} frame"
+        self._refused = True
+        if self.proc:
+            self.proc.kill()
+        self._fail(
+            f"refused the worker: it speaks {got}, this dashboard speaks protocol version "
+            f"{m.PROTOCOL_VERSION}. Install matching versions of grpo-tui."
+        )
+        return False
+
+    # ------------------------------------------------------------ the flush loop
+
+    def flush(self) -> None:
+        """Fold every buffered frame into the state, then refresh each changed view once."""
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        dirty: set[str] = set()
+        logs: list[LogEntry] = []
+        for kind, item in batch:
+            if kind == "event" and not self._refused:
+                if not self._greeted and not self._check_hello(item):  # type: ignore[arg-type]
+                    continue
+                dirty |= self.state.apply(item)  # type: ignore[arg-type]
+                if entry := log_entry_for(item):  # type: ignore[arg-type]
+                    logs.append(entry)
+            elif kind == "stderr":
+                line = str(item)
+                self._stderr_tail.append(line)
+                logs.append(LogEntry("error" if "Traceback" in line or "Error" in line else "info", line, "stderr"))
+            elif kind == "bad":
+                logs.append(LogEntry("warning", str(item), "dashboard"))
+            elif kind == "exit":
+                self._log(logs)
+                logs = []
+                self._render(dirty)
+                dirty = set()
+                self._worker_exited(int(item))  # type: ignore[call-overload]
+        self._log(logs)
+        self._render(dirty)
+
+    def _log(self, entries: list[LogEntry]) -> None:
+        if entries:
+            self.query_one("#logs-panel", LogsPanel).add(entries)
+
+    def _render(self, dirty: Iterable[str]) -> None:
+        dirty, s = set(dirty), self.state
+        if "header" in dirty:
+            self.query_one(RunHeader).show(s)
+        if "metrics" in dirty:
+            for key, _ in METRICS:
+                note = "(no signal)" if key == "loss" and s.zero_std else ""
+                self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
+            self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"))
+            self.query_one("#zero-std").display = s.zero_std
+        if "progress" in dirty:
+            self.query_one(ProgressPanel).show(s)
+        if "stats" in dirty:
+            self.query_one(StatsPanel).show(s)
+        if "samples" in dirty:
+            self.query_one(SamplesPanel).show(s.samples, self.display_mode)
+        if "config" in dirty and s.config:
+            self.query_one(ConfigPanel).show_config(s.config)
+        if "config" in dirty or "checkpoints" in dirty:
+            self.scan_checkpoints()
+        if "database" in dirty and s.database:
+            view = self.query_one("#database-view")
+            if hasattr(view, "set_database"):
+                view.set_database(s.database.path, s.database.run_id)
+        if dirty & {"header", "bindings"}:
+            self.refresh_bindings()
+
+    @work(thread=True, exclusive=True, group="scan")
+    def scan_checkpoints(self) -> None:
+        kinds = {c.path: c.kind for c in self.state.checkpoints}
+        folder = self.state.output_dir or self.config.checkpoint.output_dir
+        self.post_message(CheckpointsScanned(list_checkpoints(folder, kinds)))
+
+    def on_checkpoints_scanned(self, message: CheckpointsScanned) -> None:
+        self.query_one(ConfigPanel).show_checkpoints(message.infos)
+
+    # ------------------------------------------------------------ crashes and restarts
+
+    def _worker_exited(self, code: int) -> None:
+        s = self.state
+        if self.quitting or self._refused:
+            return
+        if s.complete is not None:
+            self._log([LogEntry("info", f"worker exited (code {code})", "dashboard")])
+            return
+        s.status, s.ended_at = "error", s.clock()
+        last = next((line for line in reversed(self._stderr_tail) if line.strip()), "")
+        s.error = f"worker exited with code {code}" + (f": {last}" if last else "")
+        self._log([LogEntry("error", s.error, "dashboard")])
+        display = self.config.display
+        if display.restart_on_crash and self.restarts < display.max_restarts:
+            screen = CrashScreen(code, self.restarts + 1, display.max_restarts, display.restart_delay_s, last)
+            self.push_screen(screen, self._after_countdown)
+        else:
+            why = f"gave up after {self.restarts} restarts" if display.restart_on_crash else "restart_on_crash is off"
+            self._fail(f"{s.error} — {why}. Press q to quit.")
+        self._render({"header", "bindings"})
+
+    async def _after_countdown(self, restart: bool | None) -> None:
+        if not restart or self.quitting:
+            self.notify("restart cancelled; press q to quit", severity="warning")
+            return
+        self.restarts += 1
+        s = self.state
+        s.status, s.complete, s.error, s.ended_at = "restarting", None, "", None
+        s.phase, s.phase_message = "loading", f"restart {self.restarts}: resuming from the latest checkpoint"
+        self._render({"header", "bindings"})
+        await self._spawn({"GRPO_TUI_RESUME": "latest"})  # resume = latest, whatever the config says
+
+    # ------------------------------------------------------------ actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        status = self.state.status
+        if action == "pause":
+            return status == "running"
+        if action == "resume":
+            return status == "paused"
+        if action in ("save", "cycle_display"):
+            return status in ("running", "paused")
+        if action in ("next_tab", "show_tab", "open_sample", "smoothing"):
+            return not self.screen.is_modal and self.screen is self.screen_stack[0]
+        return True
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for action, title, help_text in PALETTE:
+            if self.check_action(action, ()):
+                yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
+
+    async def action_pause(self) -> None:
+        await self._send(m.Pause())
+
+    async def action_resume(self) -> None:
+        await self._send(m.Resume())
+
+    async def action_save(self) -> None:
+        await self._send(m.SaveCheckpoint())
+        self.notify("checkpoint requested")
+
+    async def action_cycle_display(self) -> None:
+        self.display_mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
+        await self._send(m.SetSampleDisplay(mode=self.display_mode))  # type: ignore[arg-type]
+        self._render({"samples"})
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_next_tab(self, direction: int) -> None:
+        tabs = self.query_one(TabbedContent)
+        tabs.active = TABS[(TABS.index(tabs.active) + direction) % len(TABS)]
+
+    def action_smoothing(self, direction: int) -> None:
+        value = self.query_one(RewardChart).change_smoothing(direction)
+        self.notify(f"chart smoothing (EMA) {value:g}", timeout=2)
+
+    def action_open_sample(self) -> None:
+        if sample := self.query_one(SamplesPanel).selected():
+            self.on_samples_panel_open(SamplesPanel.Open(sample, group=False))
+
+    def on_samples_panel_open(self, message: SamplesPanel.Open) -> None:
+        group = group_of(self.state.samples, message.sample.group)
+        self.push_screen(GroupScreen(group) if message.group else SampleDetailScreen(message.sample, group))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_quit(self) -> None:
+        """q: ask while training; then stop, wait for the final checkpoint, exit. q again: kill now."""
+        if self.quitting:
+            self.notify("killing the worker")
+            if self.proc:
+                self.proc.kill()
+            return
+        if self.proc and self.proc.running and self.state.status in ("running", "paused", "starting", "restarting"):
+            self.push_screen(ConfirmQuitScreen(), lambda yes: self.stop_and_exit() if yes else None)
+            return
+        self.quitting = True
+        if self.proc:
+            await self.proc.shutdown(timeout=2.0)
+        self.exit(1 if self.state.status == "error" else 0)
+
+    @work(exclusive=True, group="stop")
+    async def stop_and_exit(self) -> None:
+        self.quitting = True
+        self.state.status, self.state.phase_message = "stopping", "waiting for the final checkpoint"
+        self._render({"header", "bindings"})
+        assert self.proc is not None
+        await self.proc.send(m.Stop())
+        if not await self.proc.wait(self.stop_timeout_s):
+            self._log([LogEntry("warning", f"the worker did not stop within {self.stop_timeout_s:g} s; killing it", "dashboard")])
+            self.proc.kill()
+            await self.proc.wait(5.0)
+        self.flush()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        if self.proc:  # last resort (ctrl+c, an exception): never leave an orphan worker
+            self.proc.kill()
+
+
+def run_dashboard(config_path: str, config: Config) -> int:
+    """``grpo-tui run``: returns the process exit code."""
+    app = GrpoApp(str(Path(config_path)), config)
+    try:
+        code = app.run()
+    finally:
+        if app.proc:
+            app.proc.kill()
+    return int(code or 0)

@@ -1,0 +1,80 @@
+"""The run's checkpoints on disk, described from safetensors headers (no MLX, no tensor loads)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+from safetensors import safe_open
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    path: Path
+    step: int | None
+    kind: str
+    size_bytes: int
+    parameters: int
+    dtypes: tuple[str, ...]
+
+
+def _kind_and_step(folder: Path) -> tuple[str, int | None] | None:
+    if folder.name == "final":
+        return "final", None
+    if m := re.fullmatch(r"checkpoint-(\d+)", folder.name):
+        return "periodic", int(m.group(1))
+    if m := re.fullmatch(r"emergency-(\d+)(?:-.*)?", folder.name):
+        return "emergency", int(m.group(1))
+    return None
+
+
+def _weights(folder: Path) -> list[Path]:
+    # optimizer state is not part of the model; everything else in safetensors is
+    return sorted(p for p in folder.glob("*.safetensors") if not p.name.startswith("optimizer"))
+
+
+def describe(folder: Path, kinds: dict[str, str] | None = None) -> CheckpointInfo | None:
+    """One checkpoint folder, or None when it is not one. ``kinds`` maps paths to announced kinds."""
+    found = _kind_and_step(folder)
+    if found is None or not folder.is_dir():
+        return None
+    kind, step = found
+    state = folder / "training_state.json"
+    if state.is_file():
+        try:
+            step = int(json.loads(state.read_text()).get("step", step))
+        except (ValueError, OSError, AttributeError, TypeError):
+            pass
+    params, dtypes = 0, set()
+    for file in _weights(folder):
+        try:
+            with safe_open(str(file), framework="numpy") as f:
+                for key in f.keys():
+                    tensor = f.get_slice(key)
+                    params += prod(tensor.get_shape())
+                    dtypes.add(str(tensor.get_dtype()))
+        except Exception:  # a half-written or foreign file: list it without numbers
+            continue
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    kind = (kinds or {}).get(str(folder), kind)
+    return CheckpointInfo(folder, step, kind, size, params, tuple(sorted(dtypes)))
+
+
+def list_checkpoints(output_dir: str | Path, kinds: dict[str, str] | None = None) -> list[CheckpointInfo]:
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    infos = [info for p in root.iterdir() if (info := describe(p, kinds))]
+    return sorted(infos, key=lambda i: (i.step is None, i.step or 0, i.kind))
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"

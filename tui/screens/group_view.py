@@ -1,0 +1,36 @@
+"""The G completions of one prompt side by side, so you can see why they got different rewards."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.tui.inert import inert
+from grpo_tui.tui.screens.sample_detail import summary
+
+
+class GroupScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]
+
+    def __init__(self, samples: list[m.Sample]) -> None:
+        super().__init__()
+        self.samples = samples
+
+    def compose(self) -> ComposeResult:
+        first = self.samples[0] if self.samples else None
+        head = Text()
+        if first:
+            head.append(f"group {first.group} of step {first.step} · {len(self.samples)} completions shown\n", "bold")
+            head.append_text(inert(first.prompt))
+        yield Static(head, id="group-prompt")
+        with Horizontal(id="group-columns"):
+            for s in self.samples:
+                with VerticalScroll(classes="group-column"):
+                    yield Static(summary(s))
+                    yield Static(inert(s.completion), classes="section-body")
+        yield Footer()

@@ -1,0 +1,37 @@
+"""The keys, in one place."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("p", "pause training (at the next step boundary)"),
+    ("r", "resume training"),
+    ("s", "save a checkpoint now"),
+    ("m", "cycle the sample display: all · best_worst · random"),
+    ("1-4 / tab", "Samples · Logs · Config · Database tabs"),
+    ("enter", "open the selected sample (g: its group side by side)"),
+    ("[ / ]", "less / more chart smoothing (EMA)"),
+    ("l", "cycle the log level filter (Logs tab)"),
+    ("ctrl+p", "command palette with the same actions"),
+    ("?", "this help"),
+    ("q", "quit (asks while training; stops and saves first)"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        text.append("Keys\n\n", "bold")
+        for key, what in KEYS:
+            text.append(f"{key:>10}  ", "bold cyan").append(f"{what}\n")
+        text.append("\nescape closes this window", "dim")
+        with Vertical(id="help-box", classes="dialog"):
+            yield Static(text)

@@ -1,0 +1,71 @@
+"""One sample in full: prompt, thinking, completion, tool calls, reward breakdown, advantage."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.tui.inert import inert
+from grpo_tui.tui.state import format_number
+
+
+def summary(s: m.Sample) -> Text:
+    text = Text()
+    text.append(f"step {s.step} · group {s.group} · sample {s.index}", "bold")
+    text.append(f"\nreward {format_number(s.reward)} · advantage {format_number(s.advantage)}")
+    text.append(f" · {s.num_tokens} tokens · finish {s.finish_reason}")
+    if s.reward_details:
+        text.append("\nreward breakdown: ", "dim")
+        text.append(" · ".join(f"{k} {format_number(v)}" for k, v in s.reward_details.items()))
+    return text
+
+
+def tool_calls_text(calls: list[m.ToolCall]) -> Text:
+    text = Text()
+    for c in calls:
+        style = "green" if c.status == "ok" else "bold red"
+        text.append(f"#{c.index} {c.status}", style).append(" ")
+        text.append_text(inert(c.name or "(no name)", "bold"))
+        if c.arguments is not None:
+            text.append(" ").append_text(inert(json.dumps(c.arguments, ensure_ascii=False)))
+        if c.error:
+            text.append(" — ").append_text(inert(c.error, "red"))
+        text.append("\n")
+    return text
+
+
+class SampleDetailScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "back"),
+        Binding("g", "group", "group view"),
+    ]
+
+    def __init__(self, sample: m.Sample, group: list[m.Sample]) -> None:
+        super().__init__()
+        self.sample, self.group = sample, group
+
+    def compose(self) -> ComposeResult:
+        s = self.sample
+        with VerticalScroll(id="detail"):
+            yield Static(summary(s), id="detail-summary")
+            for title, body in (
+                ("prompt", inert(s.prompt)),
+                ("thinking", inert(s.thinking) if s.thinking else Text("(none)", "dim")),
+                ("completion", inert(s.completion)),
+                ("tool calls", tool_calls_text(s.tool_calls) if s.tool_calls else Text("(none)", "dim")),
+            ):
+                yield Static(Text(title, "bold underline"), classes="section-title")
+                yield Static(body, classes="section-body", id=f"detail-{title.replace(' ', '-')}")
+        yield Footer()
+
+    def action_group(self) -> None:
+        from grpo_tui.tui.screens.group_view import GroupScreen
+
+        self.app.push_screen(GroupScreen(self.group))

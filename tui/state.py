@@ -1,0 +1,265 @@
+"""What the dashboard knows about the run, folded from protocol events. No Textual here.
+
+``RunState.apply`` takes one event and returns the names of the parts of the screen it changed,
+so the app can batch many events and refresh each widget at most once per flush.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from grpo_tui.protocol import messages as m
+
+RunStatus = Literal["starting", "running", "paused", "stopping", "done", "error", "restarting"]
+
+STATUS_GLYPHS: dict[str, str] = {
+    "starting": "… starting",
+    "running": "▶ running",
+    "paused": "⏸ paused",
+    "stopping": "■ stopping…",
+    "done": "✓ done",
+    "error": "✗ error",
+    "restarting": "↻ restarting",
+}
+
+# (key in Step / StepSummary, tile title); the order of the metric tiles.
+METRICS: tuple[tuple[str, str], ...] = (
+    ("loss", "loss"),
+    ("reward", "reward"),
+    ("reward_std", "reward std"),
+    ("kl", "kl"),
+    ("completion_mean_length", "completion len"),
+    ("training_tokens_per_s", "tokens/s"),
+)
+HISTORY_LIMIT = 5000  # steps of history kept for the sparklines and the chart
+ETA_WINDOW = 20  # recent steps used for the time-per-step estimate
+
+
+def finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
+    """Exponential moving average with TensorBoard's debiasing; ``smoothing`` in [0, 1).
+
+    ``None`` (a NaN step) is passed through and does not reset the average.
+    """
+    out: list[float | None] = []
+    last, weight = 0.0, 0.0
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        last = last * smoothing + (1 - smoothing) * v
+        weight = weight * smoothing + (1 - smoothing)
+        out.append(last / weight if weight else v)
+    return out
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "—"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    mins, secs = divmod(rem, 60)
+    return f"{h}:{mins:02d}:{secs:02d}" if h else f"{mins}:{secs:02d}"
+
+
+def format_number(value: float | None, digits: int = 4) -> str:
+    if value is None or not math.isfinite(value):
+        return "—"
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 10 ** -(digits - 1)):
+        return f"{value:.{max(digits - 2, 1)}e}"
+    return f"{value:.{digits}g}" if abs(value) >= 1000 else f"{value:.{digits}f}".rstrip("0").rstrip(".")
+
+
+@dataclass
+class LogEntry:
+    level: str
+    message: str
+    source: str  # "worker" (log frame), "stderr", "dashboard"
+
+
+@dataclass
+class RunState:
+    clock: Callable[[], float]
+    status: RunStatus = "starting"
+    phase: str = "loading"
+    phase_message: str = "starting the worker"
+    worker_version: str = ""
+    model: str = ""
+    model_path: str = ""
+    run_name: str = ""
+    output_dir: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    database: m.DatabasePath | None = None
+    epoch: int = 0
+    total_epochs: int = 1
+    step: int = 0
+    total_steps: int = 0
+    steps_per_epoch: int = 0
+    step_in_epoch: int = 0
+    last_step: m.Step | None = None
+    samples: list[m.Sample] = field(default_factory=list)
+    checkpoints: list[m.Checkpoint] = field(default_factory=list)
+    total_tokens: int = 0
+    error: str = ""
+    complete: m.Complete | None = None
+    started_at: float = 0.0
+    ended_at: float | None = None
+    history_steps: deque[int] = field(default_factory=lambda: deque(maxlen=HISTORY_LIMIT))
+    history: dict[str, deque[float | None]] = field(
+        default_factory=lambda: {key: deque(maxlen=HISTORY_LIMIT) for key, _ in METRICS}
+    )
+    step_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ETA_WINDOW))
+
+    def __post_init__(self) -> None:
+        self.started_at = self.clock()
+
+    # ------------------------------------------------------------ derived values
+
+    @property
+    def worker_alive(self) -> bool:
+        return self.status in ("starting", "running", "paused", "stopping", "restarting")
+
+    @property
+    def zero_std(self) -> bool:
+        """Every group had equal rewards, so every advantage (and the loss) is 0."""
+        return self.last_step is not None and self.last_step.frac_reward_zero_std == 1.0
+
+    def elapsed(self) -> float:
+        return (self.ended_at if self.ended_at is not None else self.clock()) - self.started_at
+
+    def eta_seconds(self) -> float | None:
+        if not self.step_ms or not self.total_steps or self.status in ("done", "error"):
+            return None
+        per_step = sum(self.step_ms) / len(self.step_ms) / 1000.0
+        return max(self.total_steps - self.step, 0) * per_step
+
+    def series(self, key: str) -> list[float | None]:
+        return list(self.history[key])
+
+    # ------------------------------------------------------------ folding events
+
+    def apply(self, event: m.Event) -> set[str]:
+        """Fold one event in; returns the names of the views to refresh."""
+        handler = getattr(self, "_on_" + type(event).__name__.lower(), None)
+        return handler(event) if handler else set()
+
+    def _on_hello(self, e: m.Hello) -> set[str]:
+        self.worker_version = e.worker_version
+        return {"header"}
+
+    def _on_status(self, e: m.Status) -> set[str]:
+        self.phase, self.phase_message = e.phase, e.message
+        if self.status in ("starting", "restarting") and e.phase in ("generating", "scoring", "training"):
+            self.status = "running"
+        return {"header"}
+
+    def _on_init(self, e: m.Init) -> set[str]:
+        self.model, self.model_path, self.config = e.model, e.model_path, e.config
+        self.total_steps, self.steps_per_epoch = e.total_steps, e.steps_per_epoch
+        self.total_epochs, self.output_dir = max(e.num_epochs, 1), e.output_dir
+        self.run_name = self.run_name or (e.config.get("name") or "")
+        return {"header", "config", "progress"}
+
+    def _on_databasepath(self, e: m.DatabasePath) -> set[str]:
+        self.database, self.run_name = e, e.run_name or self.run_name
+        return {"header", "database"}
+
+    def _on_resumestate(self, e: m.ResumeState) -> set[str]:
+        self.step, self.epoch, self.total_epochs = e.step, e.epoch, max(e.total_epochs, 1)
+        self.step_in_epoch, self.steps_per_epoch = e.step_in_epoch, e.steps_per_epoch
+        self.history_steps.clear()
+        for values in self.history.values():
+            values.clear()
+        for row in e.history:
+            self._record(row.step, row)
+        self.total_tokens = e.aggregates.total_tokens
+        if e.aggregates.avg_generation_ms is not None and e.aggregates.avg_training_ms is not None:
+            self.step_ms.append(e.aggregates.avg_generation_ms + e.aggregates.avg_training_ms)
+        return {"header", "metrics", "progress", "stats"}
+
+    def _on_epochstart(self, e: m.EpochStart) -> set[str]:
+        self.epoch, self.total_epochs = e.epoch, max(e.total_epochs, 1)
+        self.steps_per_epoch, self.step_in_epoch = e.steps_in_epoch or self.steps_per_epoch, 0
+        return {"header", "progress"}
+
+    def _on_step(self, e: m.Step) -> set[str]:
+        if self.status in ("starting", "restarting"):
+            self.status = "running"
+        if e.epoch != self.epoch:
+            self.epoch, self.step_in_epoch = e.epoch, 0
+        self.step, self.last_step = e.step, e
+        self.step_in_epoch += 1
+        self.total_tokens += e.num_tokens
+        parts = [finite(e.generation_ms), finite(e.scoring_ms), finite(e.training_ms)]
+        if any(p is not None for p in parts):
+            self.step_ms.append(sum(p or 0.0 for p in parts))
+        self._record(e.step, e)
+        return {"header", "metrics", "progress", "stats"}
+
+    def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
+        self.history_steps.append(step)
+        for key, _ in METRICS:
+            self.history[key].append(finite(getattr(row, key)))
+
+    def _on_sample(self, e: m.Sample) -> set[str]:
+        if self.samples and self.samples[0].step != e.step:
+            self.samples = []
+        self.samples.append(e)
+        return {"samples"}
+
+    def _on_checkpoint(self, e: m.Checkpoint) -> set[str]:
+        self.checkpoints.append(e)
+        return {"checkpoints"}
+
+    def _on_paused(self, e: m.Paused) -> set[str]:
+        if self.status != "stopping":
+            self.status = "paused"
+        return {"header", "bindings"}
+
+    def _on_resumed(self, e: m.Resumed) -> set[str]:
+        if self.status != "stopping":
+            self.status = "running"
+        return {"header", "bindings"}
+
+    def _on_complete(self, e: m.Complete) -> set[str]:
+        self.complete, self.status, self.phase, self.ended_at = e, "done", "idle", self.clock()
+        self.phase_message = f"{e.status} after {e.total_steps} steps in {format_duration(e.seconds)}"
+        return {"header", "bindings", "progress"}
+
+    def _on_error(self, e: m.Error) -> set[str]:
+        if e.fatal:
+            self.status, self.error = "error", e.message
+            return {"header", "bindings"}
+        return set()
+
+
+def log_entry_for(event: m.Event) -> LogEntry | None:
+    """The log line an event produces (log frames, errors, checkpoints, pauses), if any."""
+    if isinstance(event, m.Log):
+        return LogEntry(event.level, event.message, "worker")
+    if isinstance(event, m.Error):
+        text = event.message + (("\n" + event.traceback) if event.traceback else "")
+        return LogEntry("error", text, "worker")
+    if isinstance(event, m.Checkpoint):
+        return LogEntry("info", f"checkpoint ({event.kind}) at step {event.step}: {event.path}", "dashboard")
+    if isinstance(event, m.Paused):
+        return LogEntry("info", f"paused at step {event.step}", "dashboard")
+    if isinstance(event, m.Resumed):
+        return LogEntry("info", f"resumed at step {event.step}", "dashboard")
+    if isinstance(event, m.Complete):
+        return LogEntry("info", f"run {event.status}: {event.total_steps} steps", "dashboard")
+    if isinstance(event, m.Status) and event.message:
+        return LogEntry("debug", f"[{event.phase}] {event.message}", "dashboard")
+    return None
+
+
+def group_of(samples: Iterable[m.Sample], group: int) -> list[m.Sample]:
+    """The completions of one prompt, in generation order."""
+    return sorted((s for s in samples if s.group == group), key=lambda s: s.index)

@@ -1,0 +1,40 @@
+"""The resolved config the worker received, and the run's checkpoints on disk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from grpo_tui.protocol.tomlout import dumps
+from grpo_tui.tui.checkpoints import CheckpointInfo, human_size
+from grpo_tui.tui.inert import inert
+
+
+class ConfigPanel(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        yield Static(Text("checkpoints", "bold"))
+        table: DataTable[object] = DataTable(id="checkpoints-table", cursor_type="row")
+        table.add_columns("step", "kind", "size", "parameters", "dtype", "path")
+        yield table
+        yield Static(Text("resolved config", "bold"), classes="section-title")
+        yield Static(Text("waiting for the worker's init…", "dim"), id="config-text")
+
+    def show_config(self, config: dict[str, Any]) -> None:
+        try:
+            text = dumps(config)
+        except (TypeError, ValueError):
+            text = repr(config)
+        self.query_one("#config-text", Static).update(inert(text))
+
+    def show_checkpoints(self, infos: list[CheckpointInfo]) -> None:
+        table = self.query_one("#checkpoints-table", DataTable)
+        table.clear()
+        for i in infos:
+            table.add_row(
+                "—" if i.step is None else str(i.step), i.kind, human_size(i.size_bytes),
+                f"{i.parameters:,}", ", ".join(i.dtypes) or "—", inert(str(i.path), single_line=True),
+            )

@@ -1,0 +1,44 @@
+"""Reward (left axis) and loss (right axis) over steps, EMA-smoothed by a user-set factor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual_plotext import PlotextPlot
+
+from grpo_tui.tui.state import ema
+
+SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
+
+
+class RewardChart(PlotextPlot):
+    def __init__(self, smoothing: float = 0.6, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.smoothing = smoothing
+        self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
+
+    def change_smoothing(self, direction: int) -> float:
+        """Step to the next smoothing level up (+1) or down (-1); returns the new factor."""
+        levels = SMOOTHING_LEVELS
+        i = min(range(len(levels)), key=lambda k: abs(levels[k] - self.smoothing))
+        self.smoothing = levels[max(0, min(len(levels) - 1, i + direction))]
+        self._draw()
+        return self.smoothing
+
+    def show(self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None]) -> None:
+        self._data = (list(steps), list(reward), list(loss))
+        self._draw()
+
+    def _draw(self) -> None:
+        plt = self.plt
+        plt.clear_data()
+        plt.title(f"reward & loss  (EMA {self.smoothing:g} · [ ] to change)")
+        steps, reward, loss = self._data
+        for values, label, color, side in ((reward, "reward", "green", "left"), (loss, "loss", "orange", "right")):
+            smooth = ema(values, self.smoothing)
+            points = [(s, v) for s, v in zip(steps, smooth) if v is not None]
+            if points:
+                xs, ys = zip(*points)
+                plt.plot(list(xs), list(ys), label=label, color=color, yside=side, marker="braille")
+        plt.xlabel("step")
+        self.refresh()

@@ -1,0 +1,32 @@
+"""The one-line run header: model · run · epoch · step · state · elapsed · ETA."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from grpo_tui.tui.inert import clean
+from grpo_tui.tui.state import STATUS_GLYPHS, RunState, format_duration
+
+_STATUS_STYLE = {
+    "running": "bold green", "paused": "bold yellow", "done": "bold cyan", "error": "bold red",
+    "restarting": "bold magenta", "stopping": "bold yellow", "starting": "bold",
+}
+
+
+class RunHeader(Static):
+    def show(self, state: RunState) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(" grpo-tui ", "bold reverse")
+        text.append(f" {clean(state.model, single_line=True) or '—'}", "bold")
+        text.append(f" · run {clean(state.run_name, single_line=True) or '—'}")
+        text.append(f" · epoch {state.epoch}/{state.total_epochs}")
+        text.append(f" · step {state.step}/{state.total_steps or '?'}")
+        text.append(" · ")
+        text.append(STATUS_GLYPHS[state.status], _STATUS_STYLE[state.status])
+        if state.status in ("starting", "restarting") or (state.status == "running" and state.phase != "training"):
+            phase = state.phase + (f": {clean(state.phase_message, single_line=True)}" if state.phase_message else "")
+            text.append(f" ({phase})", "dim")
+        text.append(f" · elapsed {format_duration(state.elapsed())}")
+        text.append(f" · ETA {format_duration(state.eta_seconds())}")
+        self.update(text)

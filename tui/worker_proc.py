@@ -1,0 +1,130 @@
+"""The worker child process: spawn it in its own process group, read frames, send commands.
+
+Reading happens in two asyncio tasks (stdout frames, stderr lines) that call plain callbacks; the
+app buffers what they hand over and flushes it to widgets on a timer. ``kill`` signals the whole
+process group, so nothing the worker started outlives the dashboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Sequence
+
+from grpo_tui.protocol import codec
+from grpo_tui.protocol import messages as m
+
+
+class WorkerProcess:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        on_event: Callable[[m.Event], None],
+        on_stderr: Callable[[str], None],
+        on_bad_line: Callable[[str], None],
+        on_exit: Callable[[int], None],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.env = env or {}
+        self._on_event, self._on_stderr = on_event, on_stderr
+        self._on_bad_line, self._on_exit = on_bad_line, on_exit
+        self.proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # its own process group: one killpg reaches its children too
+            limit=codec.MAX_LINE_BYTES,
+        )
+        self._tasks = [asyncio.create_task(self._watch())]
+
+    async def _read_frames(self) -> None:
+        assert self.proc and self.proc.stdout
+        while line := await _readline(self.proc.stdout):
+            if not line.strip():
+                continue
+            try:
+                self._on_event(codec.decode_event(line))
+            except codec.ProtocolError as exc:
+                self._on_bad_line(f"bad frame ({exc.reason.split(' (')[0]}): {exc.line}")
+
+    async def _read_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        while line := await _readline(self.proc.stderr):
+            if line.strip():
+                self._on_stderr(codec.truncate(line.decode("utf-8", errors="replace").rstrip("\r\n"), 4000))
+
+    async def _watch(self) -> None:
+        """Read both pipes to the end, then report the exit code (after the last frame)."""
+        assert self.proc
+        await asyncio.gather(self._read_frames(), self._read_stderr(), return_exceptions=True)
+        code = await self.proc.wait()
+        self._on_exit(code)
+
+    async def send(self, command: m.Command) -> bool:
+        """Write one command; False when the worker is gone."""
+        if not self.running or not self.proc or not self.proc.stdin:
+            return False
+        try:
+            self.proc.stdin.write(codec.encode(command))
+            await self.proc.stdin.drain()
+            return True
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            return False
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for the process to exit; False on timeout."""
+        if not self.proc:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (no-op when already gone)."""
+        if self.proc and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
+    async def shutdown(self, timeout: float = 3.0) -> None:
+        """Close stdin (the worker saves and exits on EOF), then TERM, then KILL the group."""
+        if not self.proc or self.proc.returncode is not None:
+            return
+        if self.proc.stdin:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+        if await self.wait(timeout):
+            return
+        self.kill(signal.SIGTERM)
+        if not await self.wait(2.0):
+            self.kill(signal.SIGKILL)
+            await self.wait(2.0)
+
+
+async def _readline(stream: asyncio.StreamReader) -> bytes:
+    """One line (b"" at EOF). Over the limit, asyncio drops the buffered head and the tail arrives
+    as the next line, which then fails to decode and is reported, instead of ending the read."""
+    try:
+        return await stream.readline()
+    except ValueError:  # LimitOverrunError surfaces as ValueError from readline
+        return b" \n"
