@@ -1,4 +1,7 @@
+"""``python -m grpo_tui.worker CONFIG [--plain]`` — see ``main.py``."""
+
 import sys
 
-print("grpo-tui: the worker is not built yet in this version.", file=sys.stderr)
-sys.exit(2)
+from .main import main
+
+sys.exit(main())

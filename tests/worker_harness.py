@@ -1,0 +1,121 @@
+"""Drive a real worker process over real pipes: write a run folder, start
+``python -m grpo_tui.worker``, send commands, read decoded frames."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.codec import decode_event, encode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROMPTS = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (7, 1), (4, 4), (6, 3), (9, 0)]]
+
+
+def write_dataset(path: Path) -> Path:
+    rows = [{"prompt": p, "answer": str(eval(p[8:-1]))} for p in PROMPTS]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_config(folder: Path, model: Path, *, rewards: str | None = None, **sections: dict[str, Any]) -> Path:
+    """A small run in ``folder``: 8 prompts, batch 2, group 2, 8-token completions, save every 2."""
+    data = write_dataset(folder / "data.jsonl")
+    values: dict[str, dict[str, Any]] = {
+        "model": {"path": str(model)},
+        "data": {"path": str(data), "seed": 0},
+        "grpo": {"group_size": 2},
+        "generation": {"max_completion_length": 8},
+        "training": {"batch_size": 2, "learning_rate": 1e-2, "max_steps": 4, "seed": 0},
+        "checkpoint": {"output_dir": str(folder / "out"), "save_every": 2, "keep_last": 2},
+        "display": {"sample_display": "best_worst"},
+    }
+    for section, overrides in sections.items():
+        values.setdefault(section, {}).update(overrides)
+    text = rewards or '[[rewards]]\nname = "length"\n'
+    for section, table in values.items():
+        text += f"\n[{section}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+    path = folder / "config.toml"
+    path.write_text(text)
+    return path
+
+
+class WorkerProcess:
+    """A worker subprocess; frames are decoded on a reader thread into ``events``."""
+
+    def __init__(self, config: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        full_env = {**os.environ, **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "grpo_tui.worker", str(config), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=ROOT,
+        )  # fmt: skip
+        self.events: list[m.Event] = []
+        self.bad_lines: list[bytes] = []
+        self.stderr = b""
+        self._queue: queue.Queue[m.Event | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = decode_event(line)
+            except ValueError:
+                self.bad_lines.append(line)
+                continue
+            self.events.append(event)
+            self._queue.put(event)
+        self._queue.put(None)
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr += line
+
+    def send(self, command: m.Command | bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command if isinstance(command, bytes) else encode(command))
+        self.proc.stdin.flush()
+
+    def wait_for(
+        self, kind: type, predicate: Callable[[Any], bool] = lambda e: True, timeout: float = 120
+    ) -> Any:
+        """The next event of ``kind`` matching ``predicate`` (events before it are kept in ``events``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                event = self._queue.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                raise AssertionError(f"no {kind.__name__} within {timeout}s; stderr:\n{self.stderr.decode()[-3000:]}")
+            if event is None:
+                raise AssertionError(
+                    f"worker exited (rc={self.proc.wait()}) before {kind.__name__}; stderr:\n{self.stderr.decode()[-3000:]}"
+                )
+            if isinstance(event, kind) and predicate(event):
+                return event
+
+    def finish(self, timeout: float = 120) -> int:
+        """Close stdin only if asked elsewhere; wait for exit and the reader to drain."""
+        rc = self.proc.wait(timeout=timeout)
+        while self._queue.get(timeout=10) is not None:
+            pass
+        return rc
+
+    def of(self, kind: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,183 @@
+"""Checkpoints (DESIGN §9): atomic directories that ``mlx_lm.load`` opens, and resume discovery.
+
+``<output_dir>/checkpoint-<step>/`` (periodic and manual), ``final/`` and ``emergency-<step>/``
+hold the model files written by ``Trainer.save_model``, ``optimizer.safetensors`` and
+``training_state.json``. A checkpoint is built in a hidden temporary sibling, fsynced, then
+renamed into place: a directory with a valid ``training_state.json`` is always complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from grpo_tui.protocol import __version__
+from grpo_tui.protocol.config import Config
+
+STATE_FILE = "training_state.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+_TMP, _OLD = ".tmp-", ".old-"
+
+
+class Saver(Protocol):
+    def save_model(self, directory: Path) -> None: ...
+    def save_optimizer(self, path: Path) -> None: ...
+
+
+class TrainingState(msgspec.Struct, kw_only=True):
+    """What a checkpoint needs besides weights and optimizer to continue exactly.
+
+    The trainer seeds MLX from (seed, step) at every step and ``batch(step)`` is a pure function
+    of the step, so (seed, step) *is* the RNG state and the data position."""
+
+    step: int
+    epoch: int
+    step_in_epoch: int
+    kind: str
+    run_id: int
+    seed: int
+    dataset_size: int
+    dataset_hash: str
+    config_digest: str
+    total_steps: int
+    epoch_indices_done: list[int] = []  # dataset indices already used in the current epoch
+    created_at: float = 0.0
+    worker_version: str = __version__
+
+
+def config_digest(config: Config) -> str:
+    """Digest of the settings that shape training (not where it is written or how it is shown)."""
+    data = {k: v for k, v in config.to_dict().items() if k not in ("checkpoint", "display", "runtime", "store", "name")}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_state(directory: Path) -> TrainingState | None:
+    """The checkpoint's state, or None when the directory is not a complete checkpoint."""
+    try:
+        return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=TrainingState)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*"), reverse=True):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _install(tmp: Path, target: Path) -> None:
+    """Rename a finished temporary directory into place, replacing an older ``target``."""
+    _fsync_tree(tmp)
+    old = target.with_name(f"{_OLD}{target.name}")
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)  # recover_interrupted() undoes this if we die before the next line
+    os.rename(tmp, target)
+    _fsync_dir(target.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_checkpoint(trainer: Saver, output_dir: Path, name: str, state: TrainingState) -> Path:
+    """Write a complete checkpoint to ``output_dir/name`` atomically. Blocking (MLX thread)."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    target = output_dir / name
+    tmp = output_dir / f"{_TMP}{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    trainer.save_model(tmp)
+    trainer.save_optimizer(tmp / OPTIMIZER_FILE)
+    state.created_at = time.time()
+    (tmp / STATE_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
+    _install(tmp, target)
+    return target
+
+
+def copy_checkpoint(source: Path, output_dir: Path, name: str) -> Path:
+    """Copy a checkpoint under a new name, atomically (a kept copy of the last good one)."""
+    target = output_dir / name
+    tmp = output_dir / f"{_TMP}{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    _install(tmp, target)
+    return target
+
+
+def recover_interrupted(output_dir: Path) -> None:
+    """Clean up after a kill mid-save: drop half-written temporaries, restore a replaced one."""
+    if not output_dir.is_dir():
+        return
+    for path in output_dir.iterdir():
+        if path.name.startswith(_OLD):
+            target = path.with_name(path.name[len(_OLD) :])
+            if not target.exists() and read_state(path) is not None:
+                os.rename(path, target)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+        elif path.name.startswith(_TMP):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def list_checkpoints(output_dir: Path) -> list[tuple[Path, TrainingState]]:
+    """Every complete checkpoint directly under ``output_dir``, oldest step first."""
+    found = []
+    if output_dir.is_dir():
+        for path in output_dir.iterdir():
+            if path.is_dir() and not path.name.startswith("."):
+                state = read_state(path)
+                if state is not None:
+                    found.append((path, state))
+    return sorted(found, key=lambda item: (item[1].step, item[1].created_at))
+
+
+def find_latest(output_dir: Path) -> tuple[Path, TrainingState] | None:
+    """The newest complete checkpoint (highest step, then most recently written)."""
+    found = list_checkpoints(output_dir)
+    return found[-1] if found else None
+
+
+def prune(output_dir: Path, keep_last: int) -> list[Path]:
+    """Delete all but the ``keep_last`` newest periodic checkpoints. Returns what was deleted."""
+    if keep_last <= 0:
+        return []
+    periodic = [p for p, s in list_checkpoints(output_dir) if s.kind == "periodic" and p.name.startswith("checkpoint-")]
+    doomed = periodic[:-keep_last]
+    for path in doomed:
+        # Rename first so a kill mid-delete never leaves a half checkpoint that looks complete.
+        trash = path.with_name(f"{_TMP}{path.name}")
+        os.rename(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return doomed
+
+
+def set_aside(output_dir: Path) -> Path | None:
+    """Move an earlier run's checkpoints to ``previous-<time>/`` so a fresh start never resumes
+    from them by mistake (and nothing is deleted). Returns the new folder, if any."""
+    old = [p for p, _ in list_checkpoints(output_dir)]
+    if not old:
+        return None
+    dest = output_dir / time.strftime("previous-%Y%m%d-%H%M%S")
+    dest.mkdir()
+    for path in old:
+        os.rename(path, dest / path.name)
+    return dest
+
+
+def describe(state: TrainingState) -> dict[str, Any]:
+    return msgspec.to_builtins(state)

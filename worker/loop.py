@@ -1,0 +1,351 @@
+"""The training run inside the worker: start or resume, the step loop, checkpoints, the end.
+
+Every MLX call (loading, the training step, saving) runs on one dedicated thread so the asyncio
+loop stays free for commands, frames and the store. ``main.Worker`` adds the inputs (stdin
+commands, EOF, signals) around it. DESIGN §3, §9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import random
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.blas import active_blas
+from grpo_tui.protocol.blas import describe as describe_blas
+from grpo_tui.protocol.config import Config
+
+from . import checkpoint as ckpt
+from .control import Control, choose_samples
+from .frames import Emitter
+from .records import StepOutput
+from .store import Store
+
+# A signal saves an emergency checkpoint only when more steps than this would be lost.
+EMERGENCY_AFTER_STEPS = 3
+
+
+
+def trainer_class() -> type:
+    """The engine's Trainer. ``GRPO_TUI_TRAINER=file.py:Class`` swaps in a fake, for tests only."""
+    spec = os.environ.get("GRPO_TUI_TRAINER")
+    if not spec:
+        from .trainer import Trainer
+
+        return Trainer
+    file, name = spec.rsplit(":", 1)
+    module_spec = importlib.util.spec_from_file_location("grpo_tui_fake_trainer", file)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+class TrainingLoop:
+    def __init__(self, config: Config, emitter: Emitter, plain: bool = False) -> None:
+        self.config = config
+        self.emitter = emitter
+        self.plain = plain
+        self.output_dir = Path(config.checkpoint.output_dir)
+        self.control = Control(display=config.display.sample_display)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
+        self.wake = asyncio.Event()
+        self.trainer: Any = None
+        self.store: Store | None = None
+        self.run_id = 0
+        self.last_ckpt: tuple[int, Path] | None = None  # (step, path) of the newest good checkpoint
+        self.phase: str = "loading"
+        self.nan_streak = 0
+        self.exit_code = 0
+        self.started = time.time()
+        self.epoch_metrics: list[tuple[float | None, float | None]] = []
+        self.epoch_started = time.time()
+
+    # ------------------------------------------------------------ small helpers
+
+    @property
+    def step(self) -> int:
+        return self.control.step
+
+    def emit(self, event: m.Event) -> None:
+        self.emitter.emit(event)
+
+    def log(self, level: m.LogLevel, message: str) -> None:
+        self.emitter.log(level, message)
+        if self.store is not None:
+            self.store.queue_log(self.step, level, message)
+
+    async def mlx(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run on the MLX thread (MLX state stays on one thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def _steps_since_checkpoint(self) -> int:
+        return self.step - (self.last_ckpt[0] if self.last_ckpt else 0)
+
+    async def _start(self) -> bool:
+        cfg = self.config
+        self.emit(m.Status(phase="loading", message="preparing the output folder"))
+        resume = await self._find_resume()
+        if resume is False:
+            return False
+        self.emitter.open_jsonl(self.output_dir / "run.jsonl")
+        if cfg.store.enabled:
+            await self._open_store(resume[1] if resume else None)
+        self.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))
+        main_loop = asyncio.get_running_loop()
+
+        def log_from_thread(level: str, message: str) -> None:
+            main_loop.call_soon_threadsafe(self.log, level, message)  # type: ignore[arg-type]
+
+        self.trainer = trainer = await self.mlx(trainer_class(), cfg, log_from_thread)
+        self.log("info", f"BLAS: {describe_blas(active_blas())}")
+        self.emitter.total_steps = trainer.total_steps
+        if self.store is not None:
+            await self.store.update_run(self.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
+        if resume:
+            await self._restore(*resume)
+        self.emit(
+            m.Init(
+                model=trainer.model_name, model_path=cfg.model.path, config=cfg.to_dict(),
+                dataset_size=trainer.dataset_size, steps_per_epoch=trainer.steps_per_epoch,
+                total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
+            )
+        )  # fmt: skip
+        return True
+
+    async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | bool:
+        """The checkpoint to resume from, None for a fresh start, False for a bad resume path."""
+        resume = self.config.checkpoint.resume
+        await self.mlx(ckpt.recover_interrupted, self.output_dir)
+        if resume is False:
+            aside = await self.mlx(ckpt.set_aside, self.output_dir)
+            if aside is not None:
+                self.log("warning", f"resume = false: earlier checkpoints moved to {aside}")
+            return None
+        if resume == "latest":
+            return await self.mlx(ckpt.find_latest, self.output_dir)
+        state = ckpt.read_state(Path(str(resume)))
+        if state is None:
+            message = f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE})"
+            self.emit(m.Error(message=message, fatal=True))
+            return False
+        return Path(str(resume)), state
+
+    async def _open_store(self, state: ckpt.TrainingState | None) -> None:
+        cfg = self.config
+        self.store = store = await Store.open(self.output_dir / "outputs.db")
+        if await store.mark_abandoned_runs():
+            self.log("info", "an earlier run in this store ended without finishing; marked crashed")
+        if state is not None and await store.reopen_run(state.run_id, state.step, state.total_steps):
+            self.run_id = state.run_id
+        else:
+            if state is not None:
+                self.log("warning", f"run {state.run_id} is not in the store; recording a new run")
+            model = Path(cfg.model.path).name
+            self.run_id = await store.create_run(cfg.run_name, model, cfg.model.path, cfg.to_dict(), 0)
+        self.emit(m.DatabasePath(path=str(store.path), run_id=self.run_id, run_name=cfg.run_name))
+
+    async def _restore(self, path: Path, state: ckpt.TrainingState) -> None:
+        trainer = self.trainer
+        self.emit(m.Status(phase="loading", message=f"resuming from {path}"))
+        await self.mlx(trainer.load_checkpoint, path)
+        if self.store is None:
+            self.run_id = state.run_id
+        self.control.step = state.step
+        self.last_ckpt = (state.step, path)
+        if state.dataset_hash != trainer.dataset_hash or state.dataset_size != trainer.dataset_size:
+            self.log(
+                "warning",
+                f"the dataset changed since {path.name} ({state.dataset_size} -> {trainer.dataset_size} rows); "
+                "the data order after the resume differs from the original run",
+            )
+        if state.config_digest != ckpt.config_digest(self.config):
+            self.log("info", f"training settings differ from those of {path.name}")
+        history, aggregates = await self.store.history(self.run_id) if self.store else ([], m.Aggregates())
+        epoch, step_in_epoch = self._position(state.step)
+        self.epoch_metrics = [(h.loss, h.reward) for h in history if h.epoch == epoch and h.step <= state.step]
+        self.emit(
+            m.ResumeState(
+                step=state.step, epoch=epoch, total_epochs=trainer.num_epochs, step_in_epoch=step_in_epoch,
+                steps_per_epoch=trainer.steps_per_epoch, history=history, aggregates=aggregates,
+            )
+        )  # fmt: skip
+        self.log("info", f"resumed from {path} at step {state.step}")
+
+    def _position(self, step: int) -> tuple[int, int]:
+        """(epoch, step_in_epoch) after ``step`` steps."""
+        if step <= 0:
+            return 0, 0
+        epoch, step_in_epoch, _ = self.trainer.batch(step)
+        return epoch, step_in_epoch
+
+    # ------------------------------------------------------------ training loop
+
+    async def _train(self) -> int:
+        total = self.trainer.total_steps
+        if self.step >= total:
+            self.log("info", f"the run is already complete ({self.step} steps); set checkpoint.resume = false to restart")
+        first = True
+        while self.step < total:
+            await self._between_steps()
+            if self.control.stop_reason is not None:
+                break
+            await self._run_step(self.step + 1, first)
+            first = False
+        await self._between_steps()
+        return await self._finish()
+
+    async def _between_steps(self) -> None:
+        """Handle a requested save and pause; while paused, wait for resume or stop."""
+        while True:
+            if self.control.save_requested:
+                self.control.save_requested = False
+                await self._checkpoint("manual")
+            if self.control.stop_reason is not None:
+                return
+            if self.control.take_pause():
+                self.emit(m.Paused(step=self.step))
+                self.emit(m.Status(phase="idle", message="paused"))
+            if not self.control.paused:
+                return
+            self.wake.clear()
+            await self.wake.wait()
+
+    def _on_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.emit(m.Status(phase=phase, message=f"step {self.step + 1}"))  # type: ignore[arg-type]
+
+    async def _run_step(self, step: int, first: bool) -> None:
+        trainer = self.trainer
+        epoch, step_in_epoch, _ = trainer.batch(step)
+        if step_in_epoch == 1 or first:
+            self._epoch_start(epoch, step_in_epoch)
+        loop = asyncio.get_running_loop()
+        self.control.stepping = True
+        try:
+            output: StepOutput = await self.mlx(
+                trainer.train_step, step, lambda p: loop.call_soon_threadsafe(self._on_phase, p)
+            )
+        finally:
+            self.control.stepping = False
+        self.control.step = step
+        self.phase = "idle"
+        if self.store is not None:
+            await self.store.write_step(self.run_id, output)
+        self.emit(output.metrics)
+        rng = random.Random(f"{self.config.training.seed}:{step}")
+        for gen in choose_samples(output.generations, self.control.display, rng):
+            self.emit(gen.to_sample(step, self.config.grpo.group_size))
+        self.epoch_metrics.append((output.metrics.loss, output.metrics.reward))
+        await self._after_step(output)
+        if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:
+            self._epoch_end(epoch)
+
+    def _epoch_start(self, epoch: int, step_in_epoch: int) -> None:
+        trainer = self.trainer
+        steps = min(trainer.steps_per_epoch, trainer.total_steps - epoch * trainer.steps_per_epoch)
+        if step_in_epoch == 1:
+            self.epoch_metrics = []
+        self.epoch_started = time.time()
+        self.emit(m.EpochStart(epoch=epoch, total_epochs=trainer.num_epochs, steps_in_epoch=steps))
+
+    def _epoch_end(self, epoch: int) -> None:
+        def mean(values: list[float | None]) -> float | None:
+            kept = [v for v in values if v is not None and v == v]
+            return sum(kept) / len(kept) if kept else None
+
+        self.emit(
+            m.EpochEnd(
+                epoch=epoch,
+                mean_loss=mean([loss for loss, _ in self.epoch_metrics]),
+                mean_reward=mean([reward for _, reward in self.epoch_metrics]),
+                seconds=time.time() - self.epoch_started,
+            )
+        )
+
+    async def _after_step(self, output: StepOutput) -> None:
+        metrics, cfg = output.metrics, self.config
+        if metrics.gradients_applied:
+            self.nan_streak = 0
+        else:
+            self.nan_streak += 1
+            self.log("warning", f"step {metrics.step}: update skipped ({metrics.skipped_reason}), {self.nan_streak} in a row")
+            if self.nan_streak == cfg.training.nan_patience:
+                await self._nan_emergency()
+        every = cfg.checkpoint.save_every
+        if every and self.step % every == 0 and self.step < self.trainer.total_steps:
+            kind = "manual" if self.control.save_requested else "periodic"
+            self.control.save_requested = False
+            await self._checkpoint(kind)
+
+    async def _nan_emergency(self) -> None:
+        good = self.last_ckpt
+        path = await self._checkpoint("emergency")
+        kept = ""
+        if good is not None and good[1].exists():
+            copy = await self.mlx(ckpt.copy_checkpoint, good[1], self.output_dir, f"last-good-{good[0]}")
+            kept = f"; the last good checkpoint is kept as {copy}"
+        message = f"{self.nan_streak} steps in a row had a non-finite loss or gradient; saved {path}{kept}"
+        self.log("error", message)
+        self.emit(m.Error(message=message, fatal=False))
+
+    # ------------------------------------------------------------ checkpoints and the end
+
+    async def _checkpoint(self, kind: m.CheckpointKind) -> Path:
+        trainer, step = self.trainer, self.step
+        name = {"final": "final", "emergency": f"emergency-{step}"}.get(kind, f"checkpoint-{step}")
+        epoch, step_in_epoch = self._position(step)
+        done = [i for s in range(step - step_in_epoch + 1, step + 1) for i in trainer.batch(s)[2]] if step else []
+        state = ckpt.TrainingState(
+            step=step, epoch=epoch, step_in_epoch=step_in_epoch, kind=kind, run_id=self.run_id,
+            seed=self.config.training.seed, dataset_size=trainer.dataset_size, dataset_hash=trainer.dataset_hash,
+            config_digest=ckpt.config_digest(self.config), total_steps=trainer.total_steps, epoch_indices_done=done,
+        )  # fmt: skip
+        self.emit(m.Status(phase="saving", message=f"saving {name}"))
+        path = await self.mlx(ckpt.save_checkpoint, trainer, self.output_dir, name, state)
+        if kind == "periodic":
+            for old in await self.mlx(ckpt.prune, self.output_dir, self.config.checkpoint.keep_last):
+                self.log("debug", f"pruned {old.name}")
+        if kind != "emergency":
+            self.last_ckpt = (step, path)
+        if self.store is not None:
+            await self.store.flush_logs(self.run_id)
+        self.emit(m.Checkpoint(path=str(path), step=step, kind=kind))
+        self.emit(m.Status(phase="idle", message=f"saved {name}"))
+        return path
+
+    async def _finish(self) -> int:
+        reason = self.control.stop_reason
+        if reason in (None, "stop"):
+            await self._checkpoint("final")
+        elif self._steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
+            await self._checkpoint("emergency")
+        status = "completed" if reason is None else "stopped"
+        await self._finish_store(status)
+        self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
+        return self.exit_code
+
+    async def _finish_store(self, status: str) -> None:
+        if self.store is not None:
+            await self.store.finish_run(self.run_id, status)
+
+    async def _crash(self, exc: Exception) -> int:
+        message = str(exc) if type(exc).__name__ == "RewardError" else f"{type(exc).__name__}: {exc}"
+        self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
+        if self.store is not None:
+            self.store.queue_log(self.step, "error", message)
+        try:
+            # A step that failed before its update left the weights untouched: worth keeping.
+            if self.trainer is not None and self.phase in ("generating", "scoring") and self._steps_since_checkpoint():
+                await self._checkpoint("emergency")
+            await self._finish_store("crashed")
+        except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error
+            self.emitter.log("error", f"while handling the crash: {type(inner).__name__}: {inner}")
+        return 1

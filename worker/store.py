@@ -1,0 +1,197 @@
+"""The run store (``<output_dir>/outputs.db``), written by the worker only.
+
+One aiosqlite connection in WAL mode. Every step is one ``BEGIN IMMEDIATE`` transaction holding
+the step row, all its generations and tool calls, and the logs queued since the previous write,
+so a kill at any moment leaves either the whole step or none of it. The schema and its
+migrations live in ``protocol/schema.py``, shared with the dashboard's read-only side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from grpo_tui.protocol.messages import Aggregates, StepSummary
+from grpo_tui.protocol.schema import migrate, step_row
+
+from .records import Generation, StepOutput
+
+_HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
+
+
+class Store:
+    """Async single writer. Create with ``await Store.open(path)``."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        self._logs: list[tuple[int | None, str, str, float]] = []
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Schema work happens on a plain connection: ``migrate`` is shared with the dashboard.
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            migrate(conn)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+        await conn.execute("PRAGMA foreign_keys=ON")
+        await conn.execute("PRAGMA busy_timeout=5000")
+        # WAL + NORMAL: a committed step survives a process kill (not a power cut), cheaply.
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        return cls(conn, path)
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        await self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            await self._conn.execute("ROLLBACK")
+            raise
+        await self._conn.execute("COMMIT")
+
+    # ------------------------------------------------------------ runs
+
+    async def mark_abandoned_runs(self) -> int:
+        """Runs left 'running' by a worker that died are marked crashed. Returns how many."""
+        async with self._transaction() as db:
+            cur = await db.execute(
+                "UPDATE runs SET status='crashed', ended_at=coalesce("
+                "(SELECT max(created_at) FROM steps WHERE steps.run_id=runs.id), started_at) "
+                "WHERE status='running'"
+            )
+            return cur.rowcount
+
+    async def create_run(
+        self, name: str, model: str, model_path: str, config: dict[str, Any], total_steps: int
+    ) -> int:
+        async with self._transaction() as db:
+            cur = await db.execute(
+                "INSERT INTO runs (name, model, model_path, config, started_at, status, total_steps) "
+                "VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (name, model, model_path, json.dumps(config), time.time(), total_steps),
+            )
+            return int(cur.lastrowid or 0)
+
+    async def reopen_run(self, run_id: int, step: int, total_steps: int) -> bool:
+        """Continue ``run_id`` from ``step``: rows after it are deleted (they will be replayed).
+        False when the store has no such run."""
+        async with self._transaction() as db:
+            cur = await db.execute(
+                "UPDATE runs SET status='running', ended_at=NULL, total_steps=? WHERE id=?",
+                (total_steps, run_id),
+            )
+            if cur.rowcount == 0:
+                return False
+            # tool_calls and the FTS index follow generations through ON DELETE CASCADE / triggers.
+            for table in ("generations", "steps", "logs"):
+                await db.execute(f"DELETE FROM {table} WHERE run_id=? AND step>?", (run_id, step))
+        return True
+
+    async def update_run(self, run_id: int, **fields: Any) -> None:
+        sets = ", ".join(f"{k}=?" for k in fields)
+        async with self._transaction() as db:
+            await db.execute(f"UPDATE runs SET {sets} WHERE id=?", (*fields.values(), run_id))
+
+    async def finish_run(self, run_id: int, status: str) -> None:
+        """Set the final status and write the logs still queued."""
+        async with self._transaction() as db:
+            await self._write_logs(db, run_id)
+            await db.execute("UPDATE runs SET status=?, ended_at=? WHERE id=?", (status, time.time(), run_id))
+
+    # ------------------------------------------------------------ steps and logs
+
+    def queue_log(self, step: int | None, level: str, message: str) -> None:
+        """Logs are written with the next step (or flush) instead of one transaction each."""
+        self._logs.append((step, level, message, time.time()))
+
+    async def flush_logs(self, run_id: int) -> None:
+        if self._logs:
+            async with self._transaction() as db:
+                await self._write_logs(db, run_id)
+
+    async def _write_logs(self, db: aiosqlite.Connection, run_id: int) -> None:
+        logs, self._logs = self._logs, []
+        await db.executemany(
+            "INSERT INTO logs (run_id, step, level, message, created_at) VALUES (?, ?, ?, ?, ?)",
+            [(run_id, *log) for log in logs],
+        )
+
+    async def write_step(self, run_id: int, output: StepOutput) -> None:
+        """The step row, every generation and tool call, and queued logs: all or nothing."""
+        now = time.time()
+        row = step_row(output.metrics)
+        row.update(run_id=run_id, created_at=now)
+        columns = ", ".join(row)
+        async with self._transaction() as db:
+            await db.execute(
+                f"INSERT INTO steps ({columns}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
+            )
+            for gen in output.generations:
+                await self._write_generation(db, run_id, output.metrics.step, gen, now)
+            await self._write_logs(db, run_id)
+
+    async def _write_generation(
+        self, db: aiosqlite.Connection, run_id: int, step: int, gen: Generation, now: float
+    ) -> None:
+        cur = await db.execute(
+            "INSERT INTO generations (run_id, step, prompt_index, group_index, prompt, completion, "
+            "raw_completion, thinking, reward, reward_details, advantage, num_tokens, finish_reason, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run_id, step, gen.prompt_index, gen.group_index, gen.prompt, gen.completion,
+                gen.raw_completion, gen.thinking, _finite(gen.reward), json.dumps(gen.reward_details),
+                _finite(gen.advantage), gen.num_tokens, gen.finish_reason, now,
+            ),
+        )  # fmt: skip
+        if gen.tool_calls:
+            await db.executemany(
+                "INSERT INTO tool_calls (generation_id, call_index, name, arguments, status, error, raw) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (cur.lastrowid, c.index, c.name, json.dumps(c.arguments), c.status, c.error, c.raw)
+                    for c in gen.tool_calls
+                ],
+            )
+
+    # ------------------------------------------------------------ reading back
+
+    async def last_step(self, run_id: int) -> int:
+        async with self._conn.execute("SELECT max(step) FROM steps WHERE run_id=?", (run_id,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0] or 0) if row else 0
+
+    async def history(self, run_id: int) -> tuple[list[StepSummary], Aggregates]:
+        """Per-step summaries and run aggregates, for ``resume_state``."""
+        sql = f"SELECT {', '.join(_HISTORY_COLUMNS)} FROM steps WHERE run_id=? ORDER BY step"
+        async with self._conn.execute(sql, (run_id,)) as cur:
+            rows = await cur.fetchall()
+        history = [StepSummary(**dict(zip(_HISTORY_COLUMNS, r))) for r in rows]
+        async with self._conn.execute(
+            "SELECT max(reward), avg(reward), min(loss), avg(loss), coalesce(sum(num_tokens), 0), "
+            "avg(generation_ms), avg(training_ms) FROM steps WHERE run_id=?",
+            (run_id,),
+        ) as cur:
+            agg = await cur.fetchone()
+        assert agg is not None
+        aggregates = Aggregates(
+            best_reward=agg[0], avg_reward=agg[1], best_loss=agg[2], avg_loss=agg[3],
+            total_tokens=int(agg[4]), avg_generation_ms=agg[5], avg_training_ms=agg[6],
+        )  # fmt: skip
+        return history, aggregates
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+def _finite(value: float | None) -> float | None:
+    """SQLite has no NaN (it stores NULL); say so explicitly."""
+    return value if value is not None and value == value and abs(value) != float("inf") else None
