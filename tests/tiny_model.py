@@ -73,3 +73,45 @@ def build_tiny_model(directory: Path, *, seed: int = 0, hidden_size: int = 32, l
     mx.save_safetensors(str(directory / "model.safetensors"), dict(tree_flatten(model.parameters())))
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     return directory
+
+
+def write_arith_data(path: Path, n: int = 16, seed: int = 0) -> Path:
+    """A small ``prompt``/``answer`` JSONL with an extra ``level`` column."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        rows.append({"prompt": f"{a}+{b}=", "answer": str(a + b), "level": i % 3})
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return Path(path)
+
+
+def write_config(directory: Path, model_dir: Path, extra: str = "") -> Path:
+    """A config.toml for the tiny model and data; ``extra`` TOML is appended (it may add tables)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_arith_data(directory / "data.jsonl")
+    text = f"""
+[model]
+path = "{model_dir}"
+
+[data]
+path = "data.jsonl"
+eval_path = "data.jsonl"
+
+[[rewards]]
+name = "accuracy"
+
+[[rewards]]
+name = "length"
+weight = 0.1
+
+[checkpoint]
+output_dir = "run"
+{extra}
+"""
+    path = directory / "config.toml"
+    path.write_text(text)
+    return path

@@ -1,0 +1,156 @@
+"""The optimisation half of a step: pack the rollout, take log-probs, accumulate gradients, clip,
+guard against non-finite values and apply AdamW.
+
+Old log-probs (DESIGN §7): with ``num_iterations == 1`` the old policy *is* the current one, so the
+loss uses ``stop_gradient(logp)`` from the same forward pass that gives the gradient (ρ = 1, no
+extra forward). With ``num_iterations > 1`` the first pass over the rollout runs before any update,
+so its ``stop_gradient(logp)`` are exactly the rollout policy's log-probs on logits / temperature;
+they are kept and reused as ``old_logps`` by the later passes. (mlx-lm's sampling log-probs are on
+the processed distribution, so they are not used for the ratio.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+from mlx.utils import tree_flatten, tree_map
+
+from grpo_tui.protocol.config import Config
+
+from .grpo import policy_loss
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded prompt+completion sequences (padding after the text, so a causal mask needs no
+    attention mask), sliced to the completion region: ``targets[:, t]`` is predicted from position
+    ``start + t`` of ``inputs``."""
+
+    inputs: mx.array  # (B, L) token ids, the last token dropped
+    targets: mx.array  # (B, T) next tokens from position ``start`` on
+    mask: mx.array  # (B, T) 1.0 on completion tokens that count in the loss
+    advantages: mx.array  # (B,)
+    start: int
+    old_logps: mx.array | None = None
+    ref_logps: mx.array | None = None
+
+
+def pack(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], keep: list[bool]) -> MicroBatch:
+    """Build a micro-batch; ``keep[i] = False`` zeroes sequence i's mask (mask_truncated_completions)."""
+    seqs = [p + c for p, c in zip(prompts, completions)]
+    length = max(len(s) for s in seqs)
+    start = min(len(p) for p in prompts) - 1
+    width = length - 1 - start
+    tokens = [s + [0] * (length - len(s)) for s in seqs]
+    mask = []
+    for p, c, k in zip(prompts, completions, keep):
+        row = [0.0] * width
+        if k:
+            for t in range(len(p) - 1 - start, len(p) - 1 - start + len(c)):
+                row[t] = 1.0
+        mask.append(row)
+    ids = mx.array(tokens)
+    return MicroBatch(
+        inputs=ids[:, :-1],
+        targets=ids[:, start + 1 :],
+        mask=mx.array(mask),
+        advantages=mx.array(advantages, dtype=mx.float32),
+        start=start,
+    )
+
+
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float) -> tuple[mx.array, mx.array]:
+    """(log-probs of the targets, entropy) on logits / temperature, both (B, T)."""
+    logits = model(batch.inputs)[:, batch.start :, :].astype(mx.float32) / temperature
+    lse = mx.logsumexp(logits, axis=-1)
+    picked = mx.take_along_axis(logits, batch.targets[..., None], axis=-1)[..., 0]
+    entropy = lse - mx.sum(mx.softmax(logits, axis=-1) * logits, axis=-1)
+    return picked - lse, entropy
+
+
+@dataclass
+class PassResult:
+    """One optimiser update over the accumulated micro-batches."""
+
+    loss: float
+    grad_norm: float
+    applied: bool
+    skipped_reason: str | None
+    stats: dict[str, float] = field(default_factory=dict)  # token-weighted means
+
+
+def make_optimizer(config: Config) -> optim.Optimizer:
+    return optim.AdamW(learning_rate=config.training.learning_rate, weight_decay=config.training.weight_decay)
+
+
+def _global_norm(grads: Any) -> mx.array:
+    return mx.sqrt(sum(mx.sum(g.astype(mx.float32) ** 2) for _, g in tree_flatten(grads)))
+
+
+def optimize_pass(
+    model: nn.Module,
+    optimizer: optim.Optimizer,
+    batches: list[MicroBatch],
+    config: Config,
+    *,
+    record_old: bool,
+) -> PassResult:
+    """Accumulate gradients over ``batches``, clip, and apply one AdamW update unless something is
+    non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``."""
+    g, temperature = config.grpo, config.generation.temperature
+    num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
+
+    def loss_fn(batch: MicroBatch) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
+        logps, entropy = token_logps(model, batch, temperature)
+        old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
+        loss, metrics = policy_loss(
+            logps,
+            old,
+            batch.advantages,
+            batch.mask,
+            loss_type=g.loss_type,
+            epsilon=g.epsilon,
+            epsilon_high=float(g.epsilon_high if g.epsilon_high is not None else g.epsilon),
+            beta=g.beta,
+            ref_logps=batch.ref_logps,
+            importance_sampling_level=g.importance_sampling_level,
+            max_completion_length=config.generation.max_completion_length,
+            num_items=num_items,
+            accumulation_steps=len(batches),
+        )
+        metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / mx.maximum(metrics["tokens"], 1.0)
+        return loss, mx.stop_gradient(logps), metrics
+
+    value_and_grad = nn.value_and_grad(model, loss_fn)
+    total_loss, grads = 0.0, None
+    sums: dict[str, float] = {}
+    for batch in batches:
+        (loss, logps, metrics), micro_grads = value_and_grad(batch)
+        if record_old:
+            batch.old_logps = logps
+        mx.eval(loss, micro_grads, metrics, logps)
+        grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
+        total_loss += loss.item()
+        tokens = metrics.pop("tokens").item()
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + v.item() * tokens
+        sums["tokens"] = sums.get("tokens", 0.0) + tokens
+    stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k != "tokens"}
+
+    norm = _global_norm(grads)
+    mx.eval(norm)
+    grad_norm = norm.item()
+    finite = bool(mx.isfinite(mx.array(total_loss)).item()) and bool(mx.isfinite(norm).item())
+    if not finite:
+        what = "loss" if not bool(mx.isfinite(mx.array(total_loss)).item()) else "gradient norm"
+        return PassResult(total_loss, grad_norm, False, f"non-finite {what}; update skipped", stats)
+    if config.training.max_grad_norm > 0 and grad_norm > config.training.max_grad_norm:
+        scale = config.training.max_grad_norm / (grad_norm + 1e-6)
+        grads = tree_map(lambda x: x * scale, grads)
+    optimizer.update(model, grads)
+    mx.eval(model.trainable_parameters(), optimizer.state)
+    return PassResult(total_loss, grad_norm, True, None, stats)

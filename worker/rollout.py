@@ -1,0 +1,128 @@
+"""Rollouts: ``n`` sampled completions per prompt with mlx-lm's continuous-batching generator.
+
+We drive ``mlx_lm.generate.BatchGenerator`` directly rather than ``batch_generate`` because we need
+each completion's finish reason and its stop token (the stop token is part of what the policy chose,
+so it is trained on too). Token ids come straight from the generator, never from re-tokenizing text.
+
+Log-probs: mlx-lm reports the log-prob of each sampled token under the *processed* distribution
+(after the repetition penalty, before temperature / top-p / top-k / min-p), which is not the
+distribution the loss uses (logits / temperature, DESIGN §7). They are kept on the completion for
+inspection only; the trainer takes its "old" log-probs from its own first forward pass on the
+rollout, before any update (see ``trainer``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from grpo_tui.protocol.config import GenerationConfig
+
+# A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
+# MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".
+MAX_PERIOD = 32
+MIN_REPEATS = 3
+MIN_SPAN = 8
+
+
+@dataclass
+class Completion:
+    prompt_index: int
+    token_ids: list[int]  # generated ids, the stop token included when finish_reason == "stop"
+    text: str  # decoded ids without the stop token
+    finish_reason: str  # stop | length | repetition
+    sampling_logprobs: list[float] = field(default_factory=list)
+
+
+def repetition_period(tokens: list[int], max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS,
+                      min_span: int = MIN_SPAN) -> int | None:
+    """The smallest period p such that the last ``max(min_repeats·p, min_span)`` tokens repeat with
+    period p (``tokens[-i] == tokens[-i-p]``), or ``None``: the signature of a model looping."""
+    n = len(tokens)
+    for p in range(1, max_period + 1):
+        span = max(min_repeats * p, min_span)
+        if span > n:
+            break
+        tail = tokens[n - span :]
+        if all(tail[i] == tail[i - p] for i in range(p, span)):
+            return p
+    return None
+
+
+def finish_reason(tokens: list[int], stopped: bool) -> str:
+    if stopped:
+        return "stop"
+    return "repetition" if repetition_period(tokens) is not None else "length"
+
+
+def make_sampling(gen: GenerationConfig, greedy: bool = False) -> tuple[Any, list[Any]]:
+    """(sampler, logits processors) for the generation config; greedy decoding when ``greedy``."""
+    sampler = make_sampler(
+        temp=0.0 if greedy else gen.temperature,
+        top_p=gen.top_p if gen.top_p < 1.0 else 0.0,
+        min_p=gen.min_p,
+        top_k=gen.top_k,
+    )
+    processors = make_logits_processors(
+        repetition_penalty=gen.repetition_penalty if gen.repetition_penalty != 1.0 else None
+    )
+    return sampler, processors
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    n: int,
+    gen: GenerationConfig,
+    *,
+    greedy: bool = False,
+) -> list[Completion]:
+    """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j]."""
+    sampler, processors = make_sampling(gen, greedy)
+    stop_ids = set(tokenizer.eos_token_ids)
+    total = len(prompts) * n
+    generator = BatchGenerator(
+        model,
+        max_tokens=gen.max_completion_length,
+        stop_tokens=[[t] for t in sorted(stop_ids)],
+        sampler=sampler,
+        logits_processors=processors,
+        completion_batch_size=total,
+        prefill_batch_size=total,
+    )
+    flat = [p for p in prompts for _ in range(n)]
+    uids = generator.insert(flat)
+    slot = {uid: i for i, uid in enumerate(uids)}
+    tokens: list[list[int]] = [[] for _ in flat]
+    logprobs: list[list[mx.array]] = [[] for _ in flat]
+    stopped = [False] * total
+    try:
+        while responses := generator.next_generated():
+            for r in responses:
+                i = slot[r.uid]
+                tokens[i].append(r.token)
+                logprobs[i].append(r.logprobs[r.token])
+                if r.finish_reason == "stop":
+                    stopped[i] = True
+    finally:
+        generator.close()
+
+    out = []
+    for i, ids in enumerate(tokens):
+        body = ids[:-1] if stopped[i] else ids
+        lps = mx.stack(logprobs[i]).tolist() if logprobs[i] else []
+        out.append(
+            Completion(
+                prompt_index=i // n,
+                token_ids=ids,
+                text=tokenizer.decode(body),
+                finish_reason=finish_reason(body, stopped[i]),
+                sampling_logprobs=lps,
+            )
+        )
+    return out
