@@ -6,6 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual_plotext import PlotextPlot
 
+from grpo_tui.tui.inert import clean
+
 Curve = list[tuple[int, float | None, float | None]]  # (step, reward, loss) as from queries.curve
 COLORS = ("cyan", "orange", "green", "magenta")
 
@@ -37,7 +39,7 @@ class DatabaseCompareChart(Vertical):
             for (label, curve), color in zip(series, COLORS):
                 xs, ys = _points(curve, column)
                 if xs:
-                    # plotext treats text as markup-free, but keep labels short and printable.
-                    plt.plot(xs, ys, label=label[:40], color=color, marker="braille")
+                    # plotext's output is parsed as ANSI: a run name must not carry escapes into it.
+                    plt.plot(xs, ys, label=clean(label, single_line=True)[:40], color=color, marker="braille")
             plt.xlabel("step")
             widget.refresh()

@@ -22,10 +22,11 @@ class DatabaseFilterBar(Vertical):
     """Posts ``Changed`` with the whole new filter whenever the user applies a change."""
 
     class Changed(Message):
-        def __init__(self, filter: GenFilter, errors: list[str]) -> None:
+        def __init__(self, filter: GenFilter, errors: list[str], from_search: bool = False) -> None:
             super().__init__()
             self.filter = filter
             self.errors = errors
+            self.from_search = from_search  # the search box: results are what the user looks at next
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -89,13 +90,13 @@ class DatabaseFilterBar(Vertical):
         values["text"] = self.query_one("#db-search", Input).value
         return from_form(self.filter, **values)
 
-    def _emit(self) -> None:
+    def _emit(self, from_search: bool = False) -> None:
         f, errors = self.read_form()
-        self.post_message(self.Changed(f, errors))
+        self.post_message(self.Changed(f, errors, from_search))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self._emit()
+        self._emit(from_search=event.input.id == "db-search")
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()

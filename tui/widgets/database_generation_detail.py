@@ -14,7 +14,7 @@ from grpo_tui.tui.inert import inert
 
 
 def _heading(title: str) -> Text:
-    return Text(f"\n── {title} ", style="bold cyan", end="")
+    return Text(f"\n── {title}", style="bold cyan")
 
 
 def render_detail(d: GenDetail) -> Group:
@@ -31,7 +31,7 @@ def render_detail(d: GenDetail) -> Group:
     parts: list = [head]
     if d.reward_details:
         parts += [_heading("reward breakdown"),
-                  Text("  ".join(f"{k} = {number(v)}" for k, v in d.reward_details.items()), end="")]
+                  Text("  ".join(f"{k} = {number(v)}" for k, v in d.reward_details.items()))]
     parts += [_heading("prompt"), inert(d.prompt)]
     if d.thinking:
         parts += [_heading("thinking"), inert(d.thinking, "italic")]

@@ -1,0 +1,153 @@
+"""The generations filter: what the user asked for, as SQL with parameters, and as one line of text.
+
+User input reaches SQL only as ``?`` parameters; the only strings spliced into SQL come from the
+fixed tables below (column names, operators), never from the user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
+
+Sort = Literal["step", "reward"]
+SORTS: tuple[tuple[Sort, bool], ...] = (("step", True), ("step", False), ("reward", True), ("reward", False))
+FINISH_REASONS = ("stop", "length", "repetition")
+# Tool-call filter values: a status of one call, or a property of the generation's calls.
+TOOL_FILTERS = {
+    "ok": "a tool call ok",
+    "invalid_json": "a tool call with invalid JSON",
+    "missing_name": "a tool call without name",
+    "error": "a failed tool call",
+    "any": "any tool call",
+    "none": "no tool call",
+}
+
+
+@dataclass(frozen=True)
+class GenFilter:
+    """Which generations to show and in what order. ``None`` / ``""`` means "no constraint"."""
+
+    run_id: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    finish_reason: str | None = None
+    tool_status: str | None = None
+    has_thinking: bool | None = None
+    text: str = ""
+    prompt_index: int | None = None  # with step_min == step_max: one group (the G completions of a prompt)
+    sort: Sort = "step"
+    descending: bool = True
+
+    def cleared(self) -> GenFilter:
+        """The same run and sort order with every constraint removed."""
+        return GenFilter(run_id=self.run_id, sort=self.sort, descending=self.descending)
+
+    @property
+    def is_clear(self) -> bool:
+        return self == self.cleared()
+
+    def with_next_sort(self) -> GenFilter:
+        i = SORTS.index((self.sort, self.descending))
+        sort, descending = SORTS[(i + 1) % len(SORTS)]
+        return replace(self, sort=sort, descending=descending)
+
+    def describe(self) -> str:
+        """One human line, e.g. ``steps 10–20 · reward ≥ 0.5 · "seven" · sorted by reward ↓``."""
+        parts = []
+        if self.step_min is not None and self.step_min == self.step_max:
+            parts.append(f"step {self.step_min}")
+        elif self.step_min is not None or self.step_max is not None:
+            parts.append(f"steps {_bound(self.step_min)}–{_bound(self.step_max)}")
+        if self.prompt_index is not None:
+            parts.append(f"group of prompt {self.prompt_index}")
+        if self.reward_min is not None and self.reward_max is not None:
+            parts.append(f"reward {self.reward_min:g}–{self.reward_max:g}")
+        elif self.reward_min is not None:
+            parts.append(f"reward ≥ {self.reward_min:g}")
+        elif self.reward_max is not None:
+            parts.append(f"reward ≤ {self.reward_max:g}")
+        if self.finish_reason:
+            parts.append(f"finish {self.finish_reason}")
+        if self.tool_status:
+            parts.append(TOOL_FILTERS.get(self.tool_status, self.tool_status))
+        if self.has_thinking is not None:
+            parts.append("with thinking" if self.has_thinking else "without thinking")
+        if self.text:
+            parts.append(f"search {self.text!r}")
+        head = " · ".join(parts) if parts else "no filter"
+        return f"{head} · sorted by {self.sort} {'↓' if self.descending else '↑'}"
+
+
+def _bound(value: int | None) -> str:
+    return "…" if value is None else str(value)
+
+
+def where(f: GenFilter, alias: str = "g") -> tuple[str, list[Any]]:
+    """``(sql, params)`` for a WHERE clause (without the keyword) selecting ``f``'s generations."""
+    a = alias
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, op, value in (
+        ("run_id", "=", f.run_id), ("step", ">=", f.step_min), ("step", "<=", f.step_max),
+        ("reward", ">=", f.reward_min), ("reward", "<=", f.reward_max),
+        ("finish_reason", "=", f.finish_reason), ("prompt_index", "=", f.prompt_index),
+    ):
+        if value is not None and value != "":
+            # Sorted by step, the (run, step) index must drive the scan so LIMIT stops early; a unary
+            # "+" keeps SQLite from picking the reward / finish index and then sorting every match.
+            plus = "+" if f.sort == "step" and column in ("reward", "finish_reason") else ""
+            clauses.append(f"{plus}{a}.{column} {op} ?")
+            params.append(value)
+    if f.has_thinking is True:
+        clauses.append(f"({a}.thinking IS NOT NULL AND {a}.thinking != '')")
+    elif f.has_thinking is False:
+        clauses.append(f"({a}.thinking IS NULL OR {a}.thinking = '')")
+    if f.tool_status:
+        calls = f"SELECT 1 FROM tool_calls t WHERE t.generation_id = {a}.id"
+        if f.tool_status == "none":
+            clauses.append(f"NOT EXISTS ({calls})")
+        elif f.tool_status == "any":
+            clauses.append(f"EXISTS ({calls})")
+        elif f.tool_status == "error":
+            clauses.append(f"EXISTS ({calls} AND t.status != 'ok')")
+        else:
+            clauses.append(f"EXISTS ({calls} AND t.status = ?)")
+            params.append(f.tool_status)
+    if f.text.strip():
+        clauses.append(f"{a}.id IN (SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?)")
+        params.append(f.text.strip())
+    return (" AND ".join(clauses) or "1"), params
+
+
+def from_form(base: GenFilter, **raw: str | bool | None) -> tuple[GenFilter, list[str]]:
+    """Parse text fields typed by the user into a filter; returns it and the fields that didn't parse.
+
+    Fields that don't parse are left unconstrained (and reported) rather than guessed at.
+    """
+    known = {f.name for f in fields(GenFilter)}
+    changes: dict[str, Any] = {}
+    errors: list[str] = []
+    for name, value in raw.items():
+        if name not in known:
+            raise KeyError(name)
+        if name in ("step_min", "step_max", "prompt_index"):
+            changes[name] = _parse(value, int, name, errors)
+        elif name in ("reward_min", "reward_max"):
+            changes[name] = _parse(value, float, name, errors)
+        elif name == "text":
+            changes[name] = (value or "").strip() if isinstance(value, str) else ""
+        else:
+            changes[name] = value if value != "" else None
+    return replace(base, **changes), errors
+
+
+def _parse(value: Any, kind: type, name: str, errors: list[str]) -> Any:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        return kind(value.strip() if isinstance(value, str) else value)
+    except ValueError:
+        errors.append(name)
+        return None
