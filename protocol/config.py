@@ -7,6 +7,8 @@ Relative paths resolve against the config file's folder.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import tomllib
 import typing
@@ -267,13 +269,29 @@ def parse_config(
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"TOML syntax error: {exc}", file) from None
+    except RecursionError:  # tomllib recurses per nesting level
+        raise ConfigError("", "TOML syntax error: arrays or tables nested too deeply", file) from None
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
         key, message = _explain(str(exc), raw)
         raise ConfigError(key, message, file) from None
+    _check_finite(config, [], file)
     _resolve_paths(config, base_dir or Path.cwd(), file, check_paths)
     return config
+
+
+def _check_finite(value: Any, segments: list[str | int], file: str) -> None:
+    """TOML allows nan and inf; no setting means anything with them (``params`` is the user's)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(_dotted(segments), f"{value!r} is not a finite number", file)
+    if isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            if name != "params":
+                _check_finite(getattr(value, name), segments + [name], file)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_finite(item, segments + [i], file)
 
 
 _TYPE_WORDS = {
@@ -297,7 +315,7 @@ def _explain(error: str, raw: dict[str, Any]) -> tuple[str, str]:
     if _SEP in message:  # raised by a __post_init__
         field, text = message.split(_SEP, 1)
         return _dotted(segments + [field]), text
-    if m := re.match(r"Object contains unknown field `(\w+)`", message):
+    if m := re.match(r"Object contains unknown field `(.*)`$", message, re.S):
         known = _known_fields(segments)
         hint = f" (expected one of: {', '.join(known)})" if known else ""
         return _dotted(segments + [m.group(1)]), f"unknown key{hint}"
@@ -318,6 +336,8 @@ def _explain(error: str, raw: dict[str, Any]) -> tuple[str, str]:
 def _dotted(segments: list[str | int]) -> str:
     out = ""
     for seg in segments:
+        if isinstance(seg, str) and not re.fullmatch(r"[A-Za-z0-9_-]+", seg):
+            seg = json.dumps(seg, ensure_ascii=False)  # quoted like a TOML key: "a.b", ""
         out += f"[{seg}]" if isinstance(seg, int) else (f".{seg}" if out else seg)
     return out
 
@@ -369,17 +389,22 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
-    def local(value: str) -> Path:
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else (base / p).resolve()
+    def local(value: str, key: str) -> Path:
+        try:  # NUL bytes and over-long names raise instead of "not found"
+            p = Path(value).expanduser()
+            p = p if p.is_absolute() else (base / p).resolve()
+            p.exists()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(key, f"{value!r} is not a usable path ({exc})", file) from None
+        return p
 
     def must_exist(key: str, value: str) -> str:
-        p = local(value)
+        p = local(value, key)
         if check and not p.exists():
             raise ConfigError(key, f"{value!r} does not exist (looked at {p})", file)
         return str(p)
 
-    model_path = local(config.model.path)
+    model_path = local(config.model.path, "model.path")
     if model_path.exists() or not _HUB_ID.fullmatch(config.model.path):
         config.model.path = must_exist("model.path", config.model.path)
     config.data.path = must_exist("data.path", config.data.path)
@@ -390,7 +415,7 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
             target, func = reward.function.rsplit(":", 1)
             if target.endswith(".py"):
                 reward.function = must_exist(f"rewards[{i}].function", target) + ":" + func
-    config.checkpoint.output_dir = str(local(config.checkpoint.output_dir))
+    config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     resume = config.checkpoint.resume
     if isinstance(resume, str) and resume != "latest":
         config.checkpoint.resume = must_exist("checkpoint.resume", resume)

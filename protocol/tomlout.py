@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 
@@ -11,15 +12,20 @@ def _value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, str):  # TOML, unlike JSON, also forbids a raw DEL
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, dict):
         if not v:
             return "{}"
-        return "{ " + ", ".join(f"{k} = {_value(x)}" for k, x in v.items() if x is not None) + " }"
+        return "{ " + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items() if x is not None) + " }"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _key(k: str) -> str:
+    """Bare when TOML allows it, else quoted (``params`` keys are the user's: "a b", "x.y")."""
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _value(k)
 
 
 def _is_table(v: Any) -> bool:
