@@ -31,6 +31,13 @@ def test_no_scaling_only_centers():
     close(group_advantages(REWARDS, 4, "none"), [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0])
 
 
+def test_a_group_of_equal_rewards_has_exactly_zero_advantage():
+    rewards = mx.array([0.2] * 8 + [0.2, 1.2] * 4)
+    adv = group_advantages(rewards, 8, "group")
+    assert np.array(adv[:8]).tolist() == [0.0] * 8
+    assert abs(float(mx.sum(adv[8:]))) < 1e-4
+
+
 def test_unknown_scale_is_an_error():
     with pytest.raises(ValueError, match="scale_rewards"):
         group_advantages(REWARDS, 4, "max")

@@ -32,7 +32,11 @@ def group_advantages(rewards: mx.array, group_size: int, scale: str = "group") -
     """
     rewards = rewards.astype(mx.float32)
     grouped = rewards.reshape(-1, group_size)
-    centered = (grouped - mx.mean(grouped, axis=1, keepdims=True)).reshape(-1)
+    centered = grouped - mx.mean(grouped, axis=1, keepdims=True)
+    # A group of equal rewards has exactly zero advantage; float32 rounding of the mean (e.g. of
+    # eight 0.2s) would otherwise leave ~1e-8 that the 1e-4 denominator blows up to ~1e-4.
+    same = mx.max(grouped, axis=1, keepdims=True) == mx.min(grouped, axis=1, keepdims=True)
+    centered = mx.where(same, 0.0, centered).reshape(-1)
     if scale == "none":
         return centered
     if scale == "group":

@@ -44,9 +44,17 @@ def source_dir(model_path: str) -> Path:
     return Path(hf_repo_to_path(model_path))
 
 
+def _load(path: str) -> tuple[nn.Module, Any]:
+    try:
+        return mlx_load(path)
+    except Exception as exc:  # a hub id offline, a folder without weights, an unknown model_type...
+        where = "local folder" if Path(path).exists() else "Hugging Face id (needs the network or the hub cache)"
+        raise RuntimeError(f"cannot load model {path!r} ({where}): {exc.__class__.__name__}: {exc}") from exc
+
+
 def load(config: ModelConfig) -> tuple[nn.Module, Any]:
     """The policy model (LoRA layers added when ``config.lora``) and its tokenizer."""
-    model, tokenizer = mlx_load(config.path)
+    model, tokenizer = _load(config.path)
     if config.lora is not None:
         add_lora(model, config.lora)
     return model, tokenizer
@@ -54,7 +62,7 @@ def load(config: ModelConfig) -> tuple[nn.Module, Any]:
 
 def load_reference(config: ModelConfig) -> nn.Module:
     """A frozen copy of the starting weights, for the KL term (beta > 0)."""
-    model, _ = mlx_load(config.path)
+    model, _ = _load(config.path)
     model.freeze()
     model.eval()
     return model
