@@ -7,7 +7,7 @@ import pytest
 from mlx_lm import load
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.worker.optim import pack, token_logps
+from grpo_tui.worker.optim import completion_logits, pack, token_logps
 from grpo_tui.worker.rollout import finish_reason, generate, repetition_period
 from tests.tiny_model import build_tiny_model
 
@@ -99,3 +99,10 @@ def test_repetition_is_a_short_block_looping_at_the_end():
     assert finish_reason([9] * 8, stopped=True) == "stop"
     assert finish_reason([9] * 8, stopped=False) == "repetition"
     assert finish_reason(list(range(8)), stopped=False) == "length"
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_completion_logits_equal_the_full_forward_sliced(tmp_path, tie):
+    model, _ = load(str(build_tiny_model(tmp_path, tie=tie)))
+    inputs = mx.array([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 0, 0]])
+    np.testing.assert_allclose(np.array(completion_logits(model, inputs, 3)), np.array(model(inputs)[:, 3:]), atol=1e-5)

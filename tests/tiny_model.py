@@ -42,7 +42,9 @@ def build_tokenizer(directory: Path) -> int:
     return tok.get_vocab_size()
 
 
-def build_tiny_model(directory: Path, *, seed: int = 0, hidden_size: int = 32, layers: int = 2) -> Path:
+def build_tiny_model(
+    directory: Path, *, seed: int = 0, hidden_size: int = 32, layers: int = 2, tie: bool = True
+) -> Path:
     """Create the model folder (config.json, model.safetensors, tokenizer files) and return it."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
@@ -64,7 +66,7 @@ def build_tiny_model(directory: Path, *, seed: int = 0, hidden_size: int = 32, l
         "vocab_size": vocab_size,
         "max_position_embeddings": 1024,
         "rope_theta": 10000.0,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": tie,
         "eos_token_id": eos_id,
     }
     mx.random.seed(seed)

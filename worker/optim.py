@@ -63,9 +63,26 @@ def pack(prompts: list[list[int]], completions: list[list[int]], advantages: lis
     )
 
 
+# Architectures whose logits are exactly lm_head(model.model(x)) (or the tied embedding), so the
+# vocabulary projection can skip the positions before the completions.
+_PLAIN_HEAD = {"qwen2", "qwen3", "llama", "mistral"}
+
+
+def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.array:
+    """``model(inputs)[:, start:]`` without projecting the earlier positions onto the vocabulary
+    (most of a step's positions are prompt; the projection dominates with a 150k vocabulary)."""
+    args = getattr(model, "args", None)
+    if getattr(args, "model_type", None) in _PLAIN_HEAD and hasattr(model, "model"):
+        hidden = model.model(inputs)[:, start:, :]
+        if args.tie_word_embeddings:
+            return model.model.embed_tokens.as_linear(hidden)
+        return model.lm_head(hidden)
+    return model(inputs)[:, start:, :]
+
+
 def token_logps(model: nn.Module, batch: MicroBatch, temperature: float) -> tuple[mx.array, mx.array]:
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T)."""
-    logits = model(batch.inputs)[:, batch.start :, :].astype(mx.float32) / temperature
+    logits = completion_logits(model, batch.inputs, batch.start).astype(mx.float32) / temperature
     lse = mx.logsumexp(logits, axis=-1)
     picked = mx.take_along_axis(logits, batch.targets[..., None], axis=-1)[..., 0]
     entropy = lse - mx.sum(mx.softmax(logits, axis=-1) * logits, axis=-1)
