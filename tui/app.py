@@ -15,6 +15,7 @@ from pathlib import Path
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
@@ -78,6 +79,7 @@ class GrpoApp(App[int]):
         Binding("enter", "open_sample", "open sample", show=False),
         Binding("left_square_bracket", "smoothing(-1)", "less smoothing", show=False),
         Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
+        Binding("l", "log_level", "log level"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -134,8 +136,8 @@ class GrpoApp(App[int]):
         self.query_one("#zero-std").display = False
         self._render({"header", "metrics", "progress", "stats", "samples"})
         self.query_one("#config-panel", ConfigPanel).show_config(self.config.to_dict())
-        self.set_interval(self.flush_interval_s, self.flush)
-        self.set_interval(1.0, lambda: self._render({"header"}))
+        self.set_interval(self.flush_interval_s, self._on_timer)
+        self.set_interval(1.0, lambda: self._on_timer({"header"}))
         await self._spawn({})
 
     # ------------------------------------------------------------ worker process
@@ -181,6 +183,12 @@ class GrpoApp(App[int]):
         return False
 
     # ------------------------------------------------------------ the flush loop
+
+    def _on_timer(self, dirty: set[str] | None = None) -> None:
+        try:
+            self._render(dirty) if dirty else self.flush()
+        except NoMatches:  # a tick that lands while the app is tearing down its widgets
+            pass
 
     def flush(self) -> None:
         """Fold every buffered frame into the state, then refresh each changed view once."""
@@ -294,8 +302,11 @@ class GrpoApp(App[int]):
             return status == "paused"
         if action in ("save", "cycle_display"):
             return status in ("running", "paused")
-        if action in ("next_tab", "show_tab", "open_sample", "smoothing"):
-            return not self.screen.is_modal and self.screen is self.screen_stack[0]
+        if action in ("next_tab", "show_tab", "open_sample", "smoothing", "log_level"):
+            if self.screen is not self.screen_stack[0]:
+                return False
+            if action == "log_level":  # only where it shows: the footer offers it on the Logs tab
+                return self.query_one(TabbedContent).active == "logs"
         return True
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -325,6 +336,18 @@ class GrpoApp(App[int]):
     def action_next_tab(self, direction: int) -> None:
         tabs = self.query_one(TabbedContent)
         tabs.active = TABS[(TABS.index(tabs.active) + direction) % len(TABS)]
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        # keys act on what you see: focus the tab's main widget, and show the tab's own keys
+        target = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table"}.get(
+            event.pane.id or ""
+        )
+        if target:
+            self.query_one(target).focus()
+        self.refresh_bindings()
+
+    def action_log_level(self) -> None:
+        self.query_one(LogsPanel).cycle_level()
 
     def action_smoothing(self, direction: int) -> None:
         value = self.query_one(RewardChart).change_smoothing(direction)
@@ -370,9 +393,10 @@ class GrpoApp(App[int]):
         self.flush()
         self.exit(0)
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
         if self.proc:  # last resort (ctrl+c, an exception): never leave an orphan worker
             self.proc.kill()
+            await self.proc.wait(2.0)  # reap it while the event loop still runs
 
 
 def run_dashboard(config_path: str, config: Config) -> int:

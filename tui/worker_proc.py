@@ -77,6 +77,8 @@ class WorkerProcess:
         assert self.proc
         await asyncio.gather(self._read_frames(), self._read_stderr(), return_exceptions=True)
         code = await self.proc.wait()
+        if self.proc.stdin:  # lets asyncio close the transport now, not at garbage collection
+            self.proc.stdin.close()
         self._on_exit(code)
 
     async def send(self, command: m.Command) -> bool:

@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="", help="write tiny safetensors checkpoints here")
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--hostile", action="store_true", help="completions full of escapes and markup")
+    p.add_argument("--garbage", action="store_true", help="send a line that is not a frame after init")
     return p.parse_args(argv)
 
 
@@ -171,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
         num_epochs=2, output_dir=args.output_dir,
     ))
     fake.send(m.DatabasePath(path=os.path.join(args.output_dir or "/tmp", "outputs.db"), run_id=1, run_name="fake-run"))
+    if args.garbage:
+        fake.out.write(b"this is not a frame {\n")
+        fake.out.flush()
     restarted = os.environ.get("GRPO_TUI_RESUME") == "latest"
     marker = Path(args.output_dir or "/tmp") / ".fake-crashed"
     first = 1

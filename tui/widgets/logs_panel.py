@@ -7,7 +7,6 @@ from collections.abc import Iterable
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import RichLog, Static
 
@@ -20,8 +19,6 @@ MAX_ENTRIES = 5000
 
 
 class LogsPanel(Vertical):
-    BINDINGS = [Binding("l", "cycle_level", "log level")]
-
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.entries: deque[LogEntry] = deque(maxlen=MAX_ENTRIES)
@@ -68,5 +65,5 @@ class LogsPanel(Vertical):
             if self._visible(entry):
                 view.write(self._line(entry), scroll_end=True)
 
-    def action_cycle_level(self) -> None:
+    def cycle_level(self) -> None:
         self.set_level(LEVELS[(LEVELS.index(self.min_level) + 1) % len(LEVELS)])

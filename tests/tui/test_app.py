@@ -1,0 +1,288 @@
+"""The dashboard driven by Pilot against the scripted fake worker: every key and every state."""
+
+from __future__ import annotations
+
+from textual.command import CommandPalette
+from textual.widgets import DataTable, RichLog, Static
+
+from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
+from grpo_tui.tui.screens.crash import CrashScreen
+from grpo_tui.tui.screens.group_view import GroupScreen
+from grpo_tui.tui.screens.help import HelpScreen
+from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
+from grpo_tui.tui.widgets.logs_panel import LogsPanel
+from grpo_tui.tui.widgets.reward_chart import RewardChart
+
+from .conftest import process_gone, wait_until
+
+SIZE = (160, 48)
+
+
+def footer_keys(app) -> set[str]:  # type: ignore[no-untyped-def]
+    return {k for k, b in app.screen.active_bindings.items() if b.binding.show}
+
+
+def header(app) -> str:  # type: ignore[no-untyped-def]
+    return str(app.query_one("#header", Static).render())
+
+
+def log_text(app) -> str:  # type: ignore[no-untyped-def]
+    return "\n".join(e.message for e in app.query_one(LogsPanel).entries)
+
+
+async def test_live_view_follows_the_run(make_app):
+    app = make_app("--steps", "6", "--samples", "8", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 6 and len(app.state.samples) == 8)
+        assert "tiny-fake" in header(app) and "step 6/6" in header(app) and "▶ running" in header(app)
+        assert app.query_one("#samples-table", DataTable).row_count == 8
+        assert "reward 0.5166" in str(app.query_one("#tile-reward .tile-value", Static).render())  # step 6
+        assert list(app.state.history_steps) == [1, 2, 3, 4, 5, 6]
+        assert "fake worker: starting" in log_text(app)  # stderr reaches the Logs tab
+        assert not app.query_one("#zero-std").display
+
+
+async def test_pause_and_resume_swap_in_the_footer(make_app):
+    app = make_app("--steps", "3", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 3)
+        assert "p" in footer_keys(app) and "r" not in footer_keys(app)
+        await pilot.press("r")  # not allowed while running: nothing is sent
+        await pilot.press("p")
+        await wait_until(pilot, lambda: app.state.status == "paused")
+        assert "⏸ paused" in header(app)
+        assert "r" in footer_keys(app) and "p" not in footer_keys(app)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.state.status == "running")
+        assert "resume while not paused" not in log_text(app)
+
+
+async def test_save_lists_the_checkpoint_from_its_safetensors_header(make_app):
+    app = make_app("--steps", "3", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 3)
+        await pilot.press("s")
+        table = app.query_one("#checkpoints-table", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 1)
+        row = [str(c) for c in table.get_row_at(0)]
+        assert row[:2] == ["3", "manual"] and row[3] == "256" and row[4] == "F16"
+
+
+async def test_m_cycles_the_sample_display_and_tells_the_worker(make_app):
+    app = make_app("--steps", "3", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 3)
+        await pilot.press("m")
+        assert app.display_mode == "random"
+        await wait_until(pilot, lambda: "sample display: random" in log_text(app))
+        await pilot.press("m")
+        assert app.display_mode == "all"
+        assert "display all" in str(app.query_one("#samples-title", Static).render())
+
+
+async def test_number_keys_and_tab_switch_tabs(make_app):
+    app = make_app("--steps", "2", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        tabs = app.query_one("#tabs")
+        for key, tab in (("2", "logs"), ("3", "config"), ("4", "database"), ("1", "samples")):
+            await pilot.press(key)
+            assert tabs.active == tab
+        await pilot.press("tab")
+        assert tabs.active == "logs"
+        await pilot.press("shift+tab", "shift+tab")
+        assert tabs.active == "database"
+        await wait_until(pilot, lambda: app.state.database is not None)
+        assert "outputs.db" in str(app.query_one("#database-view", Static).render())
+
+
+async def test_enter_opens_the_sample_and_g_its_group(make_app):
+    app = make_app("--steps", "2", "--samples", "8", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 2 and len(app.state.samples) == 8)
+        app.query_one("#samples-table", DataTable).focus()
+        await pilot.press("down", "enter")
+        assert isinstance(app.screen, SampleDetailScreen)
+        assert app.screen.sample.index == 1
+        body = app.screen.query_one("#detail-tool-calls", Static).render()
+        assert "calc" in str(body) and "ok" in str(body)
+        assert "accuracy" in str(app.screen.query_one("#detail-summary", Static).render())
+        await pilot.press("g")
+        assert isinstance(app.screen, GroupScreen)
+        assert len(app.screen.query(".group-column")) == 4  # group 0 of a G=4 run
+        await pilot.press("escape", "escape")
+        assert app.screen is app.screen_stack[0]
+        await pilot.press("g")  # g from the table goes straight to the group
+        assert isinstance(app.screen, GroupScreen)
+
+
+async def test_help_opens_and_closes(make_app):
+    app = make_app("--steps", "1", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_chart_smoothing_keys(make_app):
+    app = make_app("--steps", "1", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        chart = app.query_one(RewardChart)
+        before = chart.smoothing
+        await pilot.press("right_square_bracket")
+        assert chart.smoothing > before
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        assert chart.smoothing < before
+
+
+async def test_log_level_filter(make_app):
+    app = make_app("--steps", "4", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 4)
+        assert "l" not in footer_keys(app)  # the level key shows on the Logs tab only
+        await pilot.press("2")
+        view = app.query_one("#logs-view", RichLog)
+        assert "l" in footer_keys(app)
+        before = len(view.lines)
+        await pilot.press("l")  # info -> warning
+        await pilot.pause(0.1)
+        assert app.query_one(LogsPanel).min_level == "warning"
+        assert len(view.lines) < before
+        await pilot.press("l", "l")  # error -> debug: the debug lines show up
+        await pilot.pause(0.1)
+        assert len(view.lines) > before
+
+
+async def test_bad_lines_are_logged_not_fatal(make_app):
+    app = make_app("--steps", "2", "--hold", "--garbage")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 2)
+        assert "bad frame (malformed JSON): this is not a frame {" in log_text(app)
+
+
+async def test_command_palette_offers_the_actions(make_app):
+    app = make_app("--steps", "2", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 2)
+        await pilot.press("ctrl+p")
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"Pause training")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.state.status == "paused")
+
+
+async def test_zero_std_steps_are_called_out(make_app):
+    app = make_app("--steps", "4", "--hold", "--zero-std-from", "3")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 4)
+        assert app.query_one("#zero-std").display
+        assert "(no signal)" in str(app.query_one("#tile-loss .tile-value", Static).render())
+
+
+async def test_quit_while_training_asks_stops_and_leaves_no_worker(make_app):
+    app = make_app("--steps", "3", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 3)
+        pid = app.proc.pid
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmQuitScreen)
+        await pilot.press("n")
+        assert app.state.status == "running" and app.is_running
+        await pilot.press("q", "y")
+        await wait_until(pilot, lambda: not app.is_running, timeout=10)
+    assert app.return_value == 0
+    assert app.proc.proc.returncode == 0
+    assert process_gone(pid)
+    assert any(c.kind == "final" for c in app.state.checkpoints)
+
+
+async def test_quit_kills_a_worker_that_ignores_stop(make_app):
+    app = make_app("--steps", "2", "--hold", "--ignore-stop", stop_timeout_s=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 2)
+        pid = app.proc.pid
+        await pilot.press("q", "y")
+        await pilot.pause(0.1)
+        assert "stopping" in header(app)
+        await wait_until(pilot, lambda: not app.is_running, timeout=10)
+    assert process_gone(pid)
+
+
+async def test_done_run_quits_without_asking(make_app):
+    app = make_app("--steps", "3")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.status == "done")
+        assert "✓ done" in header(app)
+        assert not {"p", "r", "s", "m"} & footer_keys(app)
+        await pilot.press("q")
+        await wait_until(pilot, lambda: not app.is_running, timeout=10)
+    assert app.return_value == 0
+
+
+async def test_other_protocol_version_is_refused(make_app):
+    app = make_app("--protocol-version", "99")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.status == "error")
+        assert "protocol version 99" in app.state.error and "version 1" in app.state.error
+        await wait_until(pilot, lambda: not app.proc.running)
+        assert not isinstance(app.screen, CrashScreen)  # a refusal is not a crash to restart
+
+
+async def test_crash_counts_down_and_resumes_with_history(make_app):
+    app = make_app("--steps", "8", "--hold", "--crash-at", "5", "--save-every", "2", delay=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
+        assert app.state.status == "error" and "code 3" in app.state.error
+        assert "Traceback" in str(app.screen.query_one("#crash-text", Static).render())
+        await wait_until(pilot, lambda: app.state.step == 8)  # the countdown ran out, restarted, resumed
+        assert app.restarts == 1 and app.state.status == "running"
+        assert list(app.state.history_steps) == list(range(1, 9))  # 1-4 from resume_state, 5-8 live
+
+
+async def test_crash_restart_now_and_cancel(make_app):
+    app = make_app("--steps", "6", "--hold", "--crash-at", "2", delay=30)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
+        await pilot.press("escape")
+        assert app.state.status == "error" and app.restarts == 0
+    app = make_app("--steps", "6", "--hold", "--crash-at", "2", delay=30)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.state.step == 6)
+        assert app.restarts == 1
+
+
+async def test_gives_up_after_max_restarts(make_app):
+    app = make_app("--steps", "6", "--crash-at", "2", max_restarts=0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.status == "error")
+        assert "gave up" in app.state.error
+        assert not isinstance(app.screen, CrashScreen)
+        await pilot.press("q")
+        await wait_until(pilot, lambda: not app.is_running)
+    assert app.return_value == 1
+
+
+async def test_model_text_is_inert(make_app):
+    app = make_app("--steps", "1", "--samples", "4", "--hold", "--hostile", "--completion-chars", "400")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: len(app.state.samples) == 4)
+        await pilot.press("enter")
+        shown = app.screen.query_one("#detail-completion", Static).render()
+        plain = str(shown)
+        assert "[bold red]not bold[/]" in plain and "[link=http://x]" in plain
+        assert not any(ch in plain for ch in "\x1b\x07\x08\r")
+        assert not any(span.style for span in getattr(shown, "spans", []))  # markup was not applied
+
+
+async def test_leaving_the_app_never_leaves_a_worker(make_app):
+    app = make_app("--steps", "2", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 2)
+        pid = app.proc.pid
+        app.exit()  # e.g. an exception or ctrl+c path: no stop handshake
+        await pilot.pause(0.2)
+    await app.proc.wait(5.0)
+    assert process_gone(pid)
