@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -13,10 +14,29 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event, encode
 
 ROOT = Path(__file__).resolve().parent.parent
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen3 folder that mlx_lm.load opens (built once per test session)."""
+    from tests.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+def query(db: Path, sql: str, *args: Any) -> list[tuple]:
+    """Read the store the way the dashboard does: read-only."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
 
 PROMPTS = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (7, 1), (4, 4), (6, 3), (9, 0)]]
 
@@ -119,3 +139,39 @@ class WorkerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+REWARDS_PY = '''
+import os, time
+
+def varied(prompts, completions, **columns):
+    """Differs between completions, so advantages (and updates) are non-zero."""
+    return [len(set(c)) / 10 for c in completions]
+
+def noisy(prompts, completions, **columns):
+    print("a reward function printing to stdout")
+    os.write(1, b"raw bytes written straight to fd 1\\n")
+    return [len(c) % 3 / 2 for c in completions]
+
+def slow(prompts, completions, **columns):
+    time.sleep(float(os.environ.get("SLOW_REWARD_S", "0.3")))
+    return varied(prompts, completions)
+
+CALLS = 0
+
+def boom(prompts, completions, **columns):
+    global CALLS
+    CALLS += 1
+    if CALLS == int(os.environ.get("BOOM_AT_CALL", "3")):
+        raise ValueError("boom: the reward service is down")
+    return varied(prompts, completions)
+'''
+
+
+def reward_config(folder: Path, *names: str) -> str:
+    """[[rewards]] tables for functions of REWARDS_PY (written to ``folder/rewards.py``)."""
+    (folder / "rewards.py").write_text(REWARDS_PY)
+    return "".join(f'[[rewards]]\nfunction = "{folder / "rewards.py"}:{n}"\n' for n in names)
+
+
+FAULTY_TRAINER = f"{ROOT / 'tests' / 'fake_trainer.py'}:FaultyTrainer"

@@ -74,14 +74,19 @@ class Worker(TrainingLoop):
         os._exit(self.exit_code)
 
     def _start_input(self, loop: asyncio.AbstractEventLoop) -> None:
-        # A thread, not loop.connect_read_pipe: stdin may be a file, /dev/null or a tty.
+        # A thread, not loop.connect_read_pipe: stdin may be a file, /dev/null or a tty. Raw
+        # os.read, not sys.stdin: a thread blocked inside a buffered reader aborts interpreter exit.
         def read() -> None:
-            stream = sys.stdin.buffer if sys.stdin is not None else None
+            pending = b""
             try:
-                for line in stream or ():
-                    loop.call_soon_threadsafe(self.on_line, line)
+                while chunk := os.read(0, 1 << 16):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        loop.call_soon_threadsafe(self.on_line, line)
+                if pending:
+                    loop.call_soon_threadsafe(self.on_line, pending)
                 loop.call_soon_threadsafe(self.on_eof)
-            except (RuntimeError, OSError, ValueError):  # loop closed or stdin unusable at exit
+            except (RuntimeError, OSError):  # loop closed, or no usable stdin
                 pass
 
         threading.Thread(target=read, name="stdin", daemon=True).start()
@@ -102,7 +107,8 @@ class Worker(TrainingLoop):
         finally:
             if self.store is not None:
                 await self.store.close()
-            self.executor.shutdown(wait=False)
+            await self.mlx(release_mlx_streams)
+            self.executor.shutdown(wait=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,4 +131,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return asyncio.run(Worker(config, emitter, plain=args.plain).run())
     finally:
+        release_mlx_streams()
         emitter.close()
+
+
+def release_mlx_streams() -> None:
+    """Destroy the MLX streams of the calling thread. MLX aborts the process at exit, now and then,
+    when streams made on a thread outlive it (ml-explore/mlx#3126); each thread clears its own."""
+    mx = sys.modules.get("mlx.core")
+    if mx is not None and hasattr(mx, "clear_streams"):
+        mx.clear_streams()

@@ -1,0 +1,198 @@
+"""The real worker process over real pipes, on a tiny random Qwen3 model with the real Trainer."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import mlx_lm
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.codec import decode_event
+from tests.worker_harness import (
+    FAULTY_TRAINER, ROOT, WorkerProcess, query, reward_config, tiny_model, write_config,
+)  # fmt: skip
+
+__all__ = ["tiny_model"]  # the fixture, imported for pytest
+
+
+def test_a_full_run_sends_every_frame_in_order_and_stores_every_generation(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied", "noisy"))
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert worker.bad_lines == []  # the reward printed on stdout and on fd 1; frames stayed clean
+    assert b"a reward function printing to stdout" in worker.stderr
+    assert b"raw bytes written straight to fd 1" in worker.stderr
+
+    kinds = [type(e).__name__ for e in worker.events if not isinstance(e, (m.Status, m.Log))]
+    assert kinds[:4] == ["Hello", "DatabasePath", "Init", "EpochStart"]
+    assert kinds[-3:] == ["EpochEnd", "Checkpoint", "Complete"]
+    assert isinstance(worker.events[1], m.Status) and worker.events[1].phase == "loading"
+    assert [e.step for e in worker.of(m.Step)] == [1, 2, 3, 4]
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 2), ("final", 4)]
+    assert {s.step for s in worker.of(m.Sample)} == {1, 2, 3, 4}
+    assert all(len([s for s in worker.of(m.Sample) if s.step == n]) == 2 for n in range(1, 5))  # best + worst
+    assert worker.of(m.Complete)[0].status == "completed"
+    assert {p.phase for p in worker.of(m.Status)} >= {"loading", "generating", "scoring", "training", "saving"}
+
+    out = tmp_path / "out"
+    db = out / "outputs.db"
+    assert query(db, "SELECT status, ended_at IS NOT NULL FROM runs") == [("completed", 1)]
+    assert [r[0] for r in query(db, "SELECT step FROM steps ORDER BY step")] == [1, 2, 3, 4]
+    gens = query(db, "SELECT step, reward, reward_details, advantage, finish_reason, raw_completion FROM generations")
+    assert len(gens) == 4 * 2 * 2  # steps x prompts x group
+    for step, reward, details, advantage, finish, raw in gens:
+        breakdown = json.loads(details)
+        assert set(breakdown) == {"varied", "noisy"}
+        assert reward == sum(v for v in breakdown.values())
+        assert advantage is not None and finish in ("stop", "length", "repetition")
+    assert query(db, "SELECT count(*) FROM logs WHERE message LIKE 'loading%'") == [(1,)]
+
+    # run.jsonl holds the same events, samples included.
+    lines = (out / "run.jsonl").read_bytes().splitlines()
+    assert [type(decode_event(line)).__name__ for line in lines] == [type(e).__name__ for e in worker.events]
+    assert mlx_lm.load(str(out / "final"))[0] is not None
+
+
+def test_live_control_pause_resume_save_display_stop(tmp_path, tiny_model):
+    config = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 0},
+    )  # fmt: skip
+    worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.3"})
+    first = worker.wait_for(m.Step)
+
+    worker.send(m.Pause())  # the next step is running: acknowledged at once, paused after it
+    ack = worker.wait_for(m.Log, lambda e: "pause requested" in e.message)
+    paused = worker.wait_for(m.Paused)
+    assert paused.step >= first.step and worker.events.index(ack) < worker.events.index(paused)
+    worker.send(m.Pause())
+    assert "already paused" in worker.wait_for(m.Error).message
+
+    worker.send(m.SaveCheckpoint())  # while paused: saved right away, kind manual
+    saved = worker.wait_for(m.Checkpoint)
+    assert (saved.kind, saved.step) == ("manual", paused.step)
+    assert saved.path.endswith(f"checkpoint-{paused.step}") and mlx_lm.load(saved.path)[0] is not None
+    assert not [e for e in worker.events if isinstance(e, m.Step) and e.step > paused.step]
+
+    worker.send(m.SetSampleDisplay(mode="all"))
+    worker.send(b'{"type": "pause", "oops\n')  # malformed: a non-fatal error, the run goes on
+    bad = worker.wait_for(m.Error)
+    assert not bad.fatal and "invalid command" in bad.message
+    worker.send(m.Resume())
+    assert worker.wait_for(m.Resumed).step == paused.step
+    worker.send(m.Resume())
+    assert worker.wait_for(m.Error).message == "cannot resume: the run is not paused"
+    step = worker.wait_for(m.Step, lambda e: e.step > paused.step + 1)
+    worker.wait_for(m.Step, lambda e: e.step == step.step + 1)  # a step's samples follow its frame
+    assert len([s for s in worker.of(m.Sample) if s.step == step.step]) == 4  # display "all": 2 prompts x 2
+
+    worker.send(m.Stop())
+    done = worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    final = [c for c in worker.of(m.Checkpoint) if c.kind == "final"]
+    assert done.status == "stopped" and final and final[0].step == done.total_steps
+    assert mlx_lm.load(final[0].path)[0] is not None
+    db = tmp_path / "out" / "outputs.db"
+    assert query(db, "SELECT status FROM runs") == [("stopped",)]
+    assert query(db, "SELECT max(step), count(*) FROM steps") == [(done.total_steps, done.total_steps)]
+
+
+def test_a_bad_config_is_one_fatal_error_frame_and_exit_code_2(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, grpo={"loss_type": "dpo"})
+    worker = WorkerProcess(config)
+    assert worker.finish() == 2
+    assert [type(e) for e in worker.events] == [m.Hello, m.Error]
+    error = worker.events[1]
+    assert error.fatal and "grpo.loss_type: 'dpo' is not one of" in error.message
+    assert b"Traceback" not in worker.stderr
+
+
+def test_a_failing_reward_is_fatal_names_the_function_and_leaves_the_store_consistent(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "boom"), checkpoint={"save_every": 0})
+    worker = WorkerProcess(config, env={"BOOM_AT_CALL": "3"})
+    error = worker.wait_for(m.Error)
+    assert worker.finish() == 1
+    assert error.fatal and "boom" in error.message and "reward service is down" in error.message
+    db = tmp_path / "out" / "outputs.db"
+    assert query(db, "SELECT status FROM runs") == [("crashed",)]
+    assert query(db, "SELECT step FROM steps") == [(1,), (2,)]
+    assert query(db, "SELECT max(step), count(*) FROM generations") == [(2, 8)]
+    # The failure came before the update: the weights after step 2 are worth keeping.
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("emergency", 2)]
+    assert not worker.of(m.Complete)
+
+
+def test_closing_stdin_checkpoints_and_exits(tmp_path, tiny_model):
+    config = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 0},
+    )  # fmt: skip
+    worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.1"})
+    worker.wait_for(m.Step)
+    worker.proc.stdin.close()
+    done = worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert done.status == "stopped"
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("emergency", done.total_steps)]
+    assert query(tmp_path / "out" / "outputs.db", "SELECT status FROM runs") == [("stopped",)]
+
+
+def test_sigterm_saves_an_emergency_checkpoint_when_the_last_one_is_old(tmp_path, tiny_model):
+    config = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 0},
+    )  # fmt: skip
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Step, lambda e: e.step >= 5)
+    worker.proc.send_signal(signal.SIGTERM)
+    done = worker.wait_for(m.Complete)
+    assert worker.finish() == 128 + signal.SIGTERM
+    kinds = [(c.kind, c.step) for c in worker.of(m.Checkpoint)]
+    assert kinds == [("emergency", done.total_steps)] and done.total_steps >= 5
+    assert mlx_lm.load(worker.of(m.Checkpoint)[0].path)[0] is not None
+
+
+def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_and_keep_the_last_good_one(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"nan_patience": 2})
+    worker = WorkerProcess(config, env={"GRPO_TUI_TRAINER": FAULTY_TRAINER, "FAKE_SKIP_STEPS": "3,4"})
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 2), ("emergency", 4), ("final", 4)]
+    warning = [e for e in worker.of(m.Error) if not e.fatal]
+    assert len(warning) == 1 and "2 steps in a row" in warning[0].message
+    out = tmp_path / "out"
+    assert (out / "last-good-2" / "training_state.json").exists()
+    assert mlx_lm.load(str(out / "emergency-4"))[0] is not None
+
+
+def test_tool_calls_returned_by_the_trainer_are_stored(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"max_steps": 2})
+    worker = WorkerProcess(config, env={"GRPO_TUI_TRAINER": FAULTY_TRAINER, "FAKE_TOOL_CALLS": "1"})
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert all(s.tool_calls and s.tool_calls[0].name == "add" for s in worker.of(m.Sample))
+    rows = query(
+        tmp_path / "out" / "outputs.db",
+        "SELECT g.step, t.name, t.arguments, t.status FROM tool_calls t JOIN generations g ON g.id = t.generation_id",
+    )
+    assert len(rows) == 2 * 2 * 2 and all(r[1] == "add" and r[3] == "ok" for r in rows)
+    assert json.loads(rows[0][2]).keys() == {"a", "b"}
+
+
+def test_plain_mode_through_the_cli_prints_one_line_per_step_and_a_loadable_final_model(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"))
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    step_lines = [line for line in out.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in step_lines] == ["1/4", "2/4", "3/4", "4/4"]
+    assert all("loss" in line and "reward" in line and "varied" in line and "s/step" in line for line in step_lines)
+    assert "completed: 4 steps" in out.stdout
+    model, tokenizer = mlx_lm.load(str(tmp_path / "out" / "final"))
+    assert mlx_lm.generate(model, tokenizer, "1 + 1 =", max_tokens=3) is not None
