@@ -157,7 +157,7 @@ class Store:
                 "INSERT INTO tool_calls (generation_id, call_index, name, arguments, status, error, raw) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (cur.lastrowid, c.index, c.name, json.dumps(c.arguments), c.status, c.error, c.raw)
+                    (cur.lastrowid, c.index, c.name, _json_or_null(c.arguments), c.status, c.error, c.raw)
                     for c in gen.tool_calls
                 ],
             )
@@ -190,6 +190,10 @@ class Store:
 
     async def close(self) -> None:
         await self._conn.close()
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
 
 
 def _finite(value: float | None) -> float | None:

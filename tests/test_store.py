@@ -1,0 +1,122 @@
+"""The worker's store: one transaction per step, tool calls, resume deletes, history."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from grpo_tui.protocol.messages import Step, ToolCall
+from grpo_tui.protocol.schema import SCHEMA_VERSION, check_readable
+from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.store import Store
+
+
+def generation(prompt_index: int, group_index: int, reward: float | None, tool_calls=()) -> Generation:
+    return Generation(
+        prompt_index=prompt_index, group_index=group_index, prompt=f"prompt {prompt_index}",
+        completion=f"answer {group_index}", raw_completion=f"<think>hm</think>answer {group_index}",
+        thinking="hm", reward=reward, reward_details={"accuracy": reward, "xml_format": None},
+        advantage=0.5 - group_index, num_tokens=7, finish_reason="stop", tool_calls=list(tool_calls),
+    )  # fmt: skip
+
+
+def output(step: int, loss: float | None = 0.1, reward: float = 0.5, tool_calls=()) -> StepOutput:
+    metrics = Step(step=step, epoch=0, loss=loss, reward=reward, rewards={"accuracy": reward}, num_tokens=100)
+    gens = [generation(p, g, reward + g, tool_calls if g == 0 else ()) for p in range(2) for g in range(2)]
+    return StepOutput(metrics=metrics, generations=gens)
+
+
+def rows(db, sql, *args):
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+async def store(tmp_path):
+    s = await Store.open(tmp_path / "outputs.db")
+    yield s
+    await s.close()
+
+
+async def test_a_step_is_written_with_every_generation_tool_call_and_queued_log(store):
+    run = await store.create_run("demo", "tiny", "/models/tiny", {"a": 1}, 10)
+    calls = [
+        ToolCall(index=0, name="add", arguments={"a": 1, "b": 2}, raw='{"name": "add", "arguments": {"a": 1, "b": 2}}'),
+        ToolCall(index=1, name=None, status="invalid_json", error="Expecting value", raw="{oops"),
+    ]
+    store.queue_log(1, "warning", "something worth telling")
+    await store.write_step(run, output(1, tool_calls=calls))
+
+    db = store.path
+    with sqlite3.connect(db) as conn:
+        assert check_readable(conn) == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert rows(db, "SELECT step, loss, reward, rewards FROM steps") == [(1, 0.1, 0.5, '{"accuracy": 0.5}')]
+    gens = rows(db, "SELECT prompt_index, group_index, reward, reward_details, thinking, finish_reason FROM generations")
+    assert len(gens) == 4 and gens[0] == (0, 0, 0.5, json.dumps({"accuracy": 0.5, "xml_format": None}), "hm", "stop")
+    stored = rows(db, "SELECT g.prompt_index, t.call_index, t.name, t.arguments, t.status, t.error FROM tool_calls t "
+                      "JOIN generations g ON g.id = t.generation_id ORDER BY g.id, t.call_index")  # fmt: skip
+    assert stored == [
+        (0, 0, "add", '{"a": 1, "b": 2}', "ok", None), (0, 1, None, None, "invalid_json", "Expecting value"),
+        (1, 0, "add", '{"a": 1, "b": 2}', "ok", None), (1, 1, None, None, "invalid_json", "Expecting value"),
+    ]  # fmt: skip
+    assert rows(db, "SELECT step, level, message FROM logs") == [(1, "warning", "something worth telling")]
+    assert rows(db, "SELECT count(*) FROM generations_fts WHERE generations_fts MATCH 'answer'") == [(4,)]
+
+
+async def test_a_failed_step_write_leaves_nothing_behind(store):
+    run = await store.create_run("demo", "tiny", "/m", {}, 10)
+    await store.write_step(run, output(1))
+    with pytest.raises(sqlite3.IntegrityError):  # the same step twice: UNIQUE(run_id, step)
+        await store.write_step(run, output(1, reward=9.0))
+    assert rows(store.path, "SELECT count(*), max(reward) FROM generations") == [(4, 1.5)]
+    await store.write_step(run, output(2))  # the connection is usable after the rollback
+    assert rows(store.path, "SELECT step FROM steps ORDER BY step") == [(1,), (2,)]
+
+
+async def test_non_finite_values_are_stored_as_null(store):
+    run = await store.create_run("demo", "tiny", "/m", {}, 10)
+    out = output(1, loss=float("nan"))
+    out.generations[0].advantage = float("inf")
+    await store.write_step(run, out)
+    assert rows(store.path, "SELECT loss FROM steps") == [(None,)]
+    assert rows(store.path, "SELECT advantage FROM generations WHERE prompt_index = 0 AND group_index = 0") == [(None,)]
+
+
+async def test_reopening_a_run_deletes_everything_after_the_checkpoint_step(store):
+    run = await store.create_run("demo", "tiny", "/m", {}, 10)
+    call = ToolCall(index=0, name="f", arguments={}, raw="{}")
+    for step in range(1, 6):
+        store.queue_log(step, "info", f"log {step}")
+        await store.write_step(run, output(step, reward=step / 10, tool_calls=[call]))
+    assert await store.mark_abandoned_runs() == 1  # the worker died: it was left "running"
+    assert rows(store.path, "SELECT status, ended_at IS NOT NULL FROM runs") == [("crashed", 1)]
+
+    assert await store.reopen_run(run, 3, 10)
+    assert await store.reopen_run(999, 3, 10) is False
+    db = store.path
+    assert rows(db, "SELECT status, ended_at FROM runs") == [("running", None)]
+    assert rows(db, "SELECT max(step), count(*) FROM steps") == [(3, 3)]
+    assert rows(db, "SELECT max(step), count(*) FROM generations") == [(3, 12)]
+    assert rows(db, "SELECT count(*) FROM tool_calls") == [(6,)]
+    assert rows(db, "SELECT count(*) FROM generations_fts") == [(12,)]
+    assert rows(db, "SELECT max(step) FROM logs") == [(3,)]
+    assert await store.last_step(run) == 3
+
+
+async def test_history_and_aggregates_for_resume_state(store):
+    run = await store.create_run("demo", "tiny", "/m", {}, 10)
+    for step, (loss, reward) in enumerate([(0.4, 0.1), (0.2, 0.7), (0.3, 0.4)], start=1):
+        await store.write_step(run, output(step, loss=loss, reward=reward))
+    history, agg = await store.history(run)
+    assert [(h.step, h.loss, h.reward) for h in history] == [(1, 0.4, 0.1), (2, 0.2, 0.7), (3, 0.3, 0.4)]
+    assert (agg.best_reward, agg.best_loss, agg.total_tokens) == (0.7, 0.2, 300)
+    assert agg.avg_reward == pytest.approx(0.4) and agg.avg_loss == pytest.approx(0.3)
+
+    await store.finish_run(run, "completed")
+    assert rows(store.path, "SELECT status FROM runs") == [("completed",)]
