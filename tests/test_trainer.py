@@ -167,3 +167,18 @@ def test_lora_trains_only_adapters_and_saves_them(tmp_path, model_dir):
     for k, v in weights(t).items():
         np.testing.assert_array_equal(np.array(loaded[k]), v)
     assert isinstance(mlx_generate(model, tokenizer, "2+3=", max_tokens=4), str)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_grpo_raises_a_dense_custom_reward_within_a_few_steps(tmp_path, model_dir, loss_type):
+    extra = BASE.replace("group_size = 4", f"group_size = 8\nloss_type = \"{loss_type}\"")
+    path = write_config(tmp_path, model_dir, extra)
+    path.write_text(path.read_text().replace('name = "accuracy"', 'function = "tests.test_trainer:digit_share"', 1))
+    t = Trainer(load_config(path), log=lambda level, msg: None)
+    shares = [t.train_step(step).metrics.rewards["digit_share"] for step in range(1, 9)]
+    assert shares[0] < 0.2 and min(shares[-2:]) > 0.6, shares
+
+
+def digit_share(prompts, completions, **kw):
+    """A dense custom reward for the learning check: the share of digits in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
