@@ -274,7 +274,9 @@ class GrpoApp(App[int]):
         self._log([LogEntry("error", s.error, "dashboard")])
         display = self.config.display
         if display.restart_on_crash and self.restarts < display.max_restarts:
-            screen = CrashScreen(code, self.restarts + 1, display.max_restarts, display.restart_delay_s, last)
+            screen = CrashScreen(
+                code, self.restarts + 1, display.max_restarts, display.restart_delay_s, s.clock, last
+            )
             self.push_screen(screen, self._after_countdown)
         else:
             why = f"gave up after {self.restarts} restarts" if display.restart_on_crash else "restart_on_crash is off"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -19,10 +20,17 @@ class CrashScreen(ModalScreen[bool]):
 
     BINDINGS = [Binding("enter,R", "answer(True)", "restart now"), Binding("escape,c", "answer(False)", "cancel")]
 
-    def __init__(self, code: int, attempt: int, max_restarts: int, delay_s: float, last_error: str = "") -> None:
+    def __init__(
+        self, code: int, attempt: int, max_restarts: int, delay_s: float, clock: Callable[[], float],
+        last_error: str = "",
+    ) -> None:
         super().__init__()
         self.code, self.attempt, self.max_restarts = code, attempt, max_restarts
-        self.remaining, self.last_error = delay_s, last_error
+        self.clock, self.deadline, self.last_error = clock, clock() + delay_s, last_error
+
+    @property
+    def remaining(self) -> float:
+        return self.deadline - self.clock()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="crash-box", classes="dialog"):
@@ -45,7 +53,6 @@ class CrashScreen(ModalScreen[bool]):
         self.query_one("#crash-text", Static).update(text)
 
     def _tick(self) -> None:
-        self.remaining -= 0.1
         if self.remaining <= 0:
             self._timer.stop()
             self.dismiss(True)

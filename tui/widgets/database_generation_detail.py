@@ -3,6 +3,8 @@ error, reward breakdown. Everything model-written is shown inert."""
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Group
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -17,8 +19,26 @@ def _heading(title: str) -> Text:
     return Text(f"\n── {title}", style="bold cyan")
 
 
-def render_detail(d: GenDetail) -> Group:
-    """The detail as one renderable (also used by tests to read what a user sees)."""
+def search_pattern(query: str) -> str | None:
+    """A regex for the words of an FTS query (operators and column names dropped; ``pre*`` as a prefix)."""
+    words = [w for w in re.findall(r"(?:\w+:)?(\w+\*?)", query) if w not in ("AND", "OR", "NOT", "NEAR")]
+    if not words:
+        return None
+    return r"\b(?:" + "|".join(re.escape(w.rstrip("*")) + (r"\w*" if w.endswith("*") else r"\b") for w in words) + ")"
+
+
+def _body(text: str | None, style: str = "", highlight: str | None = None) -> Text:
+    """A block of model text: inert, search words highlighted, ending its line (``inert`` leaves ``end`` empty)."""
+    block = inert(text, style)
+    block.end = "\n"
+    if highlight:
+        block.highlight_regex(re.compile(highlight, re.IGNORECASE), "black on yellow")
+    return block
+
+
+def render_detail(d: GenDetail, search: str = "") -> Group:
+    """The detail as one renderable, words of ``search`` highlighted (tests read what a user sees here)."""
+    hl = search_pattern(search)
     r = d.row
     head = Text.assemble(
         ("run ", "dim"), inert(d.run_name, "bold", single_line=True), ("  step ", "dim"), (str(r.step), "bold"),
@@ -32,10 +52,10 @@ def render_detail(d: GenDetail) -> Group:
     if d.reward_details:
         parts += [_heading("reward breakdown"),
                   Text("  ".join(f"{k} = {number(v)}" for k, v in d.reward_details.items()))]
-    parts += [_heading("prompt"), inert(d.prompt)]
+    parts += [_heading("prompt"), _body(d.prompt, highlight=hl)]
     if d.thinking:
-        parts += [_heading("thinking"), inert(d.thinking, "italic")]
-    parts += [_heading("completion"), inert(d.completion)]
+        parts += [_heading("thinking"), _body(d.thinking, "italic", hl)]
+    parts += [_heading("completion"), _body(d.completion, highlight=hl)]
     if d.tool_calls:
         parts.append(_heading(f"tool calls ({len(d.tool_calls)})"))
         for c in d.tool_calls:
@@ -53,7 +73,7 @@ def render_detail(d: GenDetail) -> Group:
             if c.raw and not ok:
                 parts.append(Text.assemble(("   raw ", "dim"), inert(c.raw, single_line=True, limit=500)))
     if d.raw_completion and d.raw_completion != d.completion and not d.thinking:
-        parts += [_heading("raw completion"), inert(d.raw_completion, "dim")]
+        parts += [_heading("raw completion"), _body(d.raw_completion, "dim")]
     return Group(*parts)
 
 
@@ -67,11 +87,11 @@ class DatabaseGenerationDetail(VerticalScroll):
     def compose(self):
         yield Static(Text("Select a generation to see it in full.", style="dim"), id="db-detail-body")
 
-    def show(self, detail: GenDetail | None, message: str = "") -> None:
+    def show(self, detail: GenDetail | None, message: str = "", search: str = "") -> None:
         self.detail = detail
         body = self.query_one("#db-detail-body", Static)
         if detail is None:
             body.update(Text(message or "Select a generation to see it in full.", style="dim"))
         else:
-            body.update(render_detail(detail))
+            body.update(render_detail(detail, search))
         self.scroll_home(animate=False)

@@ -96,12 +96,16 @@ class DatabaseView(Vertical):
     # ------------------------------------------------------------------ store and level
 
     def set_store(self, db_path: str, run_id: int | None = None) -> None:
-        """Browse another store (or the same one at another run)."""
-        if self.store is not None and (db_path != self.db_path):
+        """Browse another store, or the same one at another run; the same store and run again is a no-op."""
+        if self.store is not None and (db_path, run_id) == (self.db_path, self.initial_run_id):
+            return
+        if self.store is not None and db_path != self.db_path:
             self.store.close()
             self.store = None
         self.db_path, self.initial_run_id = db_path, run_id
         self._connect()
+
+    set_database = set_store  # the name the dashboard calls when the worker announces its store
 
     def _connect(self) -> None:
         if self.store is None:
@@ -132,7 +136,9 @@ class DatabaseView(Vertical):
                                                    "generations": "db-gens-pane"}[level]
         target = {"runs": DatabaseRunsTable, "steps": DatabaseStepsTable,
                   "generations": DatabaseGenerationsTable}[level]
-        self.query_one(target).focus()
+        focused = self.app.focused
+        if focused is None or self in focused.ancestors:  # never pull focus out of another dashboard tab
+            self.query_one(target).focus()
         self._crumbs()
         self._status()
         self.refresh_bindings()
@@ -228,7 +234,8 @@ class DatabaseView(Vertical):
             self._status()
 
     def _show_detail(self, detail: q.GenDetail | None) -> None:
-        self.query_one(DatabaseGenerationDetail).show(detail, "This generation is no longer in the store.")
+        self.query_one(DatabaseGenerationDetail).show(detail, "This generation is no longer in the store.",
+                                                      search=self.filter.text)
 
     @on(DatabaseRunsTable.Chosen)
     def _run_chosen(self, event: DatabaseRunsTable.Chosen) -> None:

@@ -13,7 +13,9 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.state import format_number
 
-PREVIEW_CHARS = 400  # a row shows the head of a completion; the detail screen shows all of it
+PREVIEW_CHARS = 200  # a row shows the head of a completion; the detail screen shows all of it
+# Fixed widths: auto-sized columns would depend on which rows happened to pass through the table.
+COLUMNS = (("grp", 3), ("#", 3), ("reward", 7), ("adv", 7), ("finish", 10), ("tok", 5), ("completion", PREVIEW_CHARS))
 
 
 class SamplesPanel(Vertical):
@@ -33,7 +35,8 @@ class SamplesPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(Text("no samples yet", "dim"), id="samples-title")
         table: DataTable[object] = DataTable(id="samples-table", cursor_type="row", zebra_stripes=True)
-        table.add_columns("grp", "#", "reward", "adv", "finish", "tok", "completion")
+        for label, width in COLUMNS:
+            table.add_column(label, width=width)
         yield table
 
     def show(self, samples: list[m.Sample], mode: str) -> None:

@@ -1,0 +1,73 @@
+"""The dashboard's main states, each reached by driving the app against the fake worker.
+
+Shared by the SVG snapshot tests and ``screenshots/make.py``, so the screenshots in the README
+are exactly the states the tests pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from grpo_tui.tui.screens.crash import CrashScreen
+
+from .conftest import wait_until
+
+
+@dataclass(frozen=True)
+class Scenario:
+    options: tuple[str, ...]
+    prepare: Callable[..., Awaitable[None]]
+    config: dict[str, object] = field(default_factory=dict)
+
+
+RUN = ("--steps", "24", "--samples", "8", "--hold", "--completion-chars", "90")
+
+
+async def running(pilot) -> None:  # type: ignore[no-untyped-def]
+    app = pilot.app
+    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8)
+
+
+async def paused(pilot) -> None:  # type: ignore[no-untyped-def]
+    await running(pilot)
+    await pilot.press("p")
+    await wait_until(pilot, lambda: pilot.app.state.status == "paused")
+
+
+async def sample_detail(pilot) -> None:  # type: ignore[no-untyped-def]
+    await running(pilot)
+    pilot.app.query_one("#samples-table").focus()
+    await pilot.press("down", "enter")
+    await pilot.pause(0.2)
+
+
+async def group_view(pilot) -> None:  # type: ignore[no-untyped-def]
+    await running(pilot)
+    await pilot.press("g")
+    await pilot.pause(0.2)
+
+
+async def help_screen(pilot) -> None:  # type: ignore[no-untyped-def]
+    await running(pilot)
+    await pilot.press("question_mark")
+    await pilot.pause(0.2)
+
+
+async def crash_countdown(pilot) -> None:  # type: ignore[no-untyped-def]
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, CrashScreen))
+
+
+async def zero_std(pilot) -> None:  # type: ignore[no-untyped-def]
+    await running(pilot)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "running": Scenario(RUN, running),
+    "paused": Scenario(RUN, paused),
+    "sample_detail": Scenario(RUN, sample_detail),
+    "group_view": Scenario(RUN, group_view),
+    "help": Scenario(RUN, help_screen),
+    "crash_countdown": Scenario(RUN + ("--crash-at", "14"), crash_countdown, {"delay": 30}),
+    "zero_std": Scenario(RUN + ("--zero-std-from", "20"), zero_std),
+}

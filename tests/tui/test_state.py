@@ -1,0 +1,95 @@
+"""The run state folds protocol events the way the header, tiles and chart show them."""
+
+import pytest
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.tui.state import RunState, ema, format_duration, format_number, log_entry_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_ema_matches_hand_computed_values():
+    assert ema([1.0, 2.0, 3.0], 0.0) == [1.0, 2.0, 3.0]
+    # debiased: first value is kept, then 0.5 * prev + 0.5 * new, divided by 1 - 0.5^n
+    out = ema([2.0, 4.0], 0.5)
+    assert out[0] == pytest.approx(2.0) and out[1] == pytest.approx((0.5 * 1.0 + 2.0) / 0.75)
+    assert ema([1.0, None, 1.0], 0.9) == [pytest.approx(1.0), None, pytest.approx(1.0)]
+
+
+def test_steps_fill_history_progress_and_eta():
+    clock = Clock()
+    s = RunState(clock=clock)
+    s.apply(m.Init(model="x", model_path="/x", total_steps=10, steps_per_epoch=5, num_epochs=2))
+    for step in (1, 2):
+        dirty = s.apply(m.Step(step=step, epoch=1, loss=float(step), reward=0.5, num_tokens=100,
+                               generation_ms=600.0, scoring_ms=100.0, training_ms=300.0))
+    assert {"metrics", "progress", "header"} <= dirty
+    assert s.status == "running" and s.step == 2 and s.step_in_epoch == 2 and s.total_tokens == 200
+    assert s.series("loss") == [1.0, 2.0]
+    assert s.eta_seconds() == pytest.approx(8 * 1.0)  # 8 steps left at 1 s each
+    clock.now = 165.0
+    assert format_duration(s.elapsed()) == "1:05"
+
+
+def test_nan_metrics_are_gaps_not_crashes():
+    s = RunState(clock=Clock())
+    s.apply(m.Step(step=1, epoch=1, loss=None, reward=float("nan")))
+    assert s.series("loss") == [None] and s.series("reward") == [None]
+
+
+def test_resume_state_replaces_history():
+    s = RunState(clock=Clock())
+    s.apply(m.Step(step=9, epoch=1, loss=9.0))
+    s.apply(m.ResumeState(step=4, epoch=1, total_epochs=2, step_in_epoch=4, steps_per_epoch=5,
+                          history=[m.StepSummary(step=i, loss=float(i)) for i in range(1, 5)],
+                          aggregates=m.Aggregates(total_tokens=1234)))
+    assert list(s.history_steps) == [1, 2, 3, 4] and s.series("loss") == [1.0, 2.0, 3.0, 4.0]
+    assert s.step == 4 and s.total_tokens == 1234
+
+
+def test_pause_resume_complete_and_zero_std():
+    clock = Clock()
+    s = RunState(clock=clock)
+    s.apply(m.Step(step=1, epoch=1, frac_reward_zero_std=1.0, loss=0.0))
+    assert s.zero_std
+    s.apply(m.Paused(step=1))
+    assert s.status == "paused"
+    s.apply(m.Resumed(step=1))
+    assert s.status == "running"
+    s.apply(m.Complete(total_steps=1, seconds=3.0, status="stopped"))
+    clock.now += 50
+    assert s.status == "done" and s.elapsed() == 0.0 and s.eta_seconds() is None  # the clock stops
+
+
+def test_only_fatal_errors_change_the_status():
+    s = RunState(clock=Clock())
+    s.apply(m.Error(message="resume while not paused"))
+    assert s.status == "starting"
+    s.apply(m.Error(message="out of memory", fatal=True))
+    assert s.status == "error" and s.error == "out of memory"
+
+
+def test_samples_keep_the_latest_step_only():
+    s = RunState(clock=Clock())
+    for step in (1, 2):
+        for i in range(3):
+            s.apply(m.Sample(step=step, index=i, group=0, prompt="p", completion="c"))
+    assert [x.step for x in s.samples] == [2, 2, 2]
+
+
+def test_log_entries_for_events():
+    assert log_entry_for(m.Log(level="warning", message="w")).level == "warning"
+    assert "checkpoint (manual) at step 3" in log_entry_for(m.Checkpoint(path="/p", step=3, kind="manual")).message
+    assert log_entry_for(m.Step(step=1, epoch=1)) is None
+
+
+@pytest.mark.parametrize("value, text", [(None, "—"), (float("inf"), "—"), (0.5, "0.5"), (123456.0, "1.23e+05"),
+                                         (0.0, "0"), (1234.5, "1234")])
+def test_format_number(value, text):
+    assert format_number(value) == text
