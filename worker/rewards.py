@@ -213,21 +213,30 @@ BUILTINS: dict[str, RewardFn] = {
 def load_function(spec: str) -> RewardFn:
     """Import ``file.py:func`` or ``module:func``."""
     target, name = spec.rsplit(":", 1)
-    if target.endswith(".py"):
-        path = Path(target)
-        module_name = f"grpo_tui_reward_{path.stem}_{abs(hash(str(path.resolve())))}"
-        module_spec = importlib.util.spec_from_file_location(module_name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise RewardError(f"reward {spec}: cannot import {path}")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
+    try:  # a syntax error or a failing import in the user's file is a reward problem: say which
+        module = _import(target)
+    except RewardError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise RewardError(f"reward {spec}: cannot import {target}: {_describe(exc)}") from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         raise RewardError(f"reward {spec}: {name!r} is not a function in {target}")
     return fn
+
+
+def _import(target: str) -> Any:
+    if not target.endswith(".py"):
+        return importlib.import_module(target)
+    path = Path(target)
+    module_name = f"grpo_tui_reward_{path.stem}_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise RewardError(f"reward {target}: cannot import {path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    module_spec.loader.exec_module(module)
+    return module
 
 
 @dataclass
@@ -283,6 +292,13 @@ def _call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float) -
     return box["value"]
 
 
+def _describe(exc: BaseException) -> str:
+    try:
+        return f"{exc.__class__.__name__}: {exc}"
+    except Exception:  # noqa: BLE001 — an exception whose __str__ fails
+        return exc.__class__.__name__
+
+
 async def _await(awaitable: Any) -> Any:
     return await awaitable
 
@@ -328,8 +344,8 @@ def score(
         kwargs.update(reward.params)
         try:
             values = _validate(_call_with_timeout(reward.fn, kwargs, reward.timeout_s), n)
-        except Exception as exc:  # noqa: BLE001 — every failure becomes one clear error
-            message = f"reward function {reward.label!r} failed: {exc.__class__.__name__}: {exc}"
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
+            message = f"reward function {reward.label!r} failed: {_describe(exc)}"
             if reward.on_error != "skip":
                 raise RewardError(message) from exc
             warn(message + " (on_error = skip: scored None)")
