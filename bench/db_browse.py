@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "db"))
+sys.path.insert(0, str(ROOT))
 
-from make_store import RunSpec, add_steps, build_store  # noqa: E402
+from tests.db.make_store import RunSpec, add_steps, build_store  # noqa: E402
 
 from grpo_tui.tui.db import GenFilter, open_readonly  # noqa: E402
 from grpo_tui.tui.db import queries as q  # noqa: E402
