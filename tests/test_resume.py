@@ -21,6 +21,7 @@ def run_to_end(config, **env) -> WorkerProcess:
     return worker
 
 
+@pytest.mark.slow
 def test_three_steps_then_resume_then_three_equals_six_straight(tmp_path, tiny_model):
     """Tolerance: bit-identical (atol = 0). Seeds per step + a pure batch order make it so."""
     settings = dict(training={"max_steps": 6, "num_epochs": 2}, checkpoint={"save_every": 0})
@@ -46,8 +47,8 @@ def test_three_steps_then_resume_then_three_equals_six_straight(tmp_path, tiny_m
     assert one == two
 
 
-@pytest.mark.parametrize("kill_after_step, delay_s", [(5, 0.05), (6, 0.0)])
-def test_sigkill_mid_run_then_resume_keeps_every_step_once(tmp_path, tiny_model, kill_after_step, delay_s):
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_keeps_every_step_once(tmp_path, tiny_model, kill_after_step=5, delay_s=0.05):
     config = write_config(
         tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
         training={"max_steps": 0, "num_epochs": 3}, checkpoint={"save_every": 4, "keep_last": 1},

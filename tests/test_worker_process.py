@@ -184,7 +184,7 @@ def test_tool_calls_returned_by_the_trainer_are_stored(tmp_path, tiny_model):
 
 
 def test_plain_mode_through_the_cli_prints_one_line_per_step_and_a_loadable_final_model(tmp_path, tiny_model):
-    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"))
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), store={"enabled": False})
     out = subprocess.run(
         [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, cwd=ROOT,
@@ -194,5 +194,6 @@ def test_plain_mode_through_the_cli_prints_one_line_per_step_and_a_loadable_fina
     assert [line.split()[1] for line in step_lines] == ["1/4", "2/4", "3/4", "4/4"]
     assert all("loss" in line and "reward" in line and "varied" in line and "s/step" in line for line in step_lines)
     assert "completed: 4 steps" in out.stdout
+    assert not (tmp_path / "out" / "outputs.db").exists()  # store.enabled = false
     model, tokenizer = mlx_lm.load(str(tmp_path / "out" / "final"))
     assert mlx_lm.generate(model, tokenizer, "1 + 1 =", max_tokens=3) is not None

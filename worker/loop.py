@@ -199,6 +199,7 @@ class TrainingLoop:
                 break
             await self._run_step(self.step + 1, first)
             first = False
+        self.control.pause_requested = False  # nothing left to pause; a requested save still happens
         await self._between_steps()
         return await self._finish()
 
@@ -322,15 +323,17 @@ class TrainingLoop:
         return path
 
     async def _finish(self) -> int:
-        reason = self.control.stop_reason
+        completed = self.step >= self.trainer.total_steps
+        reason = None if completed else self.control.stop_reason
         if reason in (None, "stop"):
-            await self._checkpoint("final")
+            if not (self.last_ckpt and self.last_ckpt == (self.step, self.output_dir / "final")):
+                await self._checkpoint("final")
         elif self._steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
             await self._checkpoint("emergency")
-        status = "completed" if reason is None else "stopped"
+        status = "completed" if completed else "stopped"
         await self._finish_store(status)
         self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
-        return self.exit_code
+        return 0 if completed else self.exit_code
 
     async def _finish_store(self, status: str) -> None:
         if self.store is not None:
