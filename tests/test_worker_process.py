@@ -133,6 +133,10 @@ def test_closing_stdin_checkpoints_and_exits(tmp_path, tiny_model):
     )  # fmt: skip
     worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.1"})
     worker.wait_for(m.Step)
+    second = WorkerProcess(config)  # the same output folder: refused while the first one trains
+    assert second.finish() == 2
+    assert [type(e) for e in second.events] == [m.Hello, m.Status, m.Error]
+    assert "another worker is already training" in second.events[-1].message
     worker.proc.stdin.close()
     done = worker.wait_for(m.Complete)
     assert worker.finish() == 0

@@ -68,6 +68,12 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
     return None
 
 
+def _last_byte(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
 class Emitter:
     """Sends every event to the frame fd (as a frame or a plain line) and to ``run.jsonl``.
 
@@ -85,6 +91,8 @@ class Emitter:
     def open_jsonl(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._jsonl = open(path, "ab", buffering=0)
+        if self._jsonl.tell() and _last_byte(path) != b"\n":  # a kill cut the last line short
+            self._jsonl.write(b"\n")
         for data in self._pending:
             self._jsonl.write(data)
         self._pending.clear()

@@ -8,6 +8,7 @@ commands, EOF, signals) around it. DESIGN §3, §9.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import importlib.util
 import os
 import random
@@ -92,6 +93,8 @@ class TrainingLoop:
     async def _start(self) -> bool:
         cfg = self.config
         self.emit(m.Status(phase="loading", message="preparing the output folder"))
+        if not self._lock_output_dir():
+            return False
         resume = await self._find_resume()
         if resume is False:
             return False
@@ -118,6 +121,18 @@ class TrainingLoop:
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
             )
         )  # fmt: skip
+        return True
+
+    def _lock_output_dir(self) -> bool:
+        """One worker per output folder: a second one would corrupt checkpoints and the run row."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.output_dir / ".worker.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            message = f"another worker is already training in {self.output_dir}"
+            self.emit(m.Error(message=message, fatal=True))
+            return False
         return True
 
     async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | bool:
