@@ -33,7 +33,6 @@ from .store import Store
 EMERGENCY_AFTER_STEPS = 3
 
 
-
 def trainer_class() -> type:
     """The engine's Trainer. ``GRPO_TUI_TRAINER=file.py:Class`` swaps in a fake, for tests only."""
     spec = os.environ.get("GRPO_TUI_TRAINER")
@@ -50,6 +49,8 @@ def trainer_class() -> type:
 
 
 class TrainingLoop:
+    """One run of the worker, from the output folder's lock to the ``complete`` frame."""
+
     def __init__(self, config: Config, emitter: Emitter, plain: bool = False) -> None:
         self.config = config
         self.emitter = emitter
@@ -68,6 +69,7 @@ class TrainingLoop:
         self.started = time.time()
         self.epoch_metrics: list[tuple[float | None, float | None]] = []
         self.epoch_started = time.time()
+        self._lock: Any = None  # the output folder's lock file, held while the process lives
 
     # ------------------------------------------------------------ small helpers
 
@@ -90,6 +92,8 @@ class TrainingLoop:
     def _steps_since_checkpoint(self) -> int:
         return self.step - (self.last_ckpt[0] if self.last_ckpt else 0)
 
+    # ------------------------------------------------------------ start and resume
+
     async def _start(self) -> bool:
         cfg = self.config
         self.emit(m.Status(phase="loading", message="preparing the output folder"))
@@ -100,7 +104,9 @@ class TrainingLoop:
             return False
         self.emitter.open_jsonl(self.output_dir / "run.jsonl")
         if cfg.store.enabled:
-            await self._open_store(resume[1] if resume else None)
+            # A checkpoint from another output folder belongs to another store: record a new run.
+            ours = resume and resume[0].parent.resolve() == self.output_dir.resolve()
+            await self._open_store(resume[1] if ours else None)
         self.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))
         main_loop = asyncio.get_running_loop()
 
