@@ -31,7 +31,7 @@ from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.state import METRICS, LogEntry, RunState, group_of, log_entry_for
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
-from grpo_tui.tui.widgets.database_placeholder import DatabasePlaceholder
+from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.metric_tile import MetricTile
 from grpo_tui.tui.widgets.progress_panel import ProgressPanel
@@ -129,7 +129,7 @@ class GrpoApp(App[int]):
                 with TabPane("3 Config", id="config"):
                     yield ConfigPanel(id="config-panel")
                 with TabPane("4 Database", id="database"):
-                    yield DatabasePlaceholder(id="database-view")
+                    yield DatabaseView(id="database-view")
         yield Footer()
 
     async def on_mount(self) -> None:

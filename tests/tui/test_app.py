@@ -94,7 +94,7 @@ async def test_number_keys_and_tab_switch_tabs(make_app):
         await pilot.press("shift+tab", "shift+tab")
         assert tabs.active == "database"
         await wait_until(pilot, lambda: app.state.database is not None)
-        assert "outputs.db" in str(app.query_one("#database-view", Static).render())
+        assert "outputs.db" in str(app.query_one("#db-crumbs", Static).render())
 
 
 async def test_enter_opens_the_sample_and_g_its_group(make_app):

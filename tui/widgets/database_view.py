@@ -108,6 +108,7 @@ class DatabaseView(Vertical):
     set_database = set_store  # the name the dashboard calls when the worker announces its store
 
     def _connect(self) -> None:
+        self._crumbs()
         if self.store is None:
             if not self.db_path:
                 self._status("No run store yet: it appears once the worker has started.")
