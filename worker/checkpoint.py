@@ -101,10 +101,14 @@ def save_checkpoint(trainer: Saver, output_dir: Path, name: str, state: Training
     tmp = output_dir / f"{_TMP}{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    trainer.save_model(tmp)
-    trainer.save_optimizer(tmp / OPTIMIZER_FILE)
-    state.created_at = time.time()
-    (tmp / STATE_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
+    try:
+        trainer.save_model(tmp)
+        trainer.save_optimizer(tmp / OPTIMIZER_FILE)
+        state.created_at = time.time()
+        (tmp / STATE_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk needs its space back, not a half checkpoint
+        raise
     _install(tmp, target)
     return target
 
