@@ -17,6 +17,7 @@ import sqlite3
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +115,10 @@ def main() -> int:
                 lambda: q.generations_page(ro, searched))
     row("next page of the filtered + searched", 500, lambda: q.generations_page(ro, searched, after=found.next))
     row("rare search term", 500, lambda: q.generations_page(ro, rare))
+    row("filtered + searched, sorted by reward", 500, lambda: q.generations_page(ro, replace(searched, sort="reward")))
+    row("search + a filter few matches pass (tool error, repetition)", None,
+        lambda: q.generations_page(ro, replace(searched, finish_reason="repetition", tool_status="error")))
+    row("count of the filtered + searched (status line, background)", None, lambda: q.count_generations(ro, searched))
     row("step range sorted by reward", 500, lambda: q.generations_page(ro, ranged))
     row("first page sorted by reward", 200, lambda: q.generations_page(ro, GenFilter(run_id=1, sort="reward")))
     row("detail open", 50, lambda: q.generation(ro, first.rows[0].id))
@@ -124,10 +129,10 @@ def main() -> int:
         proc.join(10)
     print(f"\nstore: {total:,} generations (+{counter.value * PROMPTS * GROUP:,} written during the run), "
           f"{args.repeat} repeats, writer {'off' if proc is None else 'on'}")
-    print(f"{'query':<58} {'median ms':>10} {'worst ms':>9} {'target':>7}  ok")
+    print(f"{'query':<62} {'median ms':>10} {'worst ms':>9} {'target':>7}  ok")
     for label, target, (med, worst) in rows:
         ok = "" if target is None else ("yes" if med < target else "NO")
-        print(f"{label:<58} {med:>10.1f} {worst:>9.1f} {('< ' + str(target)) if target else '':>7}  {ok}")
+        print(f"{label:<62} {med:>10.2f} {worst:>9.2f} {('< ' + str(target)) if target else '':>7}  {ok}")
     ro.close()
     return 0
 

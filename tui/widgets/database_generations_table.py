@@ -12,6 +12,7 @@ from grpo_tui.tui.db.format import number, signed, tools
 from grpo_tui.tui.inert import inert
 
 FINISH_STYLE = {"stop": "", "length": "yellow", "repetition": "red"}
+COMPLETION_CHARS = 60
 
 
 class DatabaseGenerationsTable(DataTable):
@@ -34,7 +35,8 @@ class DatabaseGenerationsTable(DataTable):
         self.rows_data: list[GenRow] = []
 
     def on_mount(self) -> None:
-        for label in ("step", "prompt", "#", "reward", "adv", "tokens", "finish", "tools", "think", "completion"):
+        # The completion's first line comes early (cut short) so narrow tabs still show it.
+        for label in ("step", "prompt", "#", "reward", "adv", "completion", "finish", "tokens", "tools", "think"):
             self.add_column(label, key=label)
 
     def show(self, rows: list[GenRow], keep_id: int | None = None) -> None:
@@ -45,9 +47,10 @@ class DatabaseGenerationsTable(DataTable):
             statuses = tools(r.tool_statuses)
             self.add_row(
                 str(r.step), str(r.prompt_index), str(r.group_index), number(r.reward), signed(r.advantage),
-                str(r.num_tokens), Text(r.finish_reason, style=FINISH_STYLE.get(r.finish_reason, "")),
+                inert(r.first_line, single_line=True, limit=COMPLETION_CHARS),
+                Text(r.finish_reason, style=FINISH_STYLE.get(r.finish_reason, "")), str(r.num_tokens),
                 Text(statuses, style="red" if any(s != "ok" for s in r.tool_statuses) else "green"),
-                "✓" if r.has_thinking else "", inert(r.first_line, single_line=True, limit=120), key=str(r.id),
+                "✓" if r.has_thinking else "", key=str(r.id),
             )
         ids = [r.id for r in rows]
         self.move_cursor(row=ids.index(keep_id) if keep_id in ids else 0, animate=False)
