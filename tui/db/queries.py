@@ -210,24 +210,29 @@ def _search_by_id(conn: sqlite3.Connection, f: GenFilter, after: Cursor | None, 
     found: list[sqlite3.Row] = []
     batch = 4 * want
     while len(found) < want:
-        ids = [r[0] for r in _execute(
-            conn, "SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?"
-                  + (f" AND rowid {op} ?" if bound is not None else "") + f" ORDER BY rowid {direction} LIMIT ?",
-            [f.text.strip(), *([] if bound is None else [bound]), batch])]
-        if not ids:
+        matches = ("SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?"
+                   + (f" AND rowid {op} ?" if bound is not None else "") + f" ORDER BY rowid {direction} LIMIT ?")
+        batch_params = [f.text.strip(), *([] if bound is None else [bound]), batch]
+        # CROSS JOIN: look each match up by rowid; never let the planner scan the whole run instead.
+        found += _execute(conn, f"SELECT {_ROW_SQL} FROM ({matches}) m CROSS JOIN generations g ON g.id = m.rowid"
+                                f" WHERE {cond} AND {key} ORDER BY {_order(f)}",
+                          [*batch_params, *params, *key_params])
+        seen, last = _execute(conn, f"SELECT count(*), {'min' if f.descending else 'max'}(rowid) FROM ({matches})",
+                              batch_params)[0]
+        if seen < batch:
             break
-        # CROSS JOIN: look each id up by rowid; never let the planner scan the run instead.
-        found += _execute(conn, f"SELECT {_ROW_SQL} FROM json_each(?) j CROSS JOIN generations g ON g.id = j.value"
-                                f" WHERE {cond} AND {key} ORDER BY {_order(f)}", [json.dumps(ids), *params, *key_params])
-        if len(ids) < batch:
-            break
-        bound, batch = ids[-1], min(batch * 4, 65_536)
+        bound, batch = last, min(batch * 4, 65_536)
     return found[:want]
 
 
 def count_generations(conn: sqlite3.Connection, f: GenFilter) -> int:
-    cond, params = where(f)
-    return _execute(conn, f"SELECT count(*) FROM generations g WHERE {cond}", params)[0][0]
+    """How many generations match ``f``. With a search, the matches drive (each looked up by id)."""
+    if not f.text.strip():
+        cond, params = where(f)
+        return _execute(conn, f"SELECT count(*) FROM generations g WHERE {cond}", params)[0][0]
+    cond, params = where(replace(f, text=""))
+    return _execute(conn, "SELECT count(*) FROM (SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?) m"
+                          f" CROSS JOIN generations g ON g.id = m.rowid WHERE {cond}", [f.text.strip(), *params])[0][0]
 
 
 def iter_generations(conn: sqlite3.Connection, f: GenFilter, batch: int = 500) -> Iterator[dict[str, Any]]:
