@@ -107,6 +107,8 @@ class GrpoApp(App[int]):
         self._greeted = False
         self._pending: list[tuple[str, object]] = []
         self._stderr_tail: deque[str] = deque(maxlen=20)
+        self._footer_status = ""
+        self._last_tab = "samples"
 
     # ------------------------------------------------------------ layout
 
@@ -232,7 +234,9 @@ class GrpoApp(App[int]):
                 note = "(no signal)" if key == "loss" and s.zero_std else ""
                 self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
             self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"))
-            self.query_one("#zero-std").display = s.zero_std
+            banner = self.query_one("#zero-std")
+            if banner.display != s.zero_std:
+                banner.display = s.zero_std
         if "progress" in dirty:
             self.query_one(ProgressPanel).show(s)
         if "stats" in dirty:
@@ -247,7 +251,8 @@ class GrpoApp(App[int]):
             view = self.query_one("#database-view")
             if hasattr(view, "set_database"):
                 view.set_database(s.database.path, s.database.run_id)
-        if dirty & {"header", "bindings"}:
+        if "bindings" in dirty or s.status != self._footer_status:
+            self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
             self.refresh_bindings()
 
     @work(thread=True, exclusive=True, group="scan")
@@ -257,7 +262,8 @@ class GrpoApp(App[int]):
         self.post_message(CheckpointsScanned(list_checkpoints(folder, kinds)))
 
     def on_checkpoints_scanned(self, message: CheckpointsScanned) -> None:
-        self.query_one(ConfigPanel).show_checkpoints(message.infos)
+        for panel in self.query(ConfigPanel):  # none while the app tears down
+            panel.show_checkpoints(message.infos)
 
     # ------------------------------------------------------------ crashes and restarts
 
@@ -341,12 +347,16 @@ class GrpoApp(App[int]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         # keys act on what you see: focus the tab's main widget, and show the tab's own keys
+        if not self.screen_stack:  # activated while the app tears down
+            return
         target = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table"}.get(
             event.pane.id or ""
         )
-        if target:
-            self.query_one(target).focus()
-        self.refresh_bindings()
+        for widget in self.query(target) if target else ():
+            widget.focus()
+        if "logs" in (event.pane.id, self._last_tab):  # the log-level key shows on the Logs tab only
+            self.refresh_bindings()
+        self._last_tab = event.pane.id or ""
 
     def action_log_level(self) -> None:
         self.query_one(LogsPanel).cycle_level()

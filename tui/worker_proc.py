@@ -75,8 +75,19 @@ class WorkerProcess:
     async def _watch(self) -> None:
         """Read both pipes to the end, then report the exit code (after the last frame)."""
         assert self.proc
-        await asyncio.gather(self._read_frames(), self._read_stderr(), return_exceptions=True)
+        readers = asyncio.ensure_future(
+            asyncio.gather(self._read_frames(), self._read_stderr(), return_exceptions=True)
+        )
+        # Watch the exit too: a subprocess the worker started (a reward's) can hold the pipes open
+        # after the worker is gone, and then EOF (and, before Python 3.12, wait()) never comes.
+        while not readers.done() and self.proc.returncode is None:
+            await asyncio.wait([readers], timeout=0.25)
+        if self.proc.returncode is not None:
+            self._end_group()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(readers), 5.0)
         code = await self.proc.wait()
+        self._end_group()  # nothing the worker started outlives it
         if self.proc.stdin:  # lets asyncio close the transport now, not at garbage collection
             self.proc.stdin.close()
         self._on_exit(code)
@@ -108,6 +119,12 @@ class WorkerProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
 
+    def _end_group(self) -> None:
+        """SIGKILL what is left of the worker's process group once the worker itself has exited."""
+        if self.proc:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
     async def shutdown(self, timeout: float = 3.0) -> None:
         """Close stdin (the worker saves and exits on EOF), then TERM, then KILL the group."""
         if not self.proc or self.proc.returncode is not None:
@@ -124,9 +141,9 @@ class WorkerProcess:
 
 
 async def _readline(stream: asyncio.StreamReader) -> bytes:
-    """One line (b"" at EOF). Over the limit, asyncio drops the buffered head and the tail arrives
-    as the next line, which then fails to decode and is reported, instead of ending the read."""
+    """One line (b"" at EOF). A line over the limit is dropped by asyncio; it comes back as a line
+    that says so (it fails to decode and is reported), instead of ending the read."""
     try:
         return await stream.readline()
-    except ValueError:  # LimitOverrunError surfaces as ValueError from readline
-        return b" \n"
+    except ValueError:  # LimitOverrunError: asyncio drops the line; say so instead of going silent
+        return f"(a line over the {codec.MAX_LINE_BYTES // 2**20} MiB line limit was dropped)\n".encode()

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from grpo_tui.tui.screens.crash import CrashScreen
+from grpo_tui.tui.widgets.reward_chart import RewardChart
 
 from .conftest import wait_until
 
@@ -26,7 +27,8 @@ RUN = ("--steps", "24", "--samples", "8", "--hold", "--completion-chars", "90")
 
 async def running(pilot) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
-    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8)
+    chart = app.query_one(RewardChart)
+    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8 and chart.up_to_date)
 
 
 async def paused(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -55,7 +57,8 @@ async def help_screen(pilot) -> None:  # type: ignore[no-untyped-def]
 
 
 async def crash_countdown(pilot) -> None:  # type: ignore[no-untyped-def]
-    await wait_until(pilot, lambda: isinstance(pilot.app.screen, CrashScreen))
+    chart = pilot.app.query_one(RewardChart)
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, CrashScreen) and chart.up_to_date)
 
 
 async def zero_std(pilot) -> None:  # type: ignore[no-untyped-def]

@@ -232,7 +232,7 @@ async def test_other_protocol_version_is_refused(make_app):
 
 
 async def test_crash_counts_down_and_resumes_with_history(make_app):
-    app = make_app("--steps", "8", "--hold", "--crash-at", "5", "--save-every", "2", delay=0.5, clock=time.monotonic)
+    app = make_app("--steps", "8", "--hold", "--crash-at", "5", "--save-every", "2", delay=2.0, clock=time.monotonic)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
         assert app.state.status == "error" and "code 3" in app.state.error

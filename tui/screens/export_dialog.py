@@ -103,15 +103,15 @@ class ExportDialog(ModalScreen[int | None]):
         try:
             conn = open_readonly(self.db_path)
         except StoreError as exc:
-            self.app.call_from_thread(self._finished, None, str(exc))
+            self.app.call_from_thread(self._finished, None, str(exc), "bold red")
             return
         try:
             n = export(conn, self.filter, path, fmt, progress=self._progress_from_thread,
                        cancelled=self._cancel.is_set)
         except ExportCancelled:
-            self.app.call_from_thread(self._finished, None, "Export cancelled; no file written.")
+            self.app.call_from_thread(self._finished, None, "Export cancelled; no file written.", "yellow")
         except (OSError, ValueError) as exc:
-            self.app.call_from_thread(self._finished, None, f"Export failed: {exc}")
+            self.app.call_from_thread(self._finished, None, f"Export failed: {exc}", "bold red")
         else:
             self.app.call_from_thread(self._finished, n, f"Exported {n:,} generations to {path}")
         finally:
@@ -120,11 +120,11 @@ class ExportDialog(ModalScreen[int | None]):
     def _progress_from_thread(self, done: int, total: int) -> None:
         self.app.call_from_thread(self.query_one(ProgressBar).update, total=total, progress=done)
 
-    def _finished(self, rows: int | None, message: str) -> None:
+    def _finished(self, rows: int | None, message: str, style: str = "") -> None:
         self.remove_class("running")
         self.query_one("#export-go", Button).disabled = False
         if rows is None:
-            self._say(message, "bold red" if "failed" in message or ":" in message else "yellow")
+            self._say(message, style)
             if self._cancel.is_set():
                 self.dismiss(None)
             return

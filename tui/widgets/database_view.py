@@ -380,6 +380,11 @@ class DatabaseView(Vertical):
             self.run_row = next((r for r in runs if r.id == self.run_row.id), self.run_row)
             self._crumbs()
 
+    def on_show(self) -> None:
+        """Switching to the Database tab shows the store as it is now, not as of the last timer tick."""
+        if self.store is not None and time.monotonic() - self.last_refresh > 2.0:
+            self.action_reload()
+
     def _tick(self) -> None:
         # Live refresh only while someone can see us, and not while a detail is being read.
         if self.is_on_screen and not self.query_one("#db-gens-pane").has_class("detail-max"):

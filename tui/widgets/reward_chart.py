@@ -9,6 +9,7 @@ from textual_plotext import PlotextPlot
 from grpo_tui.tui.state import ema
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
+REDRAW_INTERVAL_S = 1.0  # plotext is the costliest widget to draw; new data is shown once a second
 
 
 class RewardChart(PlotextPlot):
@@ -16,6 +17,20 @@ class RewardChart(PlotextPlot):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.smoothing = smoothing
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
+        self._stale = False
+
+    def on_mount(self) -> None:
+        self._draw()
+        self.set_interval(REDRAW_INTERVAL_S, self._draw_if_stale)
+
+    @property
+    def up_to_date(self) -> bool:
+        """False while new data waits for the next redraw."""
+        return not self._stale
+
+    def _draw_if_stale(self) -> None:
+        if self._stale:
+            self._draw()
 
     def change_smoothing(self, direction: int) -> float:
         """Step to the next smoothing level up (+1) or down (-1); returns the new factor."""
@@ -27,9 +42,10 @@ class RewardChart(PlotextPlot):
 
     def show(self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None]) -> None:
         self._data = (list(steps), list(reward), list(loss))
-        self._draw()
+        self._stale = True
 
     def _draw(self) -> None:
+        self._stale = False
         plt = self.plt
         plt.clear_data()
         plt.title(f"reward & loss  (EMA {self.smoothing:g} · [ ] to change)")

@@ -1,0 +1,123 @@
+"""Dashboard under load: key-press latency and memory while a fake worker streams frames.
+
+    python bench/tui_load.py [--seconds 60] [--fps 50] [--completion-chars 4000]
+
+The fake worker (tests/fakes/fake_worker.py) sends steps and samples with long completions at
+``--fps`` frames per second; the app runs headless (full layout and rendering, no terminal). Every
+quarter second a tab key (1/2/3) is posted as the terminal driver would and timed until its
+action has run. Resident memory is sampled
+after a warm-up and at the end. Targets: p99 key latency < 100 ms, memory flat.
+This is a benchmark that prints figures, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from textual import events
+
+from grpo_tui.protocol.config import parse_config
+from grpo_tui.tui.app import GrpoApp
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE = ROOT / "tests" / "fakes" / "fake_worker.py"
+CONFIG = """
+[model]
+path = "m"
+[data]
+path = "d.jsonl"
+[[rewards]]
+name = "accuracy"
+[checkpoint]
+output_dir = "{out}"
+"""
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(args: argparse.Namespace) -> None:
+    out = Path(tempfile.mkdtemp(prefix="tui-load-"))
+    config = parse_config(CONFIG.format(out=out), base_dir=out, check_paths=False)
+    argv = [sys.executable, str(FAKE), "--output-dir", str(out), "--steps", "1000000", "--fps", str(args.fps),
+            "--samples", "8", "--completion-chars", str(args.completion_chars)]
+    app = GrpoApp(str(out / "config.toml"), config, worker_argv=argv)
+    frames = 0
+    latencies: list[float] = []
+    async with app.run_test(size=(160, 48)) as pilot:
+        def counting(event: object) -> None:  # count frames as they arrive
+            nonlocal frames
+            frames += 1
+            app._pending.append(("event", event))
+
+        app.proc._on_event = counting  # type: ignore[union-attr]
+        handled: list[float] = []
+        show_tab = app.action_show_tab
+
+        def timed_show_tab(tab: str) -> None:  # the key's action runs: the press is handled
+            show_tab(tab)
+            handled.append(time.perf_counter())
+
+        app.action_show_tab = timed_show_tab  # type: ignore[method-assign]
+        start = time.perf_counter()
+        warm_rss = None
+        keys = ("2", "1", "3", "1")
+        i = 0
+        cpu0 = time.process_time()
+        while (now := time.perf_counter()) - start < args.seconds:
+            if warm_rss is None and now - start >= args.warmup:
+                warm_rss, warm_at = rss_mb(), now - start
+            key = keys[i % len(keys)]
+            handled.clear()
+            t0 = time.perf_counter()
+            # a key as the terminal driver delivers it (Pilot.press would also wait for animations)
+            app.post_message(events.Key(key, key))
+            while not handled:
+                await asyncio.sleep(0.001)
+            latencies.append((handled[0] - t0) * 1000)
+            i += 1
+            await asyncio.sleep(0.25)
+        elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu0
+        end_rss = rss_mb()
+        step = app.state.step
+        app.quitting = True  # the worker's exit is not a crash to restart
+        await app.proc.shutdown(timeout=2.0)  # type: ignore[union-attr]
+    print(f"tui_load: {elapsed:.0f} s, fake worker at {args.fps:g} frames/s "
+          f"({args.completion_chars}-char completions, 8 samples per step)")
+    print(f"  frames received   {frames} ({frames / elapsed:.1f}/s), steps shown {step}")
+    print(f"  key latency       p50 {statistics.median(latencies):.1f} ms · p99 {pct(latencies, 0.99):.1f} ms · "
+          f"max {max(latencies):.1f} ms over {len(latencies)} presses (target p99 < 100 ms)")
+    print(f"  memory (RSS)      {warm_rss:.1f} MB at {warm_at:.0f} s → {end_rss:.1f} MB at {elapsed:.0f} s "
+          f"({end_rss - warm_rss:+.1f} MB; target flat)")
+    print(f"  dashboard CPU     {cpu / elapsed * 100:.0f}% of one core")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=60.0)
+    p.add_argument("--fps", type=float, default=50.0)
+    p.add_argument("--completion-chars", type=int, default=4000)
+    p.add_argument("--warmup", type=float, default=10.0)
+    asyncio.run(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
