@@ -1,0 +1,42 @@
+"""The dashboard with the real worker on a tiny model: start, pause, save, resume, quit."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_tui.protocol.config import load_config
+from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
+from tests.worker_harness import tiny_model, write_config
+
+from .conftest import process_gone, wait_until
+
+__all__ = ["tiny_model"]  # the fixture, imported for pytest
+
+
+@pytest.mark.slow
+async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
+    config_path = write_config(tmp_path, tiny_model, training={"max_steps": 200, "num_epochs": 50}, checkpoint={"save_every": 0})
+    app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.step >= 1, timeout=120)
+        pid = app.proc.pid
+        assert app.state.model and app.state.total_steps == 200 and app.state.samples
+        await pilot.press("p")
+        await wait_until(pilot, lambda: app.state.status == "paused", timeout=60)
+        paused_at = app.state.step
+        await pilot.press("s")
+        await wait_until(pilot, lambda: any(c.kind == "manual" for c in app.state.checkpoints), timeout=60)
+        assert app.state.step == paused_at  # saving does not train
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.state.step > paused_at, timeout=60)
+        assert app.state.status == "running"
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmQuitScreen)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: not app.is_running, timeout=90)
+    assert app.return_value == 0
+    assert app.proc.proc.returncode == 0
+    assert process_gone(pid)
+    assert any(c.kind == "final" for c in app.state.checkpoints)
+    assert app.state.complete is not None and app.state.complete.status == "stopped"
