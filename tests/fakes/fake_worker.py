@@ -191,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         if (step - 1) % steps_per_epoch == 0:
             fake.send(m.EpochStart(epoch=epoch, total_epochs=2, steps_in_epoch=steps_per_epoch))
         fake.send(m.Status(phase="generating"))
+        fake.send(m.Status(phase="training"))
         fake.send(step_frame(step, epoch, args))
         for i in range(args.samples):
             fake.send(m.Sample(
@@ -211,7 +212,6 @@ def run(args: argparse.Namespace) -> int:
         if fake.drain(step, block=False):
             return 0
     if args.hold:
-        fake.send(m.Status(phase="idle", message="holding"))
         while not fake.drain(args.steps, block=True):
             pass
         return 0

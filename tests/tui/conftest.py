@@ -42,17 +42,18 @@ def fake_argv(*options: str) -> list[str]:
     return [sys.executable, str(FAKE_WORKER), *options]
 
 
+def build_app(folder: Path, *options: str, delay: float = 0.3, max_restarts: int = 2, **kwargs: object) -> GrpoApp:
+    """An app wired to the fake worker (with ``options``), its run folder in ``folder``, clock frozen."""
+    config = make_config(folder, delay, max_restarts)
+    argv = fake_argv("--output-dir", str(folder), *options)
+    kwargs.setdefault("clock", lambda: FROZEN)
+    return GrpoApp(str(folder / "config.toml"), config, worker_argv=argv, **kwargs)  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def make_app(tmp_path: Path) -> Callable[..., GrpoApp]:
-    """``make_app("--steps", "5", delay=0.3, ...)``: an app wired to the fake worker in tmp_path."""
-
-    def build(*options: str, delay: float = 0.3, max_restarts: int = 2, **kwargs: object) -> GrpoApp:
-        config = make_config(tmp_path, delay, max_restarts)
-        argv = fake_argv("--output-dir", str(tmp_path), *options)
-        kwargs.setdefault("clock", lambda: FROZEN)
-        return GrpoApp(str(tmp_path / "config.toml"), config, worker_argv=argv, **kwargs)  # type: ignore[arg-type]
-
-    return build
+    """``make_app("--steps", "5", delay=0.3, ...)``: ``build_app`` in the test's tmp_path."""
+    return lambda *options, **kwargs: build_app(tmp_path, *options, **kwargs)
 
 
 async def wait_until(pilot, condition: Callable[[], bool], timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
