@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import mlx_lm
 
@@ -158,6 +159,25 @@ def test_sigterm_saves_an_emergency_checkpoint_when_the_last_one_is_old(tmp_path
     kinds = [(c.kind, c.step) for c in worker.of(m.Checkpoint)]
     assert kinds == [("emergency", done.total_steps)] and done.total_steps >= 5
     assert mlx_lm.load(worker.of(m.Checkpoint)[0].path)[0] is not None
+
+
+def test_sigterm_soon_after_a_checkpoint_exits_without_waiting_for_the_running_step(tmp_path, tiny_model):
+    config = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 1},
+    )  # fmt: skip
+    worker = WorkerProcess(config, env={"SLOW_REWARD_S": "5", "SLOW_FROM_CALL": "2"})
+    worker.wait_for(m.Checkpoint, timeout=60)
+    worker.wait_for(m.Status, lambda e: e.phase == "scoring")  # step 2 sleeps 5 s in its reward
+    sent = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.finish() == 128 + signal.SIGTERM
+    assert time.monotonic() - sent < 3
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 1)]
+    assert worker.of(m.Complete)[0].status == "stopped"
+    db = tmp_path / "out" / "outputs.db"
+    assert query(db, "SELECT status FROM runs") == [("stopped",)]
+    assert query(db, "SELECT max(step) FROM generations") == query(db, "SELECT max(step) FROM steps") == [(1,)]
 
 
 def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_and_keep_the_last_good_one(tmp_path, tiny_model):

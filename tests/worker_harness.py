@@ -153,8 +153,13 @@ def noisy(prompts, completions, **columns):
     os.write(1, b"raw bytes written straight to fd 1\\n")
     return [len(c) % 3 / 2 for c in completions]
 
+SLOW_CALLS = 0
+
 def slow(prompts, completions, **columns):
-    time.sleep(float(os.environ.get("SLOW_REWARD_S", "0.3")))
+    global SLOW_CALLS
+    SLOW_CALLS += 1
+    if SLOW_CALLS >= int(os.environ.get("SLOW_FROM_CALL", "1")):
+        time.sleep(float(os.environ.get("SLOW_REWARD_S", "0.3")))
     return varied(prompts, completions)
 
 CALLS = 0

@@ -55,11 +55,12 @@ class Worker(TrainingLoop):
 
     def on_signal(self, signum: int) -> None:
         name = signal.Signals(signum).name
+        busy = self.control.stepping or self.trainer is None  # a step, or loading: can't interrupt MLX
         pending = self._steps_since_checkpoint() + (1 if self.control.stepping else 0)
         worth_waiting = pending > EMERGENCY_AFTER_STEPS and self.control.stop_reason != "signal"
         self.exit_code = 128 + signum
-        if self.control.stepping and not worth_waiting:
-            self.log("warning", f"{name}: exiting now; the running step is dropped")
+        if busy and not worth_waiting:
+            self.log("warning", f"{name}: exiting now; nothing worth saving is lost")
             self._abandoning = asyncio.ensure_future(self._abandon())
             return
         self.log("warning", f"{name}: stopping {'after the running step' if self.control.stepping else 'now'}")
