@@ -107,6 +107,9 @@ class Emitter:
             line = format_plain(event, self.total_steps)
             if line is not None:
                 self._write(line.encode("utf-8", errors="replace") + b"\n")
+            if isinstance(event, m.Error) and event.traceback:  # for the person reading the CI log
+                sys.stderr.write(event.traceback)
+                sys.stderr.flush()
         else:
             self._write(data)
 
