@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
@@ -181,7 +181,3 @@ def set_aside(output_dir: Path) -> Path | None:
     for path in old:
         os.rename(path, dest / path.name)
     return dest
-
-
-def describe(state: TrainingState) -> dict[str, Any]:
-    return msgspec.to_builtins(state)
