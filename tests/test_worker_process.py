@@ -9,9 +9,12 @@ import sys
 import time
 
 import mlx_lm
+import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event
+from grpo_tui.protocol.config import load_config
+from grpo_tui.protocol.tomlout import dumps
 from tests.worker_harness import (
     FAULTY_TRAINER, ROOT, WorkerProcess, query, reward_config, tiny_model, write_config,
 )  # fmt: skip
@@ -43,9 +46,9 @@ def test_a_full_run_sends_every_frame_in_order_and_stores_every_generation(tmp_p
     db = out / "outputs.db"
     assert query(db, "SELECT status, ended_at IS NOT NULL FROM runs") == [("completed", 1)]
     assert [r[0] for r in query(db, "SELECT step FROM steps ORDER BY step")] == [1, 2, 3, 4]
-    gens = query(db, "SELECT step, reward, reward_details, advantage, finish_reason, raw_completion FROM generations")
+    gens = query(db, "SELECT reward, reward_details, advantage, finish_reason FROM generations")
     assert len(gens) == 4 * 2 * 2  # steps x prompts x group
-    for step, reward, details, advantage, finish, raw in gens:
+    for reward, details, advantage, finish in gens:
         breakdown = json.loads(details)
         assert set(breakdown) == {"varied", "noisy"}
         assert reward == sum(v for v in breakdown.values())
@@ -221,3 +224,23 @@ def test_plain_mode_through_the_cli_prints_one_line_per_step_and_a_loadable_fina
     assert not (tmp_path / "out" / "outputs.db").exists()  # store.enabled = false
     model, tokenizer = mlx_lm.load(str(tmp_path / "out" / "final"))
     assert mlx_lm.generate(model, tokenizer, "1 + 1 =", max_tokens=3) is not None
+
+
+@pytest.mark.slow
+def test_a_quickstart_run_stores_every_generation_with_its_reward_breakdown(tmp_path):
+    config = load_config(ROOT / "examples" / "quickstart.toml")  # the shipped model, data and rewards
+    config.training.max_steps = 2
+    config.checkpoint.output_dir = str(tmp_path / "out")
+    path = tmp_path / "quickstart.toml"
+    path.write_text(dumps(config.to_dict()))
+    worker = WorkerProcess(path)
+    worker.wait_for(m.Complete, timeout=300)
+    assert worker.finish() == 0
+    weights = {r.label: r.weight for r in config.rewards}
+    rows = query(tmp_path / "out" / "outputs.db", "SELECT step, reward, reward_details, completion FROM generations")
+    assert len(rows) == 2 * config.training.batch_size * config.grpo.group_size
+    for _, reward, details, _ in rows:
+        breakdown = json.loads(details)
+        assert breakdown.keys() == weights.keys()
+        expected = sum(weights[k] * v for k, v in breakdown.items() if v is not None)
+        assert reward == pytest.approx(expected)

@@ -117,7 +117,8 @@ class WorkerProcess:
             try:
                 event = self._queue.get(timeout=max(left, 0.01))
             except queue.Empty:
-                raise AssertionError(f"no {kind.__name__} within {timeout}s; stderr:\n{self.stderr.decode()[-3000:]}")
+                stderr = self.stderr.decode()[-3000:]
+                raise AssertionError(f"no {kind.__name__} within {timeout}s; stderr:\n{stderr}") from None
             if event is None:
                 raise AssertionError(
                     f"worker exited (rc={self.proc.wait()}) before {kind.__name__}; stderr:\n{self.stderr.decode()[-3000:]}"

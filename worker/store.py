@@ -174,7 +174,7 @@ class Store:
         sql = f"SELECT {', '.join(_HISTORY_COLUMNS)} FROM steps WHERE run_id=? ORDER BY step"
         async with self._conn.execute(sql, (run_id,)) as cur:
             rows = await cur.fetchall()
-        history = [StepSummary(**dict(zip(_HISTORY_COLUMNS, r))) for r in rows]
+        history = [StepSummary(**dict(zip(_HISTORY_COLUMNS, r, strict=True))) for r in rows]
         async with self._conn.execute(
             "SELECT max(reward), avg(reward), min(loss), avg(loss), coalesce(sum(num_tokens), 0), "
             "avg(generation_ms), avg(training_ms) FROM steps WHERE run_id=?",
