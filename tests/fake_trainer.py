@@ -1,19 +1,16 @@
-"""The real Trainer with injected faults, for worker tests that need a model to misbehave on cue.
+"""The real Trainer with injected non-finite steps, for worker tests of the NaN guard's aftermath.
 
 Selected with ``GRPO_TUI_TRAINER=tests/fake_trainer.py:FaultyTrainer`` (a test-only hook of the
-worker). Everything is the real engine except:
-
-- ``FAKE_SKIP_STEPS=3,4,5``: those steps report a non-finite loss and skip the update (as the
-  engine's NaN guard does), without touching the weights;
-- ``FAKE_TOOL_CALLS=1``: every completion also carries one parsed ``<tool_call>``, as if the
-  model had written one (a tiny random model will not).
+worker). Everything is the real engine except that the steps listed in ``FAKE_SKIP_STEPS=3,4,5``
+report a non-finite loss and skip the update (as the engine's NaN guard does), without touching
+the weights. A tiny model cannot be made to produce NaN on cue.
 """
 
 from __future__ import annotations
 
 import os
 
-from grpo_tui.protocol.messages import Step, ToolCall
+from grpo_tui.protocol.messages import Step
 from grpo_tui.worker.records import StepOutput
 from grpo_tui.worker.trainer import Trainer
 
@@ -28,9 +25,4 @@ class FaultyTrainer(Trainer):
             epoch = self.batch(step)[0]
             metrics = Step(step=step, epoch=epoch, loss=None, gradients_applied=False, skipped_reason="non-finite loss")
             return StepOutput(metrics=metrics, generations=[])
-        output = super().train_step(step, on_phase)
-        if os.environ.get("FAKE_TOOL_CALLS"):
-            for i, gen in enumerate(output.generations):
-                raw = f'{{"name": "add", "arguments": {{"a": {i}, "b": {step}}}}}'
-                gen.tool_calls = [ToolCall(index=0, name="add", arguments={"a": i, "b": step}, raw=raw)]
-        return output
+        return super().train_step(step, on_phase)

@@ -16,7 +16,8 @@ from grpo_tui.protocol.codec import decode_event
 from grpo_tui.protocol.config import load_config
 from grpo_tui.protocol.tomlout import dumps
 from tests.worker_harness import (
-    FAULTY_TRAINER, ROOT, WorkerProcess, query, reward_config, tiny_model, write_config,
+    FAULTY_TRAINER, ROOT, TOOL_CALL_TEXT, WorkerProcess, build_tool_calling_model, query, reward_config,
+    tiny_model, write_config,
 )  # fmt: skip
 
 __all__ = ["tiny_model"]  # the fixture, imported for pytest
@@ -196,18 +197,25 @@ def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_and_keep_the_las
     assert mlx_lm.load(str(out / "emergency-4"))[0] is not None
 
 
-def test_tool_calls_returned_by_the_trainer_are_stored(tmp_path, tiny_model):
-    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"max_steps": 2})
-    worker = WorkerProcess(config, env={"GRPO_TUI_TRAINER": FAULTY_TRAINER, "FAKE_TOOL_CALLS": "1"})
+def test_tool_calls_in_real_completions_are_parsed_streamed_and_stored(tmp_path):
+    model = build_tool_calling_model(tmp_path / "tool-model")  # a real model that always calls `add`
+    config = write_config(
+        tmp_path, model, rewards=reward_config(tmp_path, "varied"),
+        training={"max_steps": 2}, generation={"max_completion_length": 2},
+    )  # fmt: skip
+    worker = WorkerProcess(config)
     worker.wait_for(m.Complete)
     assert worker.finish() == 0
     assert all(s.tool_calls and s.tool_calls[0].name == "add" for s in worker.of(m.Sample))
+    db = tmp_path / "out" / "outputs.db"
     rows = query(
-        tmp_path / "out" / "outputs.db",
-        "SELECT g.step, t.name, t.arguments, t.status FROM tool_calls t JOIN generations g ON g.id = t.generation_id",
+        db,
+        "SELECT g.step, t.call_index, t.name, t.arguments, t.status, t.raw "
+        "FROM tool_calls t JOIN generations g ON g.id = t.generation_id",
     )
-    assert len(rows) == 2 * 2 * 2 and all(r[1] == "add" and r[3] == "ok" for r in rows)
-    assert json.loads(rows[0][2]).keys() == {"a", "b"}
+    assert {r[0] for r in rows} == {1, 2} and query(db, "SELECT count(*) FROM generations") == [(8,)]
+    assert len(rows) == 8 * 2  # two tokens per completion, each one whole call
+    assert {(r[2], json.loads(r[3])["b"], r[4], r[5]) for r in rows} == {("add", 2, "ok", TOOL_CALL_TEXT)}
 
 
 def test_plain_mode_through_the_cli_prints_one_line_per_step_and_a_loadable_final_model(tmp_path, tiny_model):

@@ -181,3 +181,37 @@ def reward_config(folder: Path, *names: str) -> str:
 
 
 FAULTY_TRAINER = f"{ROOT / 'tests' / 'fake_trainer.py'}:FaultyTrainer"
+
+
+TOOL_CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+
+
+def build_tool_calling_model(directory: Path) -> Path:
+    """A tiny real Qwen3 that always writes ``TOOL_CALL_TEXT``: one added token carries the text,
+    the blocks are zeroed so the residual stream is the input embedding, and that token's tied
+    embedding points where every hidden state points, so it wins every sampling step."""
+    import mlx.core as mx
+    from tokenizers import Tokenizer
+
+    from tests.tiny_model import build_tiny_model
+
+    build_tiny_model(directory)
+    tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    tok.add_tokens([TOOL_CALL_TEXT])
+    tok.save(str(directory / "tokenizer.json"))
+    tool_id = tok.token_to_id(TOOL_CALL_TEXT)
+    config = json.loads((directory / "config.json").read_text())
+    config["vocab_size"] = tok.get_vocab_size()
+    (directory / "config.json").write_text(json.dumps(config))
+
+    weights = mx.load(str(directory / "model.safetensors"))
+    for name, value in weights.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            weights[name] = mx.zeros_like(value)  # every block adds nothing to the residual
+    embed = weights["model.embed_tokens.weight"] * 0.01
+    embed = mx.concatenate([embed, mx.zeros((config["vocab_size"] - embed.shape[0], embed.shape[1]))])
+    embed[:, 0] = 1.0  # every hidden state leans along dimension 0 ...
+    embed[tool_id, 0] = 40.0  # ... and so does the tool-call token, by far the most
+    weights["model.embed_tokens.weight"] = embed
+    mx.save_safetensors(str(directory / "model.safetensors"), weights)
+    return directory
