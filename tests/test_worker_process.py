@@ -116,6 +116,15 @@ def test_a_bad_config_is_one_fatal_error_frame_and_exit_code_2(tmp_path, tiny_mo
     assert b"Traceback" not in worker.stderr
 
 
+def test_resuming_from_a_folder_that_is_not_a_checkpoint_is_one_fatal_error(tmp_path, tiny_model):
+    not_a_checkpoint = tmp_path / "somewhere"
+    not_a_checkpoint.mkdir()
+    worker = WorkerProcess(write_config(tmp_path, tiny_model, checkpoint={"resume": str(not_a_checkpoint)}))
+    assert worker.finish() == 2
+    assert [type(e) for e in worker.events] == [m.Hello, m.Status, m.Error]
+    assert worker.events[-1].fatal and "is not a complete checkpoint" in worker.events[-1].message
+
+
 def test_a_failing_reward_is_fatal_names_the_function_and_leaves_the_store_consistent(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "boom"), checkpoint={"save_every": 0})
     worker = WorkerProcess(config, env={"BOOM_AT_CALL": "3"})
