@@ -22,6 +22,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.worker import checkpoint as ckpt
+from tests.faults import FAULT_TRAINER
 from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
@@ -32,7 +33,6 @@ TOTAL = 32  # steps; 8 prompts, batch 2 -> 4 steps per epoch
 PER_STEP = 2 * 2  # generations per step: batch 2 x group 2
 HOOKS = ["generating", "scoring", "training", "update", "commit", "model_saved", "install"]
 PHASES = ["generating", "scoring", "training", "saving"]
-KILL_TRAINER = str(Path(__file__).with_name("fault_trainer.py")) + ":FaultTrainer"
 _loaded: set[tuple[str, float]] = set()  # checkpoints already loaded once (they never change)
 
 
@@ -91,7 +91,7 @@ def kill_once(config: Path, out: Path, mark: Path, rng: random.Random, point: st
     assert step < TOTAL
     mark.unlink(missing_ok=True)
     if point != "timed":
-        env = {"GRPO_TUI_TRAINER": KILL_TRAINER, "FAULT_HOLD": f"{point}@{step}", "FAULT_MARK": str(mark)}
+        env = {"GRPO_TUI_TRAINER": FAULT_TRAINER, "FAULT_HOLD": f"{point}@{step}", "FAULT_MARK": str(mark)}
         worker = WorkerProcess(config, env=env)
         deadline = time.monotonic() + 120
         while not mark.exists():
