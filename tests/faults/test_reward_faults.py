@@ -178,4 +178,4 @@ def test_on_error_skip_through_the_worker_finishes_and_stores_none(tmp_path, tin
     assert all(d is not None for s, d in details if s <= 2)
     assert all(d is None for s, d in details if s >= 3)  # call 3 is step 3's scoring: skipped from then on
     warnings = query(db, "SELECT step FROM logs WHERE level = 'warning' AND message LIKE '%string%on_error = skip%'")
-    assert sorted(warnings) == [(3,), (4,)] or len(warnings) == 2  # one warning per skipped step
+    assert len(warnings) == 2  # one warning per skipped step (3 and 4)
