@@ -243,10 +243,6 @@ def test_plain_mode_through_the_cli_prints_one_line_per_step_and_a_loadable_fina
     assert mlx_lm.generate(model, tokenizer, "1 + 1 =", max_tokens=3) is not None
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not (ROOT / "examples" / "models" / "tiny-arith" / "config.json").exists(), reason="the demo model is not built yet"
-)
 def test_a_quickstart_run_stores_every_generation_with_its_reward_breakdown(tmp_path):
     config = load_config(ROOT / "examples" / "quickstart.toml")  # the shipped model, data and rewards
     config.training.max_steps = 2
