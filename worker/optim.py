@@ -12,6 +12,7 @@ the processed distribution, so they are not used for the ratio.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -100,12 +101,46 @@ class PassResult:
     stats: dict[str, float] = field(default_factory=dict)  # token-weighted means
 
 
+@partial(mx.compile, shapeless=True)
+def _adamw_kernel(parameter, gradient, m, v, lr, scale, b1: float, b2: float, eps: float, decay: float):
+    gradient = gradient * scale
+    m = b1 * m + (1 - b1) * gradient
+    v = b2 * v + (1 - b2) * mx.square(gradient)
+    parameter = parameter * (1 - lr * decay)
+    return parameter - lr * m / (mx.sqrt(v) + eps), m, v
+
+
+class FusedAdamW(optim.AdamW):
+    """mlx's AdamW (same state layout, same maths) with each parameter's update compiled into one
+    fused kernel, and the gradient-clipping scale folded in. On CPU, MLX runs every elementwise op
+    as its own pass over memory: on 155M contiguous float32 weights, 2.5 CPU-s unfused, 1.2 fused
+    (the weights' gradients must share their layout, see ``model.row_major_weight_grads``)."""
+
+    grad_scale: mx.array = mx.array(1.0)
+
+    def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
+        if self.bias_correction:
+            return super().apply_single(gradient * self.grad_scale.astype(gradient.dtype), parameter, state)
+        dtype = gradient.dtype
+        b1, b2 = self.betas
+        new, state["m"], state["v"] = _adamw_kernel(
+            parameter, gradient, state["m"], state["v"], self.learning_rate.astype(dtype),
+            self.grad_scale.astype(dtype), b1, b2, self.eps, self.weight_decay,
+        )
+        return new
+
+
 def make_optimizer(config: Config) -> optim.Optimizer:
-    return optim.AdamW(learning_rate=config.training.learning_rate, weight_decay=config.training.weight_decay)
+    return FusedAdamW(learning_rate=config.training.learning_rate, weight_decay=config.training.weight_decay)
+
+
+def _sum_of_squares(g: mx.array) -> mx.array:
+    flat = g.reshape(-1).astype(mx.float32)
+    return mx.inner(flat, flat)  # a BLAS dot product: ~7x faster on CPU than mx.sum(g ** 2)
 
 
 def _global_norm(grads: Any) -> mx.array:
-    return mx.sqrt(sum(mx.sum(g.astype(mx.float32) ** 2) for _, g in tree_flatten(grads)))
+    return mx.sqrt(sum(_sum_of_squares(g) for _, g in tree_flatten(grads)))
 
 
 def optimize_pass(
@@ -165,8 +200,12 @@ def optimize_pass(
     if not finite:
         what = "loss" if not bool(mx.isfinite(mx.array(total_loss)).item()) else "gradient norm"
         return PassResult(total_loss, grad_norm, False, f"non-finite {what}; update skipped", stats)
+    scale = 1.0
     if config.training.max_grad_norm > 0 and grad_norm > config.training.max_grad_norm:
         scale = config.training.max_grad_norm / (grad_norm + 1e-6)
+    if isinstance(optimizer, FusedAdamW):
+        optimizer.grad_scale = mx.array(scale)  # applied inside the fused update
+    elif scale != 1.0:
         grads = tree_map(lambda x: x * scale, grads)
     optimizer.update(model, grads)
     mx.eval(model.trainable_parameters(), optimizer.state)
