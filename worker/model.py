@@ -52,9 +52,48 @@ def _load(path: str) -> tuple[nn.Module, Any]:
         raise RuntimeError(f"cannot load model {path!r} ({where}): {exc.__class__.__name__}: {exc}") from exc
 
 
+@mx.custom_function
+def _linear(x: mx.array, weight: mx.array) -> mx.array:
+    return x @ weight.T
+
+
+@_linear.vjp
+def _linear_vjp(primals, cotangent, output):
+    x, weight = primals
+    flat = cotangent.reshape(-1, cotangent.shape[-1])
+    # cotangentᵀ·x is a plain matmul output: row-major, like the weight and AdamW's m and v. MLX's
+    # own VJP of ``x @ weight.T`` returns a transposed view, and every elementwise op that mixes the
+    # two layouts (norm, clipping, AdamW) runs ~10x slower on CPU.
+    return cotangent @ weight, flat.T @ x.reshape(-1, x.shape[-1])
+
+
+class _Linear(nn.Linear):
+    def __call__(self, x: mx.array) -> mx.array:
+        y = _linear(x, self["weight"])
+        return y + self["bias"] if "bias" in self else y
+
+
+class _Embedding(nn.Embedding):
+    def as_linear(self, x: mx.array) -> mx.array:  # the tied output projection
+        return _linear(x, self.weight)
+
+
+def row_major_weight_grads(model: nn.Module) -> None:
+    """Make the gradients of plain ``Linear``/``Embedding`` weights row-major (same maths).
+
+    On the 0.6B-shaped model this took AdamW from 12.9 to 4.8 CPU-s and the gradient norm from 3.4
+    to 0.55 CPU-s per step."""
+    for _, module in model.named_modules():
+        if type(module) is nn.Linear:
+            module.__class__ = _Linear
+        elif type(module) is nn.Embedding:
+            module.__class__ = _Embedding
+
+
 def load(config: ModelConfig) -> tuple[nn.Module, Any]:
     """The policy model (LoRA layers added when ``config.lora``) and its tokenizer."""
     model, tokenizer = _load(config.path)
+    row_major_weight_grads(model)
     if config.lora is not None:
         add_lora(model, config.lora)
     return model, tokenizer
