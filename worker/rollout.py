@@ -99,23 +99,31 @@ def generate(
     uids = generator.insert(flat)
     slot = {uid: i for i, uid in enumerate(uids)}
     tokens: list[list[int]] = [[] for _ in flat]
-    logprobs: list[list[mx.array]] = [[] for _ in flat]
+    picked: list[tuple[list[int], mx.array]] = []  # (rows, their sampled tokens' log-probs) per decode step
     stopped = [False] * total
     try:
         while responses := generator.next_generated():
-            for r in responses:
-                i = slot[r.uid]
+            rows = [slot[r.uid] for r in responses]
+            # One small array per decode step, evaluated right away: holding every token's
+            # (vocabulary-sized) log-prob row until the end cost memory and one eval per completion.
+            step_lps = mx.stack([r.logprobs[r.token] for r in responses])
+            mx.async_eval(step_lps)
+            picked.append((rows, step_lps))
+            for i, r in zip(rows, responses):
                 tokens[i].append(r.token)
-                logprobs[i].append(r.logprobs[r.token])
                 if r.finish_reason == "stop":
                     stopped[i] = True
     finally:
         generator.close()
 
+    logprobs: list[list[float]] = [[] for _ in flat]
+    for rows, step_lps in picked:
+        for i, value in zip(rows, step_lps.tolist()):
+            logprobs[i].append(value)
     out = []
     for i, ids in enumerate(tokens):
         body = ids[:-1] if stopped[i] else ids
-        lps = mx.stack(logprobs[i]).tolist() if logprobs[i] else []
+        lps = logprobs[i]
         out.append(
             Completion(
                 prompt_index=i // n,
