@@ -81,8 +81,10 @@ def generate(
     gen: GenerationConfig,
     *,
     greedy: bool = False,
+    logprobs: bool = True,
 ) -> list[Completion]:
-    """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j]."""
+    """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j].
+    ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them)."""
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
     total = len(prompts) * n
@@ -104,11 +106,12 @@ def generate(
     try:
         while responses := generator.next_generated():
             rows = [slot[r.uid] for r in responses]
-            # One small array per decode step, evaluated right away: holding every token's
-            # (vocabulary-sized) log-prob row until the end cost memory and one eval per completion.
-            step_lps = mx.stack([r.logprobs[r.token] for r in responses])
-            mx.async_eval(step_lps)
-            picked.append((rows, step_lps))
+            if logprobs:
+                # One small array per decode step, evaluated right away: holding every token's
+                # (vocabulary-sized) log-prob row until the end cost memory and one eval per completion.
+                step_lps = mx.stack([r.logprobs[r.token] for r in responses])
+                mx.async_eval(step_lps)
+                picked.append((rows, step_lps))
             for i, r in zip(rows, responses):
                 tokens[i].append(r.token)
                 if r.finish_reason == "stop":
@@ -116,14 +119,14 @@ def generate(
     finally:
         generator.close()
 
-    logprobs: list[list[float]] = [[] for _ in flat]
+    sampled: list[list[float]] = [[] for _ in flat]
     for rows, step_lps in picked:
         for i, value in zip(rows, step_lps.tolist()):
-            logprobs[i].append(value)
+            sampled[i].append(value)
     out = []
     for i, ids in enumerate(tokens):
         body = ids[:-1] if stopped[i] else ids
-        lps = logprobs[i]
+        lps = sampled[i]
         out.append(
             Completion(
                 prompt_index=i // n,

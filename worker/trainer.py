@@ -87,7 +87,8 @@ class Trainer:
         on_phase("generating")
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
-        completions = rollout.generate(self.model, self.tokenizer, [e.prompt_ids for e in examples], G, cfg.generation)
+        prompts = [e.prompt_ids for e in examples]
+        completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False)
         generation_s = time.perf_counter() - t0
 
         on_phase("scoring")
@@ -113,7 +114,9 @@ class Trainer:
 
         lengths = [len(c.token_ids) for c in completions]
         prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
-        skipped = [p.skipped_reason for p in passes if not p.applied]
+        n = len(passes)
+        skipped = [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
+                   for i, p in enumerate(passes) if not p.applied]
         stats = {k: float(np.mean([p.stats.get(k, 0.0) for p in passes])) for k in passes[0].stats}
         group_stds = np.array(stds.tolist())[::G]
         metrics = Step(
@@ -143,7 +146,7 @@ class Trainer:
             peak_memory_mb=mx.get_peak_memory() / MB,
             active_memory_mb=mx.get_active_memory() / MB,
             gradients_applied=not skipped,
-            skipped_reason="; ".join(f"{r} (pass {i + 1})" if len(passes) > 1 else r for i, r in enumerate(skipped) if r) or None,
+            skipped_reason="; ".join(skipped) or None,
         )
         if skipped:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
