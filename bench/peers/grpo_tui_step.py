@@ -1,0 +1,150 @@
+"""grpo-tui's GRPO step, run in the project's virtualenv: ``python grpo_tui_step.py SPEC.json``.
+
+Drives ``worker.trainer.Trainer.train_step`` exactly as the worker does, on the spec's rows. When
+the spec asks for it, also measures, in the same process and with the same BLAS:
+- rollout tokens/s of ``worker.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
+  on the same prompts (same sampler, same number of concurrent sequences, fixed length);
+- the sgemm peak (float32 square matmuls) the training phase's model-FLOPs utilisation is
+  measured against.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_spec, write_result  # noqa: E402
+
+import mlx.core as mx  # noqa: E402
+from mlx.utils import tree_flatten  # noqa: E402
+from mlx_lm.generate import batch_generate  # noqa: E402
+
+from grpo_tui.protocol.blas import active_blas  # noqa: E402
+from grpo_tui.protocol.config import parse_config  # noqa: E402
+from grpo_tui.worker import rollout  # noqa: E402
+from grpo_tui.worker.trainer import Trainer  # noqa: E402
+
+CONFIG = """
+[model]
+path = {model!r}
+[data]
+path = {data!r}
+shuffle = false
+[[rewards]]
+name = "accuracy"
+[grpo]
+group_size = {group_size}
+loss_type = "dapo"
+epsilon = 0.2
+epsilon_high = 0.28
+beta = 0.0
+[generation]
+max_completion_length = {max_completion_length}
+temperature = {temperature}
+[training]
+learning_rate = {learning_rate}
+batch_size = {batch_size}
+max_steps = {total_steps}
+seed = {seed}
+[checkpoint]
+output_dir = {output_dir!r}
+[store]
+enabled = false
+"""
+
+
+def make_trainer(spec: dict) -> Trainer:
+    work = Path(spec["workdir"])
+    data = work / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in spec["rows"]))
+    text = CONFIG.format(
+        **spec, data=str(data), output_dir=str(work / "run"), total_steps=spec["warmup"] + spec["steps"]
+    )
+    trainer = Trainer(parse_config(text), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
+    if spec["fixed_length"]:
+        trainer.tokenizer.eos_token_ids = set()  # no stop token: every completion is max length
+    return trainer
+
+
+def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
+    steps = []
+    for step in range(1, spec["warmup"] + spec["steps"] + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        m = trainer.train_step(step).metrics
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        generated = round(m.completion_mean_length * spec["batch_size"] * spec["group_size"])
+        steps.append(
+            {
+                "s": wall,
+                "cpu_s": cpu,
+                "generation_s": m.generation_ms / 1000,
+                "training_s": m.training_ms / 1000,
+                "generated_tokens": generated,
+                "training_tokens": m.num_tokens,  # prompt + completion tokens the training forward sees
+                "peak_memory_mb": m.peak_memory_mb,
+            }
+        )
+        print(f"step {step}: {wall:.2f}s {json.dumps(steps[-1])}", file=sys.stderr)
+    return steps
+
+
+def rollout_vs_batch_generate(trainer: Trainer, spec: dict, repeats: int) -> dict:
+    """Generated tokens/s of our rollout and of raw batch_generate, interleaved, median of repeats."""
+    from mlx_lm.sample_utils import make_sampler
+
+    G, gen = spec["group_size"], trainer.config.generation
+    prompts = [trainer.dataset[i].prompt_ids for i in range(spec["batch_size"])]
+    flat = [p for p in prompts for _ in range(G)]
+    ours, raw = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        completions = rollout.generate(trainer.model, trainer.tokenizer, prompts, G, gen)
+        ours.append(sum(len(c.token_ids) for c in completions) / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        out = batch_generate(
+            trainer.model,
+            trainer.tokenizer,
+            flat,
+            max_tokens=gen.max_completion_length,
+            sampler=make_sampler(temp=gen.temperature),
+            completion_batch_size=len(flat),
+            prefill_batch_size=len(flat),
+            return_token_ids=True,
+        )
+        raw.append(sum(len(ids) for ids in out.token_ids) / (time.perf_counter() - t0))
+    return {"ours_tokens_per_s": statistics.median(ours), "batch_generate_tokens_per_s": statistics.median(raw)}
+
+
+def sgemm_peak(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 5) -> float:
+    """Best float32 matmul throughput (FLOP/s) over a few square sizes."""
+    best = 0.0
+    for n in sizes:
+        a, b = mx.random.normal((n, n)), mx.random.normal((n, n))
+        mx.eval(a, b, a @ b)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            mx.eval(a @ b)
+            best = max(best, 2 * n**3 / (time.perf_counter() - t0))
+    return best
+
+
+def main() -> None:
+    spec = load_spec()
+    blas = active_blas()
+    print(f"BLAS: {blas}", file=sys.stderr)
+    trainer = make_trainer(spec)
+    params = sum(v.size for _, v in tree_flatten(trainer.model.parameters()))
+    result = {"system": "grpo-tui", "blas": blas, "params": params, "steps": run_steps(trainer, spec)}
+    if spec.get("rollout_repeats"):
+        result["rollout"] = rollout_vs_batch_generate(trainer, spec, spec["rollout_repeats"])
+    if spec.get("sgemm"):
+        result["sgemm_flops"] = sgemm_peak()
+    write_result(spec, result)
+
+
+if __name__ == "__main__":
+    main()
