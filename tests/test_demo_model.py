@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
+import socket
 import sys
 from pathlib import Path
 
@@ -25,13 +25,19 @@ def _import(name: str):
     return module
 
 
+def _no_network(*args, **kwargs):
+    raise AssertionError("loading the demo model tried to open a network connection")
+
+
 @pytest.fixture(scope="module")
 def loaded():
-    # A local folder never touches the network; the flag makes any attempt fail loudly.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mlx_lm import load
 
-    return load(str(MODEL_DIR))
+    # Offline for real: any connection attempt during the load fails the test.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setattr(socket.socket, "connect", _no_network)
+        return load(str(MODEL_DIR))
 
 
 def _rows(path: Path) -> list[dict]:
