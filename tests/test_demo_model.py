@@ -6,7 +6,6 @@ import asyncio
 import importlib.util
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ EVAL = EXAMPLES / "data" / "arith_eval.jsonl"
 def _import(name: str):
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
