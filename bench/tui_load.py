@@ -61,6 +61,7 @@ async def run(args: argparse.Namespace) -> None:
     app = GrpoApp(str(out / "config.toml"), config, worker_argv=argv)
     frames = 0
     latencies: list[float] = []
+    slow: list[tuple[float, str, float]] = []
     async with app.run_test(size=(160, 48)) as pilot:
         def counting(event: object) -> None:  # count frames as they arrive
             nonlocal frames
@@ -92,6 +93,7 @@ async def run(args: argparse.Namespace) -> None:
             while not handled:
                 await asyncio.sleep(0.001)
             latencies.append((handled[0] - t0) * 1000)
+            slow.append((latencies[-1], key, round(t0 - start, 1)))
             i += 1
             await asyncio.sleep(0.25)
         elapsed = time.perf_counter() - start
@@ -107,6 +109,7 @@ async def run(args: argparse.Namespace) -> None:
           f"max {max(latencies):.1f} ms over {len(latencies)} presses (target p99 < 100 ms)")
     print(f"  memory (RSS)      {warm_rss:.1f} MB at {warm_at:.0f} s → {end_rss:.1f} MB at {elapsed:.0f} s "
           f"({end_rss - warm_rss:+.1f} MB; target flat)")
+    print("  slowest presses   " + ", ".join(f"{ms:.0f} ms ({key!r} at {at:g} s)" for ms, key, at in sorted(slow)[-5:]))
     print(f"  dashboard CPU     {cpu / elapsed * 100:.0f}% of one core")
 
 

@@ -19,7 +19,7 @@ from textual.css.query import NoMatches
 from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
@@ -32,6 +32,7 @@ from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.state import METRICS, LogEntry, RunState, group_of, log_entry_for
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
 from grpo_tui.tui.widgets.database_view import DatabaseView
+from grpo_tui.tui.widgets.lean_footer import LeanFooter
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.metric_tile import MetricTile
 from grpo_tui.tui.widgets.progress_panel import ProgressPanel
@@ -132,7 +133,7 @@ class GrpoApp(App[int]):
                     yield ConfigPanel(id="config-panel")
                 with TabPane("4 Database", id="database"):
                     yield DatabaseView(id="database-view")
-        yield Footer()
+        yield LeanFooter()
 
     async def on_mount(self) -> None:
         self.query_one("#zero-std").display = False

@@ -7,10 +7,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
+from grpo_tui.tui.widgets.lean_footer import LeanFooter
 from grpo_tui.tui.screens.sample_detail import summary
 
 
@@ -33,4 +34,4 @@ class GroupScreen(Screen[None]):
                 with VerticalScroll(classes="group-column"):
                     yield Static(summary(s))
                     yield Static(inert(s.completion), classes="section-body")
-        yield Footer()
+        yield LeanFooter()

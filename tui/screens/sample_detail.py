@@ -9,10 +9,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
+from grpo_tui.tui.widgets.lean_footer import LeanFooter
 from grpo_tui.tui.state import format_number
 
 
@@ -63,7 +64,7 @@ class SampleDetailScreen(Screen[None]):
             ):
                 yield Static(Text(title, "bold underline"), classes="section-title")
                 yield Static(body, classes="section-body", id=f"detail-{title.replace(' ', '-')}")
-        yield Footer()
+        yield LeanFooter()
 
     def action_group(self) -> None:
         from grpo_tui.tui.screens.group_view import GroupScreen
