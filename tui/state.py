@@ -69,12 +69,18 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}:{mins:02d}:{secs:02d}" if h else f"{mins}:{secs:02d}"
 
 
-def format_number(value: float | None, digits: int = 4) -> str:
+def format_number(value: float | None) -> str:
+    """Four significant digits, thousands separators for big values, e-notation for tiny ones."""
     if value is None or not math.isfinite(value):
         return "—"
-    if value != 0 and (abs(value) >= 1e5 or abs(value) < 10 ** -(digits - 1)):
-        return f"{value:.{max(digits - 2, 1)}e}"
-    return f"{value:.{digits}g}" if abs(value) >= 1000 else f"{value:.{digits}f}".rstrip("0").rstrip(".")
+    size = abs(value)
+    if size >= 1e6 or (0 < size < 1e-4):
+        return f"{value:.2e}"
+    if size >= 1000:
+        return f"{value:,.0f}"
+    if size >= 1:
+        return f"{value:.4g}"
+    return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
 @dataclass
@@ -97,7 +103,7 @@ class RunState:
     output_dir: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     database: m.DatabasePath | None = None
-    epoch: int = 0
+    epoch: int = 0  # 0-based, as the worker counts; shown 1-based
     total_epochs: int = 1
     step: int = 0
     total_steps: int = 0

@@ -180,14 +180,14 @@ def run(args: argparse.Namespace) -> int:
     first = 1
     if restarted and marker.exists():
         first = int(marker.read_text() or 0) + 1
-        history = [m.StepSummary(step=s, epoch=(s - 1) // steps_per_epoch + 1, loss=step_frame(s, 1, args).loss,
+        history = [m.StepSummary(step=s, epoch=(s - 1) // steps_per_epoch, loss=step_frame(s, 1, args).loss,
                                  reward=step_frame(s, 1, args).reward) for s in range(1, first)]
-        fake.send(m.ResumeState(step=first - 1, epoch=(first - 2) // steps_per_epoch + 1, total_epochs=2,
+        fake.send(m.ResumeState(step=first - 1, epoch=(first - 2) // steps_per_epoch, total_epochs=2,
                                 step_in_epoch=(first - 2) % steps_per_epoch + 1, steps_per_epoch=steps_per_epoch,
                                 history=history))
         fake.send(m.Log(level="info", message=f"resumed from step {first - 1}"))
     for step in range(first, args.steps + 1):
-        epoch = (step - 1) // steps_per_epoch + 1
+        epoch = (step - 1) // steps_per_epoch  # 0-based, like the real worker
         if (step - 1) % steps_per_epoch == 0:
             fake.send(m.EpochStart(epoch=epoch, total_epochs=2, steps_in_epoch=steps_per_epoch))
         fake.send(m.Status(phase="generating"))

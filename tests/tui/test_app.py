@@ -37,6 +37,7 @@ async def test_live_view_follows_the_run(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 6 and len(app.state.samples) == 8)
         assert "tiny-fake" in header(app) and "step 6/6" in header(app) and "▶ running" in header(app)
+        assert "epoch 2/2" in header(app)  # the worker counts epochs from 0
         assert app.query_one("#samples-table", DataTable).row_count == 8
         assert "reward 0.5166" in str(app.query_one("#tile-reward .tile-value", Static).render())  # step 6
         assert list(app.state.history_steps) == [1, 2, 3, 4, 5, 6]

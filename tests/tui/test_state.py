@@ -89,7 +89,8 @@ def test_log_entries_for_events():
     assert log_entry_for(m.Step(step=1, epoch=1)) is None
 
 
-@pytest.mark.parametrize("value, text", [(None, "—"), (float("inf"), "—"), (0.5, "0.5"), (123456.0, "1.23e+05"),
-                                         (0.0, "0"), (1234.5, "1234")])
+@pytest.mark.parametrize("value, text", [(None, "—"), (float("inf"), "—"), (0.5, "0.5"), (123456.0, "123,456"),
+                                         (0.0, "0"), (1234.5, "1,234"), (5.59375, "5.594"), (0.00481, "0.0048"),
+                                         (-0.00003, "-3.00e-05"), (2e-4, "0.0002"), (3e7, "3.00e+07")])
 def test_format_number(value, text):
     assert format_number(value) == text

@@ -35,4 +35,4 @@ class MetricTile(Vertical):
         recent = [v for v in list(values)[-SPARK_POINTS:] if v is not None]
         latest = next((v for v in reversed(values) if v is not None), None) if values else None
         self.query_one(".tile-value", Static).update(self._label(latest, note))
-        self.query_one(Sparkline).data = recent or [0.0]
+        self.query_one(Sparkline).data = recent  # empty (e.g. kl with beta = 0) draws nothing

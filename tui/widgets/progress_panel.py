@@ -17,11 +17,11 @@ class ProgressPanel(Vertical):
                 yield ProgressBar(id=f"{name}-bar", show_eta=False)
 
     def show(self, state: RunState) -> None:
-        done_epochs = state.epoch - 1 + (state.step_in_epoch / state.steps_per_epoch if state.steps_per_epoch else 0)
+        done_epochs = state.epoch + (state.step_in_epoch / state.steps_per_epoch if state.steps_per_epoch else 0)
         if state.status == "done":
             done_epochs = state.total_epochs
         rows = (
-            ("epoch", f"epoch {state.epoch}/{state.total_epochs}", state.total_epochs, max(done_epochs, 0)),
+            ("epoch", f"epoch {state.epoch + 1}/{state.total_epochs}", state.total_epochs, max(done_epochs, 0)),
             ("step", f"step {state.step}/{state.total_steps or '?'}", state.total_steps or None, state.step),
         )
         for name, label, total, progress in rows:

@@ -20,7 +20,7 @@ class RunHeader(Static):
         text.append(" grpo-tui ", "bold reverse")
         text.append(f" {clean(state.model, single_line=True) or '—'}", "bold")
         text.append(f" · run {clean(state.run_name, single_line=True) or '—'}")
-        text.append(f" · epoch {state.epoch}/{state.total_epochs}")
+        text.append(f" · epoch {state.epoch + 1}/{state.total_epochs}")
         text.append(f" · step {state.step}/{state.total_steps or '?'}")
         text.append(" · ")
         text.append(STATUS_GLYPHS[state.status], _STATUS_STYLE[state.status])

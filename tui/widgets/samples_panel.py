@@ -52,7 +52,7 @@ class SamplesPanel(Vertical):
         for s in samples:
             finish = Text(s.finish_reason, "yellow" if s.finish_reason != "stop" else "")
             table.add_row(
-                str(s.group), str(s.index), format_number(s.reward, 3), format_number(s.advantage, 3), finish,
+                str(s.group), str(s.index), format_number(s.reward), format_number(s.advantage), finish,
                 str(s.num_tokens), inert(s.completion, single_line=True, limit=PREVIEW_CHARS),
             )
         if samples:

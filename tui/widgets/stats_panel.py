@@ -12,6 +12,12 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:,.0f}"
 
 
+def _mb(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value / 1024:.2f} GB" if value >= 1024 else f"{value:.1f} MB"
+
+
 class StatsPanel(Static):
     def show(self, state: RunState) -> None:
         s = state.last_step
@@ -28,7 +34,7 @@ class StatsPanel(Static):
             f"generation {_ms(s.generation_ms)} · scoring {_ms(s.scoring_ms)} · training {_ms(s.training_ms)}"
         )
         text.append("\nmemory ", "dim").append(
-            f"peak {format_number(s.peak_memory_mb)} MB · active {format_number(s.active_memory_mb)} MB"
+            f"peak {_mb(s.peak_memory_mb)} · active {_mb(s.active_memory_mb)}"
         )
         text.append("   lr ", "dim").append(format_number(s.learning_rate))
         text.append("   grad norm ", "dim").append(format_number(s.grad_norm))
