@@ -52,8 +52,18 @@ def _load(path: str) -> tuple[nn.Module, Any]:
         raise RuntimeError(f"cannot load model {path!r} ({where}): {exc.__class__.__name__}: {exc}") from exc
 
 
+# Up to this many rows (decoding: one token per sequence), ``(weight @ xᵀ)ᵀ`` streams the weight
+# through MKL's sgemm about 1.5x faster than ``x @ weightᵀ`` (measured at 8 rows on the 0.6B-shaped
+# model's matrices); the output is small, so its transposed layout costs nothing.
+DECODE_ROWS = 64
+
+
 @mx.custom_function
 def _linear(x: mx.array, weight: mx.array) -> mx.array:
+    rows = x.size // x.shape[-1]
+    if 1 < rows <= DECODE_ROWS:
+        out = (weight @ x.reshape(rows, x.shape[-1]).T).T
+        return out.reshape(*x.shape[:-1], weight.shape[0])
     return x @ weight.T
 
 
