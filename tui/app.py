@@ -24,6 +24,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
+from grpo_tui.tui.inert import clean
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
@@ -163,7 +164,7 @@ class GrpoApp(App[int]):
         self.state.status, self.state.error = "error", message
         self.state.ended_at = self.state.clock()
         self._log([LogEntry("error", message, "dashboard")])
-        self.notify(message, severity="error", timeout=10)
+        self.notify(clean(message, single_line=True), severity="error", timeout=10, markup=False)  # may quote stderr
         self._render({"header", "bindings"})
 
     async def _send(self, command: m.Command) -> None:

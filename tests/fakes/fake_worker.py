@@ -207,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
             fake.checkpoint(step, "periodic")
         if args.crash_at and step == args.crash_at and not restarted:
             marker.write_text(str(fake.last_checkpoint or step))
-            print("fake worker: Traceback (most recent call last): boom", file=sys.stderr, flush=True)
+            boom = "[/bold] [link=x]boom\x1b[2J" if args.hostile else "boom"
+            print(f"fake worker: Traceback (most recent call last): {boom}", file=sys.stderr, flush=True)
             return 3
         if fake.drain(step, block=False):
             return 0

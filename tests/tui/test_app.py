@@ -268,6 +268,16 @@ async def test_gives_up_after_max_restarts(make_app):
     assert app.return_value == 1
 
 
+async def test_worker_stderr_in_a_crash_message_is_inert(make_app):
+    app = make_app("--steps", "6", "--crash-at", "2", "--hostile", max_restarts=0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.status == "error")
+        assert "[/bold] [link=x]boom" in app.state.error
+        [note] = list(app._notifications)  # the error toast: stderr text, never parsed as markup
+        assert "[/bold] [link=x]boom" in note.message and "\x1b" not in note.message and not note.markup
+        assert app.is_running
+
+
 async def test_model_text_is_inert(make_app):
     app = make_app("--steps", "1", "--samples", "4", "--hold", "--hostile", "--completion-chars", "400")
     async with app.run_test(size=SIZE) as pilot:
