@@ -142,7 +142,7 @@ def report(shape: str, work: dict, model: Path, results: dict[str, dict]) -> lis
         f"== {shape}: {model.relative_to(ROOT)} ({params / 1e6:.1f}M parameters, {config.get('torch_dtype', 'float32')}, "
         f"full fine-tune) · {work['batch_size']} prompts × G={work['group_size']} × {work['max_completion_length']} "
         f"tokens (fixed length) · lr {work['learning_rate']} · median of {work['steps']} steps after {work['warmup']} warm-up",
-        f"{'system':<12} {'s/step':>8} {'CPU-s/step':>10} {'gen tok/step':>12} {'peak mem/step':>13} "
+        f"{'system':<12} {'s/step':>8} {'CPU-s/step':>10} {'generation':>10} {'gen tok/step':>12} {'peak mem/step':>13} "
         f"{'max RSS':>9}   grpo-tui faster by (wall / CPU)",
     ]
     base = summarise(ours, work["warmup"]) if "steps" in ours else None
@@ -155,7 +155,8 @@ def report(shape: str, work: dict, model: Path, results: dict[str, dict]) -> lis
         if base and system != "grpo-tui":
             ratio = f"{s['s'] / base['s']:.2f}× / {s['cpu_s'] / base['cpu_s']:.2f}×"
         lines.append(
-            f"{system:<12} {_fmt(s['s'], 8, '.3f')} {_fmt(s['cpu_s'], 10, '.2f')} {_fmt(s['generated_tokens'], 12, '.0f')} "
+            f"{system:<12} {_fmt(s['s'], 8, '.3f')} {_fmt(s['cpu_s'], 10, '.2f')} {_fmt(s['generation_s'], 9, '.3f', 's')} "
+            f"{_fmt(s['generated_tokens'], 12, '.0f')} "
             f"{_fmt(s['peak_memory_mb'], 13, '.0f', ' MB')} {_fmt(result.get('max_rss_mb'), 9, '.0f', ' MB')}   {ratio}"
         )
     if "steps" not in ours:

@@ -55,9 +55,35 @@ class StepClock:
         return spent
 
 
-def exact_answer(completion: str, answer: str) -> float:
-    """The reward every system uses: 1 when ``<answer>N</answer>`` holds the right number."""
+def bench_reward(completion: str, answer: str) -> float:
+    """The reward every system uses: 1 when ``<answer>N</answer>`` holds the right number, else a
+    deterministic value in [0, 1) from the text. A random-weight model is never right, and with
+    all-equal rewards the advantages (and so the gradients) would be zero; this keeps the work real.
+    """
     start, end = completion.find("<answer>"), completion.find("</answer>")
-    if start < 0 or end < start:
-        return 0.0
-    return 1.0 if completion[start + len("<answer>") : end].strip() == str(answer).strip() else 0.0
+    if 0 <= start < end and completion[start + len("<answer>") : end].strip() == str(answer).strip():
+        return 1.0
+    return (sum(map(ord, completion)) % 97) / 97
+
+
+def grpo_tui_reward(prompts: list, completions: list[str], answer: list[str], **columns) -> list[float]:
+    """``bench_reward`` with grpo-tui's custom reward signature."""
+    return [bench_reward(c, a) for c, a in zip(completions, answer)]
+
+
+class PhaseTimer:
+    """Wraps a function and adds its wall time to ``total`` (to split a step into phases)."""
+
+    def __init__(self, fn):
+        self.fn, self.total = fn, 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.total += time.perf_counter() - start
+
+    def take(self) -> float:
+        spent, self.total = self.total, 0.0
+        return spent

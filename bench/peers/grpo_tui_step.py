@@ -3,7 +3,8 @@
 Drives ``worker.trainer.Trainer.train_step`` exactly as the worker does, on the spec's rows. When
 the spec asks for it, also measures, in the same process and with the same BLAS:
 - rollout tokens/s of ``worker.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
-  on the same prompts (same sampler, same number of concurrent sequences, fixed length);
+  on a stock ``mlx_lm.load`` of the same model (same prompts, same sampler, same number of
+  concurrent sequences, fixed length);
 - the sgemm peak (float32 square matmuls) the training phase's model-FLOPs utilisation is
   measured against.
 """
@@ -21,6 +22,7 @@ from common import load_spec, write_result  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
+from mlx_lm import load  # noqa: E402
 from mlx_lm.generate import batch_generate  # noqa: E402
 
 from grpo_tui.protocol.blas import active_blas  # noqa: E402
@@ -35,7 +37,7 @@ path = {model!r}
 path = {data!r}
 shuffle = false
 [[rewards]]
-name = "accuracy"
+function = {reward!r}
 [grpo]
 group_size = {group_size}
 loss_type = "dapo"
@@ -62,7 +64,11 @@ def make_trainer(spec: dict) -> Trainer:
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in spec["rows"]))
     text = CONFIG.format(
-        **spec, data=str(data), output_dir=str(work / "run"), total_steps=spec["warmup"] + spec["steps"]
+        **spec,
+        data=str(data),
+        output_dir=str(work / "run"),
+        total_steps=spec["warmup"] + spec["steps"],
+        reward=str(Path(__file__).resolve().parent / "common.py") + ":grpo_tui_reward",
     )
     trainer = Trainer(parse_config(text), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     if spec["fixed_length"]:
@@ -99,6 +105,7 @@ def rollout_vs_batch_generate(trainer: Trainer, spec: dict, repeats: int) -> dic
     G, gen = spec["group_size"], trainer.config.generation
     prompts = [trainer.dataset[i].prompt_ids for i in range(spec["batch_size"])]
     flat = [p for p in prompts for _ in range(G)]
+    stock, _ = load(spec["model"])  # raw mlx-lm: its own model, without the engine's layer patches
     ours, raw = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -106,7 +113,7 @@ def rollout_vs_batch_generate(trainer: Trainer, spec: dict, repeats: int) -> dic
         ours.append(sum(len(c.token_ids) for c in completions) / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         out = batch_generate(
-            trainer.model,
+            stock,
             trainer.tokenizer,
             flat,
             max_tokens=gen.max_completion_length,

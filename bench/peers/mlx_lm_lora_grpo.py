@@ -14,18 +14,24 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import StepClock, exact_answer, load_spec, write_result  # noqa: E402
+from common import PhaseTimer, StepClock, bench_reward, load_spec, write_result  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import mlx.optimizers as optim  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 from mlx_lm import load  # noqa: E402
 from mlx_lm.tuner.callbacks import TrainingCallback  # noqa: E402
+from mlx_lm_lora.trainer import grpo_trainer  # noqa: E402
 from mlx_lm_lora.trainer.grpo_trainer import GRPOTrainingArgs, train_grpo  # noqa: E402
 
 
+# train_grpo calls the module-level generate_grpo: time it there (the generation phase).
+GENERATION = PhaseTimer(grpo_trainer.generate_grpo)
+grpo_trainer.generate_grpo = GENERATION
+
+
 def accuracy(prompts, completions, answer, types=None):
-    return [exact_answer(c, a) for c, a in zip(completions, answer)]
+    return [bench_reward(c, a) for c, a in zip(completions, answer)]
 
 
 class Recorder(TrainingCallback):
@@ -41,6 +47,7 @@ class Recorder(TrainingCallback):
             {
                 "s": wall,
                 "cpu_s": cpu,
+                "generation_s": GENERATION.take(),
                 "generated_tokens": round(info["train_average_generated_tokens"] * self.rows_per_step),
                 "peak_memory_mb": info["peak_memory"] * 1e9 / 2**20,
             }

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import StepClock, exact_answer, load_spec, max_rss_mb, write_result  # noqa: E402
+from common import PhaseTimer, StepClock, bench_reward, load_spec, max_rss_mb, write_result  # noqa: E402
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
@@ -24,7 +24,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 
 def accuracy(completions, answer, **kwargs):
-    return [exact_answer(c[0]["content"], a) for c, a in zip(completions, answer)]
+    return [bench_reward(c[0]["content"], a) for c, a in zip(completions, answer)]
 
 
 class Recorder(TrainerCallback):
@@ -33,13 +33,15 @@ class Recorder(TrainerCallback):
         self.clock = StepClock()
         self.steps: list[dict] = []
         self.logs: dict[int, dict] = {}
+        self.generation: PhaseTimer | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.clock.reset()
 
     def on_step_end(self, args, state, control, **kwargs):
         wall, cpu = self.clock.mark()
-        self.steps.append({"s": wall, "cpu_s": cpu, "max_rss_mb": max_rss_mb()})
+        gen = self.generation.take() if self.generation else None
+        self.steps.append({"s": wall, "cpu_s": cpu, "generation_s": gen, "max_rss_mb": max_rss_mb()})
         print(f"step {state.global_step}: {wall:.2f}s", file=sys.stderr)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -91,6 +93,9 @@ def main() -> None:
         processing_class=tokenizer,
         callbacks=[recorder],
     )
+    # The generation phase: transformers' generate inside _generate_single_turn.
+    recorder.generation = PhaseTimer(trainer._generate_single_turn)
+    trainer._generate_single_turn = recorder.generation
     trainer.train()
     for n, step in enumerate(recorder.steps, 1):
         logs = recorder.logs.get(n, {})
