@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import resource
 import statistics
 import sys
@@ -41,6 +42,7 @@ output_dir = "{out}"
 
 
 def rss_mb() -> float:
+    gc.collect()  # count what is retained, not garbage waiting for the next full collection
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
