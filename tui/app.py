@@ -30,7 +30,7 @@ from grpo_tui.tui.screens.crash import CrashScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
-from grpo_tui.tui.state import METRICS, LogEntry, RunState, group_of, log_entry_for
+from grpo_tui.tui.state import METRICS, LogEntry, RunState, group_of, log_entry_for, refusal
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
 from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.lean_footer import LeanFooter
@@ -172,18 +172,13 @@ class GrpoApp(App[int]):
             self.notify("the worker is not running", severity="warning")
 
     def _check_hello(self, event: m.Event) -> bool:
-        """The first frame must be a hello of our protocol version; else refuse the worker."""
         self._greeted = True
-        if isinstance(event, m.Hello) and event.protocol_version == m.PROTOCOL_VERSION:
+        if (reason := refusal(event)) is None:
             return True
-        got = f"protocol version {event.protocol_version}" if isinstance(event, m.Hello) else f"a {type(event).__name__} frame"
         self._refused = True
         if self.proc:
             self.proc.kill()
-        self._fail(
-            f"refused the worker: it speaks {got}, this dashboard speaks protocol version "
-            f"{m.PROTOCOL_VERSION}. Install matching versions of grpo-tui."
-        )
+        self._fail(reason)
         return False
 
     # ------------------------------------------------------------ the flush loop

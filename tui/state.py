@@ -246,6 +246,17 @@ class RunState:
         return set()
 
 
+def refusal(first: m.Event) -> str | None:
+    """Why a worker whose first frame is ``first`` must be refused (None: it speaks our protocol)."""
+    if isinstance(first, m.Hello) and first.protocol_version == m.PROTOCOL_VERSION:
+        return None
+    got = f"protocol version {first.protocol_version}" if isinstance(first, m.Hello) else f"a {type(first).__name__} frame"
+    return (
+        f"refused the worker: it speaks {got} (its first frame must be a hello), this dashboard speaks "
+        f"protocol version {m.PROTOCOL_VERSION}. Install matching versions of grpo-tui."
+    )
+
+
 def log_entry_for(event: m.Event) -> LogEntry | None:
     """The log line an event produces (log frames, errors, checkpoints, pauses), if any."""
     if isinstance(event, m.Log):

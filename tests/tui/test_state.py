@@ -3,7 +3,7 @@
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.state import RunState, ema, format_duration, format_number, log_entry_for
+from grpo_tui.tui.state import RunState, ema, format_duration, format_number, log_entry_for, refusal
 
 
 class Clock:
@@ -94,3 +94,10 @@ def test_log_entries_for_events():
                                          (-0.00003, "-3.00e-05"), (2e-4, "0.0002"), (3e7, "3.00e+07")])
 def test_format_number(value, text):
     assert format_number(value) == text
+
+
+def test_refusal_names_both_protocol_versions():
+    assert refusal(m.Hello(protocol_version=m.PROTOCOL_VERSION, worker_version="x", pid=1)) is None
+    reason = refusal(m.Hello(protocol_version=7, worker_version="x", pid=1))
+    assert "protocol version 7" in reason and f"protocol version {m.PROTOCOL_VERSION}" in reason
+    assert "a Step frame" in refusal(m.Step(step=1, epoch=0))
