@@ -368,7 +368,8 @@ class GrpoApp(App[int]):
 
     def on_samples_panel_open(self, message: SamplesPanel.Open) -> None:
         group = group_of(self.state.samples, message.sample.group)
-        self.push_screen(GroupScreen(group) if message.group else SampleDetailScreen(message.sample, group))
+        size = (self.state.config.get("grpo") or {}).get("group_size") or self.config.grpo.group_size
+        self.push_screen(GroupScreen(group, size) if message.group else SampleDetailScreen(message.sample, group, size))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -118,6 +118,16 @@ async def test_enter_opens_the_sample_and_g_its_group(make_app):
         assert isinstance(app.screen, GroupScreen)
 
 
+async def test_group_view_says_when_the_display_sent_part_of_a_group(make_app):
+    app = make_app("--steps", "1", "--samples", "2", "--hold")  # 2 of a group of 4
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: len(app.state.samples) == 2)
+        await pilot.press("g")
+        assert isinstance(app.screen, GroupScreen)
+        head = str(app.screen.query_one("#group-prompt", Static).render())
+        assert "2 completions shown of 4" in head and "m → all" in head
+
+
 async def test_help_opens_and_closes(make_app):
     app = make_app("--steps", "1", "--hold")
     async with app.run_test(size=SIZE) as pilot:

@@ -18,15 +18,18 @@ from grpo_tui.tui.screens.sample_detail import summary
 class GroupScreen(Screen[None]):
     BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]
 
-    def __init__(self, samples: list[m.Sample]) -> None:
+    def __init__(self, samples: list[m.Sample], group_size: int | None = None) -> None:
         super().__init__()
-        self.samples = samples
+        self.samples, self.group_size = samples, group_size
 
     def compose(self) -> ComposeResult:
         first = self.samples[0] if self.samples else None
         head = Text()
         if first:
-            head.append(f"group {first.group} of step {first.step} · {len(self.samples)} completions shown\n", "bold")
+            head.append(f"group {first.group} of step {first.step} · {len(self.samples)} completions shown", "bold")
+            if self.group_size and len(self.samples) < self.group_size:
+                head.append(f" of {self.group_size} (the sample display sends a subset; m → all shows whole groups)", "dim")
+            head.append("\n")
             head.append_text(inert(first.prompt))
         yield Static(head, id="group-prompt")
         with Horizontal(id="group-columns"):

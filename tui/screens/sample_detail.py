@@ -48,9 +48,9 @@ class SampleDetailScreen(Screen[None]):
         Binding("g", "group", "group view"),
     ]
 
-    def __init__(self, sample: m.Sample, group: list[m.Sample]) -> None:
+    def __init__(self, sample: m.Sample, group: list[m.Sample], group_size: int | None = None) -> None:
         super().__init__()
-        self.sample, self.group = sample, group
+        self.sample, self.group, self.group_size = sample, group, group_size
 
     def compose(self) -> ComposeResult:
         s = self.sample
@@ -69,4 +69,4 @@ class SampleDetailScreen(Screen[None]):
     def action_group(self) -> None:
         from grpo_tui.tui.screens.group_view import GroupScreen
 
-        self.app.push_screen(GroupScreen(self.group))
+        self.app.push_screen(GroupScreen(self.group, self.group_size))
