@@ -120,3 +120,20 @@ async def test_history_and_aggregates_for_resume_state(store):
 
     await store.finish_run(run, "completed")
     assert rows(store.path, "SELECT status FROM runs") == [("completed",)]
+
+
+async def test_closing_folds_the_wal_so_outputs_db_alone_holds_the_run(tmp_path):
+    """A user who copies only outputs.db (not -wal/-shm) still gets every step, even when a
+    read-only reader (the dashboard) was attached and closes after the worker."""
+    db = tmp_path / "outputs.db"
+    s = await Store.open(db)
+    run_id = await s.create_run(name="r", model="m", model_path="/m", config={}, total_steps=2)
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    reader.execute("SELECT count(*) FROM steps").fetchall()
+    for step in (1, 2):
+        await s.write_step(run_id, output(step))
+    await s.close()
+    reader.close()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    assert rows(copy, "SELECT step FROM steps ORDER BY step") == [(1,), (2,)]

@@ -189,6 +189,12 @@ class Store:
         return history, aggregates
 
     async def close(self) -> None:
+        # Fold the WAL into the main file so outputs.db alone holds the whole run (a reader that
+        # closes after us can't do it: read-only connections never checkpoint).
+        try:
+            await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except Exception:  # noqa: BLE001 - a busy reader only delays the fold; the data is safe in the WAL
+            pass
         await self._conn.close()
 
 
