@@ -100,3 +100,23 @@ def test_resume_false_starts_a_new_run_and_sets_old_checkpoints_aside(tmp_path, 
     aside = [p for p in out.iterdir() if p.name.startswith("previous-")]
     assert len(aside) == 1 and (aside[0] / "final" / "training_state.json").exists()
     assert query(out / "outputs.db", "SELECT id, status FROM runs") == [(1, "completed"), (2, "completed")]
+
+
+def test_the_dashboards_restart_override_resumes_even_when_the_config_says_false(tmp_path, tiny_model):
+    """After a crash the dashboard restarts the worker with GRPO_TUI_RESUME=latest: the run must
+    continue from its checkpoint, not start over, whatever checkpoint.resume says."""
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2}))
+    config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"resume": False})
+    worker = run_to_end(config, GRPO_TUI_RESUME="latest")
+    assert worker.of(m.ResumeState)[0].step == 2
+    assert [s.step for s in worker.of(m.Step)] == [3, 4]
+
+
+def test_resume_flag_false_overrides_the_config(tmp_path, tiny_model):
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2}))
+    worker = WorkerProcess(write_config(tmp_path, tiny_model, rewards=rewards), "--resume", "false")
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert not worker.of(m.ResumeState) and [s.step for s in worker.of(m.Step)] == [1, 2, 3, 4]

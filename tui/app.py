@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
 from grpo_tui.tui.inert import clean
@@ -148,8 +149,10 @@ class GrpoApp(App[int]):
 
     async def _spawn(self, env: dict[str, str]) -> None:
         self._greeted = False
+        # Preload the fast BLAS here so the worker need not re-execute itself to get it.
+        blas_env = child_env(self.config.runtime.blas)
         self.proc = WorkerProcess(
-            self.worker_argv, env=env,
+            self.worker_argv, env={**blas_env, **env},
             on_event=lambda e: self._pending.append(("event", e)),
             on_stderr=lambda line: self._pending.append(("stderr", line)),
             on_bad_line=lambda text: self._pending.append(("bad", text)),

@@ -114,7 +114,8 @@ class TrainingLoop:
             main_loop.call_soon_threadsafe(self.log, level, message)  # type: ignore[arg-type]
 
         self.trainer = trainer = await self.mlx(trainer_class(), cfg, log_from_thread)
-        self.log("info", f"BLAS: {describe_blas(active_blas())}")
+        blas = describe_blas(active_blas())  # verified in this process, not assumed from the config
+        self.log("info", f"BLAS: {blas}")
         self.emitter.total_steps = trainer.total_steps
         if self.store is not None:
             await self.store.update_run(self.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
@@ -122,7 +123,7 @@ class TrainingLoop:
             await self._restore(*resume)
         self.emit(
             m.Init(
-                model=trainer.model_name, model_path=cfg.model.path, config=cfg.to_dict(),
+                model=trainer.model_name, model_path=cfg.model.path, config=resolved_config(cfg, blas),
                 dataset_size=trainer.dataset_size, steps_per_epoch=trainer.steps_per_epoch,
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
             )
@@ -373,3 +374,10 @@ class TrainingLoop:
         except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error
             self.emitter.log("error", f"while handling the crash: {type(inner).__name__}: {inner}")
         return 1
+
+
+def resolved_config(cfg: Config, active_blas: str) -> dict[str, Any]:
+    """The config as the worker runs it, plus what it found at start (shown in the Config tab)."""
+    config = cfg.to_dict()
+    config["runtime"]["active_blas"] = active_blas
+    return config

@@ -116,9 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_tui.worker", description="grpo-tui headless worker")
     parser.add_argument("config", help="path to config.toml")
     parser.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
+    parser.add_argument(
+        "--resume", metavar="WHERE", default=os.environ.get(RESUME_OVERRIDE),
+        help='override checkpoint.resume: "latest", a checkpoint path, or "false" (the dashboard '
+        f"restarts a crashed worker with {RESUME_OVERRIDE}=latest)",
+    )
     args = parser.parse_args(argv)
     try:
         config, problem = load_config(args.config), None
+        if args.resume:
+            config.checkpoint.resume = resume_setting(args.resume)
     except ConfigError as exc:
         config, problem = None, exc
     if config is not None:
@@ -134,6 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         release_mlx_streams()
         emitter.close()
+
+
+RESUME_OVERRIDE = "GRPO_TUI_RESUME"
+
+
+def resume_setting(value: str) -> str | bool:
+    """``--resume`` / GRPO_TUI_RESUME as a ``checkpoint.resume`` value."""
+    if value.lower() in ("false", "no", "none", "off"):
+        return False
+    if value == "latest":
+        return "latest"
+    path = os.path.abspath(value)
+    if not os.path.isdir(path):
+        raise ConfigError("checkpoint.resume", f"{value!r} (from --resume) is not a checkpoint folder")
+    return path
 
 
 def release_mlx_streams() -> None:

@@ -309,3 +309,16 @@ async def test_leaving_the_app_never_leaves_a_worker(make_app):
         await pilot.pause(0.2)
     await app.proc.wait(5.0)
     assert process_gone(pid)
+
+
+async def test_the_worker_is_started_with_the_fast_blas_preloaded(make_app):
+    """The dashboard hands the worker the BLAS preload itself (no re-exec needed in the worker)."""
+    from grpo_tui.protocol.blas import find_blas, preloaded
+
+    app = make_app("--steps", "1", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 1)
+        lib = find_blas(app.config.runtime.blas)
+        if lib is not None:
+            assert lib in preloaded(app.proc.env)
+        assert app.proc.env.get("GRPO_TUI_BLAS_REEXEC") == "1"
