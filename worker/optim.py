@@ -11,6 +11,7 @@ the processed distribution, so they are not used for the ratio.)
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -117,16 +118,30 @@ class FusedAdamW(optim.AdamW):
     (the weights' gradients must share their layout, see ``model.row_major_weight_grads``)."""
 
     grad_scale: mx.array = mx.array(1.0)
+    _streams: tuple[int, list] | None = None  # (thread id, streams) for the CPU split below
+    _calls = 0
+
+    def _next_stream(self) -> Any:
+        """On CPU, MLX runs each elementwise kernel on one thread: alternating the parameters between
+        two CPU streams runs two at a time (0.6B-shaped update: 4.6-6.5 -> 3.5 s wall). MLX streams
+        belong to the thread that made them, so they are made per thread."""
+        if mx.default_device() != mx.cpu:
+            return mx.default_stream(mx.default_device())
+        if self._streams is None or self._streams[0] != threading.get_ident():
+            self._streams = (threading.get_ident(), [mx.default_stream(mx.cpu), mx.new_stream(mx.cpu)])
+        self._calls += 1
+        return self._streams[1][self._calls % 2]
 
     def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
         if self.bias_correction:
             return super().apply_single(gradient * self.grad_scale.astype(gradient.dtype), parameter, state)
         dtype = gradient.dtype
         b1, b2 = self.betas
-        new, state["m"], state["v"] = _adamw_kernel(
-            parameter, gradient, state["m"], state["v"], self.learning_rate.astype(dtype),
-            self.grad_scale.astype(dtype), b1, b2, self.eps, self.weight_decay,
-        )
+        with mx.stream(self._next_stream()):
+            new, state["m"], state["v"] = _adamw_kernel(
+                parameter, gradient, state["m"], state["v"], self.learning_rate.astype(dtype),
+                self.grad_scale.astype(dtype), b1, b2, self.eps, self.weight_decay,
+            )
         return new
 
 
