@@ -7,6 +7,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 
+from grpo_tui.worker import model as model_io
 from grpo_tui.worker.model import row_major_weight_grads
 from grpo_tui.worker.optim import FusedAdamW, _global_norm
 
@@ -29,8 +30,10 @@ def _grads(model: Tiny, ids: mx.array) -> dict:
     return {"loss": loss, **dict(tree_flatten(grads))}
 
 
-@pytest.mark.parametrize("length", [3, 40])  # 6 rows: the decode path; 80 rows: the plain matmul
-def test_row_major_gradients_match_mlx(length):
+@pytest.mark.parametrize("length", [3, 40])  # 6 rows: the decode path; 80 rows: the custom-VJP matmul
+@pytest.mark.parametrize("flip_min_weight", [0, 1 << 20])  # the flipped matmul for any / only big weights
+def test_row_major_gradients_match_mlx(length, flip_min_weight, monkeypatch):
+    monkeypatch.setattr(model_io, "FLIP_MIN_WEIGHT", flip_min_weight)
     mx.random.seed(0)
     ids = mx.random.randint(0, 11, (2, length))
     plain = Tiny()

@@ -56,6 +56,7 @@ def _load(path: str) -> tuple[nn.Module, Any]:
 # through MKL's sgemm about 1.5x faster than ``x @ weightᵀ`` (measured at 8 rows on the 0.6B-shaped
 # model's matrices); the output is small, so its transposed layout costs nothing.
 DECODE_ROWS = 64
+FLIP_MIN_WEIGHT = 1 << 20  # smaller weights sit in cache: there the flip's extra copies cost more
 
 
 @mx.custom_function
@@ -76,7 +77,7 @@ def _linear_vjp(primals, cotangent, output):
 def _matmul_t(x: mx.array, weight: mx.array) -> mx.array:
     """``x @ weight.T``, arranged for speed on CPU (same maths)."""
     rows = x.size // x.shape[-1]
-    if rows == 1:
+    if rows == 1 or (rows <= DECODE_ROWS and weight.size < FLIP_MIN_WEIGHT):
         return x @ weight.T
     if rows <= DECODE_ROWS:  # plain ops: their weight gradient (cotᵀ·x) is row-major already
         return (weight @ x.reshape(rows, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
