@@ -82,13 +82,43 @@ def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.arra
     return model(inputs)[:, start:, :]
 
 
-def token_logps(model: nn.Module, batch: MicroBatch, temperature: float) -> tuple[mx.array, mx.array]:
-    """(log-probs of the targets, entropy) on logits / temperature, both (B, T)."""
-    logits = completion_logits(model, batch.inputs, batch.start).astype(mx.float32) / temperature
+_THREAD_STREAMS: dict[int, list] = {}
+
+
+def cpu_streams() -> list:
+    """Two CPU streams for this thread, or the one default stream off CPU. On CPU MLX runs each
+    elementwise or reduction kernel on one thread; work split over two streams runs on two cores.
+    MLX streams belong to the thread that made them (the worker clears them at exit)."""
+    if mx.default_device() != mx.cpu:
+        return [mx.default_stream(mx.default_device())]
+    key = threading.get_ident()
+    if key not in _THREAD_STREAMS:
+        _THREAD_STREAMS[key] = [mx.default_stream(mx.cpu), mx.new_stream(mx.cpu)]
+    return _THREAD_STREAMS[key]
+
+
+def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
     lse = mx.logsumexp(logits, axis=-1)
-    picked = mx.take_along_axis(logits, batch.targets[..., None], axis=-1)[..., 0]
+    picked = mx.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     entropy = lse - mx.sum(mx.softmax(logits, axis=-1) * logits, axis=-1)
     return picked - lse, entropy
+
+
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float) -> tuple[mx.array, mx.array]:
+    """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
+
+    The vocabulary-wide reductions run on half the rows per CPU stream (0.6B-shaped micro-batch of
+    8 x 32 tokens: forward 1.65 -> 0.83 s, their gradient 0.96 -> 0.62 s)."""
+    logits = completion_logits(model, batch.inputs, batch.start).astype(mx.float32) / temperature
+    streams = cpu_streams()
+    if len(streams) == 1 or logits.shape[0] < 2:
+        return _logps_entropy(logits, batch.targets)
+    half = logits.shape[0] // 2
+    parts = []
+    for stream, rows in zip(streams, (slice(0, half), slice(half, None))):
+        with mx.stream(stream):
+            parts.append(_logps_entropy(logits[rows], batch.targets[rows]))
+    return mx.concatenate([parts[0][0], parts[1][0]]), mx.concatenate([parts[0][1], parts[1][1]])
 
 
 @dataclass
@@ -118,19 +148,14 @@ class FusedAdamW(optim.AdamW):
     (the weights' gradients must share their layout, see ``model.row_major_weight_grads``)."""
 
     grad_scale: mx.array = mx.array(1.0)
-    _streams: tuple[int, list] | None = None  # (thread id, streams) for the CPU split below
     _calls = 0
 
     def _next_stream(self) -> Any:
-        """On CPU, MLX runs each elementwise kernel on one thread: alternating the parameters between
-        two CPU streams runs two at a time (0.6B-shaped update: 4.6-6.5 -> 3.5 s wall). MLX streams
-        belong to the thread that made them, so they are made per thread."""
-        if mx.default_device() != mx.cpu:
-            return mx.default_stream(mx.default_device())
-        if self._streams is None or self._streams[0] != threading.get_ident():
-            self._streams = (threading.get_ident(), [mx.default_stream(mx.cpu), mx.new_stream(mx.cpu)])
+        """Alternate the parameters between the CPU streams: two kernels at a time (0.6B-shaped
+        update: 4.6-6.5 -> 3.5 s wall)."""
+        streams = cpu_streams()
         self._calls += 1
-        return self._streams[1][self._calls % 2]
+        return streams[self._calls % len(streams)]
 
     def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
         if self.bias_correction:
