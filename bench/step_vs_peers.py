@@ -1,6 +1,6 @@
 """One GRPO step, side by side: grpo-tui vs TRL's GRPOTrainer (torch CPU) vs mlx-lm-lora's GRPO.
 
-    .venv/bin/python bench/step_vs_peers.py                    # both shapes (about 15 min on 2 cores)
+    .venv/bin/python bench/step_vs_peers.py                    # both shapes + memory probe (about 13 min on 2 cores)
     .venv/bin/python bench/step_vs_peers.py --quick            # demo shape, 2 steps (about 2 min)
     .venv/bin/python bench/step_vs_peers.py --shape qwen3-0.6b --steps 3
 
