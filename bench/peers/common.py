@@ -20,12 +20,6 @@ def load_spec() -> dict[str, Any]:
         return json.load(f)
 
 
-def step_rows(spec: dict[str, Any], step: int) -> list[dict[str, str]]:
-    """The prompt rows of the 1-based ``step`` (every system takes the rows in this order)."""
-    b = spec["batch_size"]
-    return spec["rows"][(step - 1) * b : step * b]
-
-
 def max_rss_mb() -> float:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
