@@ -11,6 +11,7 @@ import json
 import math
 import re
 import tomllib
+import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -368,7 +369,7 @@ def _struct_at(segments: list[str | int]) -> Any:
 
 def _unwrap(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
         return args[0]
     return tp
 

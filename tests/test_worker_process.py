@@ -62,11 +62,16 @@ def test_a_full_run_sends_every_frame_in_order_and_stores_every_generation(tmp_p
     assert mlx_lm.load(str(out / "final"))[0] is not None
 
 
-def test_live_control_pause_resume_save_display_stop(tmp_path, tiny_model):
-    config = write_config(
+def endless_slow_run(tmp_path, tiny_model, save_every: int):
+    """A run that outlasts any test (50 epochs) with a reward that sleeps SLOW_REWARD_S per call."""
+    return write_config(
         tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
-        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 0},
+        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": save_every},
     )  # fmt: skip
+
+
+def test_live_control_pause_resume_save_display_stop(tmp_path, tiny_model):
+    config = endless_slow_run(tmp_path, tiny_model, save_every=0)
     worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.3"})
     first = worker.wait_for(m.Step)
 
@@ -141,10 +146,7 @@ def test_a_failing_reward_is_fatal_names_the_function_and_leaves_the_store_consi
 
 
 def test_closing_stdin_checkpoints_and_exits(tmp_path, tiny_model):
-    config = write_config(
-        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
-        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 0},
-    )  # fmt: skip
+    config = endless_slow_run(tmp_path, tiny_model, save_every=0)
     worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.1"})
     worker.wait_for(m.Step)
     second = WorkerProcess(config)  # the same output folder: refused while the first one trains
@@ -175,10 +177,7 @@ def test_sigterm_saves_an_emergency_checkpoint_when_the_last_one_is_old(tmp_path
 
 
 def test_sigterm_soon_after_a_checkpoint_exits_without_waiting_for_the_running_step(tmp_path, tiny_model):
-    config = write_config(
-        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
-        training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 1},
-    )  # fmt: skip
+    config = endless_slow_run(tmp_path, tiny_model, save_every=1)
     worker = WorkerProcess(config, env={"SLOW_REWARD_S": "5", "SLOW_FROM_CALL": "2"})
     worker.wait_for(m.Checkpoint, timeout=60)
     worker.wait_for(m.Status, lambda e: e.phase == "scoring")  # step 2 sleeps 5 s in its reward
