@@ -15,6 +15,8 @@ from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
 
+from . import cpu_fast
+
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -111,6 +113,8 @@ def load(config: ModelConfig) -> tuple[nn.Module, Any]:
     """The policy model (LoRA layers added when ``config.lora``) and its tokenizer."""
     model, tokenizer = _load(config.path)
     row_major_weight_grads(model)
+    if cpu_fast.enabled():
+        cpu_fast.patch_model(model)
     if config.lora is not None:
         add_lora(model, config.lora)
     return model, tokenizer
@@ -119,6 +123,8 @@ def load(config: ModelConfig) -> tuple[nn.Module, Any]:
 def load_reference(config: ModelConfig) -> nn.Module:
     """A frozen copy of the starting weights, for the KL term (beta > 0)."""
     model, _ = _load(config.path)
+    if cpu_fast.enabled():
+        cpu_fast.patch_model(model)
     model.freeze()
     model.eval()
     return model

@@ -22,6 +22,8 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig
 
+from . import fastgen
+
 # A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
 # MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".
 MAX_PERIOD = 32
@@ -87,6 +89,29 @@ def generate(
     ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them)."""
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
+    if fastgen.supports(model, gen.repetition_penalty):
+        tokens, stopped, sampled = fastgen.generate_tokens(
+            model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs
+        )
+    else:
+        tokens, stopped, sampled = _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs)
+    out = []
+    for i, ids in enumerate(tokens):
+        body = ids[:-1] if stopped[i] else ids
+        out.append(
+            Completion(
+                prompt_index=i // n,
+                token_ids=ids,
+                text=tokenizer.decode(body),
+                finish_reason=finish_reason(body, stopped[i]),
+                sampling_logprobs=sampled[i],
+            )
+        )
+    return out
+
+
+def _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs):
+    """mlx-lm's continuous batching: any architecture, any logits processor."""
     total = len(prompts) * n
     generator = BatchGenerator(
         model,
@@ -123,17 +148,4 @@ def generate(
     for rows, step_lps in picked:
         for i, value in zip(rows, step_lps.tolist()):
             sampled[i].append(value)
-    out = []
-    for i, ids in enumerate(tokens):
-        body = ids[:-1] if stopped[i] else ids
-        lps = sampled[i]
-        out.append(
-            Completion(
-                prompt_index=i // n,
-                token_ids=ids,
-                text=tokenizer.decode(body),
-                finish_reason=finish_reason(body, stopped[i]),
-                sampling_logprobs=lps,
-            )
-        )
-    return out
+    return tokens, stopped, sampled

@@ -1,0 +1,181 @@
+"""A fixed-shape, compiled decode loop for GRPO rollouts of llama-family models.
+
+A GRPO rollout is a special case of batched generation: every prompt is sampled ``n`` times and
+all sequences start together. mlx-lm's continuous-batching ``BatchGenerator`` handles the general
+case; this loop uses the special one:
+
+- **one prefill per prompt**: the ``n`` completions of a prompt share its prompt, so the prompt is
+  run once and its KV cache copied ``n`` times (``n``× less prefill work);
+- **a static KV cache**: every row's keys/values live in one preallocated buffer of the final
+  length, written in place at the current position, so every decode step has the same shapes and
+  its graph is traced and compiled once (``mx.compile``) instead of rebuilt op by op in Python;
+- **pipelined**: step t+1 is queued (``mx.async_eval``) before step t's tokens are read back.
+
+Prompts are left-padded to a common length; padded key positions are masked out, and RoPE only
+sees position differences, so a row's attention is the same as without padding.
+
+``supports`` says when the loop applies (plain llama-family attention, no logits processors);
+``rollout.generate`` falls back to ``BatchGenerator`` otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from . import cpu_fast
+
+# Architectures whose attention uses exactly cache.offset, cache.update_and_fetch and the mask the
+# first cache makes (mlx-lm's llama, qwen2, qwen3, mistral).
+FAST_MODEL_TYPES = {"qwen2", "qwen3", "llama", "mistral"}
+BUCKET = 32  # the cache length is rounded up to a multiple, so nearby shapes reuse one trace
+
+
+class StaticCache:
+    """One layer's KV cache as a fixed (rows, kv_heads, length, head_dim) buffer (mlx-lm cache API)."""
+
+    def __init__(self, keys: mx.array, values: mx.array, offset: mx.array, mask: mx.array) -> None:
+        self.keys, self.values, self.offset, self.mask = keys, values, offset, mask
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        self.keys = mx.slice_update(self.keys, keys.astype(self.keys.dtype), self.offset, axes=(2,))
+        self.values = mx.slice_update(self.values, values.astype(self.values.dtype), self.offset, axes=(2,))
+        return self.keys, self.values
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
+        return self.mask
+
+    def __bool__(self) -> bool:  # mlx-lm tests ``if cache`` before asking for the mask
+        return True
+
+
+def supports(model: nn.Module, repetition_penalty: float) -> bool:
+    args = getattr(model, "args", None)
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return (
+        getattr(args, "model_type", None) in FAST_MODEL_TYPES
+        and layers is not None
+        and repetition_penalty == 1.0
+        and getattr(args, "sliding_window", None) in (None, 0)
+        and not getattr(args, "use_sliding_window", False)
+    )
+
+
+def _attention_shape(model: nn.Module) -> tuple[int, int]:
+    attn = model.model.layers[0].self_attn
+    kv_heads = getattr(attn, "n_kv_heads", None) or model.args.num_key_value_heads
+    head_dim = getattr(model.args, "head_dim", None) or model.args.hidden_size // model.args.num_attention_heads
+    return kv_heads, head_dim
+
+
+def _mask(left_pad: mx.array, first: mx.array, queries: int, length: int) -> mx.array:
+    """(rows, 1, queries, length): key j is visible to query i (at position first + i) when it is
+    not padding and not in the future."""
+    keys = mx.arange(length)[None, None, None, :]
+    positions = (first + mx.arange(queries))[None, None, :, None]
+    return (keys >= left_pad[:, None, None, None]) & (keys <= positions)
+
+
+def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.array,
+             kv: list[mx.array]) -> tuple[mx.array, list[mx.array]]:
+    """Last-position logits for ``tokens`` written at ``offset``, and the updated cache buffers."""
+    length = kv[0].shape[2]
+    mask = _mask(left_pad, offset, tokens.shape[1], length)
+    caches = [StaticCache(kv[2 * i], kv[2 * i + 1], offset, mask) for i in range(len(kv) // 2)]
+    logits = model(tokens, cache=caches)[:, -1, :].astype(mx.float32)
+    return logits, [a for c in caches for a in (c.keys, c.values)]
+
+
+class Decoder:
+    """The compiled decode step of one model (kept across steps: same shapes, no retrace)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+        def step(tokens, offset, left_pad, *kv):
+            logits, kv = _forward(model, tokens, offset, left_pad, list(kv))
+            return (logits, *kv)
+
+        # The parameters are implicit inputs, so the compiled step always reads the current weights.
+        self._step = mx.compile(step, inputs=model.state)
+
+    def __call__(self, tokens, offset, left_pad, kv):
+        logits, *kv = self._step(tokens, offset, left_pad, *kv)
+        return logits, kv
+
+
+_DECODERS: dict[int, Decoder] = {}
+
+
+def _decoder(model: nn.Module) -> Decoder:
+    key = id(model)
+    if key not in _DECODERS or _DECODERS[key].model is not model:
+        _DECODERS[key] = Decoder(model)
+    return _DECODERS[key]
+
+
+def generate_tokens(
+    model: nn.Module,
+    prompts: list[list[int]],
+    n: int,
+    max_tokens: int,
+    stop_ids: set[int],
+    sampler: Callable[[mx.array], mx.array],
+    *,
+    logprobs: bool = False,
+) -> tuple[list[list[int]], list[bool], list[list[float]]]:
+    """``n`` completions per prompt, row ``i * n + j``: (token ids with the stop token, stopped,
+    sampled tokens' log-probs when ``logprobs``)."""
+    rows = len(prompts) * n
+    width = max(len(p) for p in prompts)
+    length = -(-(width + max_tokens) // BUCKET) * BUCKET
+    kv_heads, head_dim = _attention_shape(model)
+    dtype = model.model.embed_tokens.weight.dtype
+    if not mx.issubdtype(dtype, mx.floating):
+        dtype = mx.float16
+
+    pad = [width - len(p) for p in prompts]
+    tokens = mx.array([[0] * k + p for k, p in zip(pad, prompts)])
+    prompt_pad = mx.array(pad)
+    empty = mx.zeros((len(prompts), kv_heads, length, head_dim), dtype=dtype)
+    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * (2 * len(model.model.layers)))
+    # Each prompt's cache and last logits, copied to its n rows.
+    kv = [mx.repeat(a, n, axis=0) for a in kv]
+    logits = mx.repeat(logits, n, axis=0)
+    left_pad = mx.repeat(prompt_pad, n, axis=0)
+
+    decoder = _decoder(model)
+
+    def sample(logits: mx.array) -> tuple[mx.array, mx.array]:
+        lse = cpu_fast.logsumexp(logits) if cpu_fast.enabled() else mx.logsumexp(logits, axis=-1)
+        lps = logits - lse[:, None]
+        token = sampler(lps)
+        picked = mx.take_along_axis(lps, token[:, None], axis=-1)[:, 0] if logprobs else token
+        return token, picked
+
+    token, picked = sample(logits)
+    mx.async_eval(token, picked)
+    out: list[list[int]] = [[] for _ in range(rows)]
+    lps: list[list[float]] = [[] for _ in range(rows)]
+    stopped = [False] * rows
+    for t in range(max_tokens):
+        if t + 1 < max_tokens:
+            logits, kv = decoder(token[:, None], mx.array(width + t), left_pad, kv)
+            next_token, next_picked = sample(logits)
+            mx.async_eval(next_token, next_picked)
+        ids = token.tolist()
+        values = picked.tolist() if logprobs else None
+        for i, tok in enumerate(ids):
+            if stopped[i]:
+                continue
+            out[i].append(tok)
+            if values is not None:
+                lps[i].append(values[i])
+            if tok in stop_ids:
+                stopped[i] = True
+        if all(stopped) or t + 1 == max_tokens:
+            break
+        token, picked = next_token, next_picked
+    return out, stopped, lps
