@@ -249,7 +249,6 @@ def test_supports_and_rollout_dispatch(arith, monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: patched half-precision models (swiglu view; float16 -1e30 mask)")
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
 def test_half_precision_model_with_left_padding(arith, dtype):
     """A padded batch gives each prompt the completion it gets alone (bf16/fp16 checkpoints)."""

@@ -65,14 +65,28 @@ def logsumexp(x: mx.array, axis: int = -1) -> mx.array:
     return mx.log(mx.sum(fast_exp(x - top), axis=axis)) + mx.squeeze(top, axis)
 
 
-def softmax(x: mx.array, axis: int = -1) -> mx.array:
-    e = fast_exp(x - mx.stop_gradient(mx.max(x, axis=axis, keepdims=True)))
-    return e / mx.sum(e, axis=axis, keepdims=True)
+@mx.custom_function
+def softmax(x: mx.array) -> mx.array:
+    """Softmax over the last axis (computed in float32)."""
+    x32 = x.astype(mx.float32)
+    e = _exp_compiled(x32 - mx.max(x32, axis=-1, keepdims=True))
+    return (e / mx.sum(e, axis=-1, keepdims=True)).astype(x.dtype)
+
+
+@softmax.vjp
+def _softmax_vjp(primals, cotangent, output):
+    return _softmax_grad(output, cotangent)
+
+
+@mx.compile
+def _softmax_grad(y: mx.array, g: mx.array) -> mx.array:
+    return y * (g - mx.sum(g * y, axis=-1, keepdims=True))
 
 
 @mx.compile
 def _swiglu_kernel(gate: mx.array, up: mx.array) -> mx.array:
-    return gate / (1.0 + _exp_kernel(-gate)) * up
+    g = gate.astype(mx.float32)  # the exponent bit trick is float32's
+    return (g / (1.0 + _exp_kernel(-g)) * up).astype(up.dtype)
 
 
 @mx.custom_function
@@ -81,12 +95,17 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     return _swiglu_kernel(gate, up)
 
 
+@mx.compile
+def _swiglu_grads(gate: mx.array, up: mx.array, cotangent: mx.array) -> tuple[mx.array, mx.array]:
+    g = gate.astype(mx.float32)
+    sig = 1.0 / (1.0 + _exp_kernel(-g))
+    d_gate = cotangent * up * sig * (1.0 + g * (1.0 - sig))
+    return d_gate.astype(gate.dtype), (cotangent * g * sig).astype(up.dtype)
+
+
 @swiglu.vjp
 def _swiglu_vjp(primals, cotangent, output):
-    gate, up = primals
-    sig = 1.0 / (1.0 + fast_exp(-gate))
-    silu = gate * sig
-    return cotangent * up * sig * (1.0 + gate * (1.0 - sig)), cotangent * silu
+    return _swiglu_grads(primals[0], primals[1], cotangent)
 
 
 # ----------------------------------------------------------------------------- attention
@@ -100,7 +119,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
     kv_heads, S = k.shape[1], k.shape[2]
     rep = H // kv_heads
     q = (q * scale).reshape(B, kv_heads, rep, L, D)
-    scores = q @ mx.expand_dims(k, 2).swapaxes(-1, -2)  # (B, kv, rep, L, S)
+    scores = (q @ mx.expand_dims(k, 2).swapaxes(-1, -2)).astype(mx.float32)  # (B, kv, rep, L, S)
     if isinstance(mask, str):
         mask = mx.arange(S - L, S)[:, None] >= mx.arange(S)[None]
     if mask is not None:
@@ -110,7 +129,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
             scores = mx.where(mask, scores, mx.array(-1e30, scores.dtype))
         else:
             scores = scores + mask
-    weights = softmax(scores.astype(mx.float32)).astype(v.dtype)
+    weights = softmax(scores).astype(v.dtype)
     return (weights @ mx.expand_dims(v, 2)).reshape(B, H, L, D)
 
 

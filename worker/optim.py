@@ -23,8 +23,9 @@ from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.protocol.config import Config
 
-from . import cpu_fast
+from . import shared_prompt
 from .grpo import policy_loss
+from .shared_prompt import group_prompts
 
 
 @dataclass
@@ -40,10 +41,20 @@ class MicroBatch:
     start: int
     old_logps: mx.array | None = None
     ref_logps: mx.array | None = None
+    # Shared-prompt layout (``shared_prompt``): each group's prompt once, left-padded, and the
+    # completions alone; ``targets`` are then the completions and ``inputs`` is unused.
+    prompts: mx.array | None = None  # (B / group, W)
+    prompt_pad: mx.array | None = None  # (B / group,)
+    group: int = 1
 
 
-def pack(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], keep: list[bool]) -> MicroBatch:
-    """Build a micro-batch; ``keep[i] = False`` zeroes sequence i's mask (mask_truncated_completions)."""
+def pack(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], keep: list[bool],
+         group: int = 1) -> MicroBatch:
+    """Build a micro-batch; ``keep[i] = False`` zeroes sequence i's mask (mask_truncated_completions).
+    With ``group`` > 1 and rows in runs of ``group`` sharing a prompt, the shared-prompt layout."""
+    heads, shared = group_prompts(prompts, group)
+    if shared:
+        return _pack_shared(heads, completions, advantages, keep, group)
     seqs = [p + c for p, c in zip(prompts, completions)]
     length = max(len(s) for s in seqs)
     start = min(len(p) for p in prompts) - 1
@@ -66,6 +77,23 @@ def pack(prompts: list[list[int]], completions: list[list[int]], advantages: lis
     )
 
 
+def _pack_shared(heads, completions, advantages, keep, group) -> MicroBatch:
+    width = max(len(p) for p in heads)
+    steps = max(len(c) for c in completions)
+    targets = mx.array([c + [0] * (steps - len(c)) for c in completions])
+    mask = [[1.0 if k and t < len(c) else 0.0 for t in range(steps)] for c, k in zip(completions, keep)]
+    return MicroBatch(
+        inputs=targets,
+        targets=targets,
+        mask=mx.array(mask),
+        advantages=mx.array(advantages, dtype=mx.float32),
+        start=0,
+        prompts=mx.array([[0] * (width - len(p)) + p for p in heads]),
+        prompt_pad=mx.array([width - len(p) for p in heads]),
+        group=group,
+    )
+
+
 # Architectures whose logits are exactly lm_head(model.model(x)) (or the tied embedding), so the
 # vocabulary projection can skip the positions before the completions.
 _PLAIN_HEAD = {"qwen2", "qwen3", "llama", "mistral"}
@@ -76,11 +104,21 @@ def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.arra
     (most of a step's positions are prompt; the projection dominates with a 150k vocabulary)."""
     args = getattr(model, "args", None)
     if getattr(args, "model_type", None) in _PLAIN_HEAD and hasattr(model, "model"):
-        hidden = model.model(inputs)[:, start:, :]
-        if args.tie_word_embeddings:
-            return model.model.embed_tokens.as_linear(hidden)
-        return model.lm_head(hidden)
+        return _head(model, model.model(inputs)[:, start:, :])
     return model(inputs)[:, start:, :]
+
+
+def _head(model: nn.Module, hidden: mx.array) -> mx.array:
+    if model.args.tie_word_embeddings:
+        return model.model.embed_tokens.as_linear(hidden)
+    return model.lm_head(hidden)
+
+
+def batch_logits(model: nn.Module, batch: MicroBatch) -> mx.array:
+    """(B, T, vocab) logits that predict ``batch.targets``."""
+    if batch.prompts is not None:
+        return _head(model, shared_prompt.hidden_states(model, batch.prompts, batch.prompt_pad, batch.group, batch.targets))
+    return completion_logits(model, batch.inputs, batch.start)
 
 
 _THREAD_STREAMS: dict[int, list] = {}
@@ -99,12 +137,9 @@ def cpu_streams() -> list:
 
 
 def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
-    if cpu_fast.enabled():  # MLX's CPU exp is ~5x slower on x86-64; the vocabulary makes it count
-        lse = cpu_fast.logsumexp(logits, axis=-1)
-        probs = cpu_fast.fast_exp(logits - lse[..., None])
-    else:
-        lse = mx.logsumexp(logits, axis=-1)
-        probs = mx.softmax(logits, axis=-1)
+    # MLX's own fused reductions: on vocabulary-sized rows they beat cpu_fast's multi-pass exp.
+    lse = mx.logsumexp(logits, axis=-1)
+    probs = mx.softmax(logits, axis=-1)
     picked = mx.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     entropy = mx.stop_gradient(lse - mx.sum(probs * logits, axis=-1))  # a metric: no gradient
     return picked - lse, entropy
@@ -115,7 +150,7 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float) -> tupl
 
     The vocabulary-wide reductions run on half the rows per CPU stream (0.6B-shaped micro-batch of
     8 x 32 tokens: forward 1.65 -> 0.83 s, their gradient 0.96 -> 0.62 s)."""
-    logits = completion_logits(model, batch.inputs, batch.start).astype(mx.float32) / temperature
+    logits = batch_logits(model, batch).astype(mx.float32) / temperature
     streams = cpu_streams()
     if len(streams) == 1 or logits.shape[0] < 2:
         return _logps_entropy(logits, batch.targets)

@@ -20,7 +20,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from . import data, model as model_io, rollout
+from . import data, model as model_io, rollout, shared_prompt
 from .grpo import group_advantages, group_std
 from .optim import MicroBatch, make_optimizer, optimize_pass, pack, token_logps
 from .parsing import parse_tool_calls, split_thinking
@@ -63,6 +63,8 @@ class Trainer:
         total = self.steps_per_epoch * self.num_epochs
         self.total_steps = min(total, config.training.max_steps) if config.training.max_steps > 0 else total
 
+        # Each group's prompt runs once in the training forward (``shared_prompt``).
+        self.shared_prompt = shared_prompt.supports(self.model)
         self.rewards = load_rewards(config.rewards)
         self.optimizer = make_optimizer(config)
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
@@ -180,6 +182,7 @@ class Trainer:
                 [c.token_ids for c in part],
                 advantages[k * per : (k + 1) * per],
                 keep,
+                group=G if self.shared_prompt else 1,
             )
             if self.ref_model is not None:
                 batch.ref_logps = mx.stop_gradient(token_logps(self.ref_model, batch, cfg.generation.temperature)[0])
