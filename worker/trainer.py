@@ -20,7 +20,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from . import data, model as model_io, rollout, shared_prompt
+from . import data, memory, model as model_io, rollout, shared_prompt
 from .grpo import group_advantages, group_std
 from .optim import MicroBatch, make_optimizer, optimize_pass, pack, token_logps
 from .parsing import parse_tool_calls, split_thinking
@@ -46,6 +46,8 @@ class Trainer:
         self.config = config
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
+        if memory.keep_freed_memory():
+            log("info", "malloc keeps freed memory for reuse (no page faults per step)")
         log("info", f"loading {config.model.path}")
         self.model, self.tokenizer = model_io.load(config.model)
         self.ref_model = model_io.load_reference(config.model) if config.grpo.beta > 0 else None
