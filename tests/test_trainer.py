@@ -10,7 +10,7 @@ from mlx.utils import tree_flatten
 from mlx_lm import generate as mlx_generate, load
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker import optim
+from grpo_tui.worker import loss_step, optim
 from grpo_tui.worker.trainer import Trainer
 from tests.tiny_model import build_tiny_model, write_config
 
@@ -117,8 +117,8 @@ def test_masking_truncated_completions_removes_their_gradient(tmp_path, model_di
 
 def test_non_finite_loss_skips_the_update(tmp_path, model_dir, monkeypatch):
     t = make(tmp_path, model_dir)
-    real = optim.policy_loss
-    monkeypatch.setattr(optim, "policy_loss", lambda *a, **k: (lambda l, m: (l * mx.array(math.nan), m))(*real(*a, **k)))
+    real = loss_step.policy_loss
+    monkeypatch.setattr(loss_step, "policy_loss", lambda *a, **k: (lambda l, m: (l * mx.array(math.nan), m))(*real(*a, **k)))
     before = weights(t)
     m = t.train_step(1).metrics
     assert not m.gradients_applied and "non-finite" in m.skipped_reason

@@ -106,14 +106,10 @@ class Decoder:
         return logits, kv
 
 
-_DECODERS: dict[int, Decoder] = {}
-
-
 def _decoder(model: nn.Module) -> Decoder:
-    key = id(model)
-    if key not in _DECODERS or _DECODERS[key].model is not model:
-        _DECODERS[key] = Decoder(model)
-    return _DECODERS[key]
+    if "_grpo_tui_decoder" not in model.__dict__:  # kept on the model: it dies with it
+        model.__dict__["_grpo_tui_decoder"] = Decoder(model)
+    return model.__dict__["_grpo_tui_decoder"]
 
 
 def generate_tokens(

@@ -23,8 +23,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.protocol.config import Config
 
-from . import shared_prompt
-from .grpo import policy_loss
+from . import loss_step, shared_prompt
 from .shared_prompt import group_prompts
 
 
@@ -77,9 +76,14 @@ def pack(prompts: list[list[int]], completions: list[list[int]], advantages: lis
     )
 
 
+def _bucket(n: int) -> int:
+    return -(-n // loss_step.BUCKET) * loss_step.BUCKET
+
+
 def _pack_shared(heads, completions, advantages, keep, group) -> MicroBatch:
-    width = max(len(p) for p in heads)
-    steps = max(len(c) for c in completions)
+    # Widths rounded up (loss_step.BUCKET) so that the compiled loss sees few distinct shapes.
+    width = _bucket(max(len(p) for p in heads))
+    steps = _bucket(max(len(c) for c in completions))
     targets = mx.array([c + [0] * (steps - len(c)) for c in completions])
     mask = [[1.0 if k and t < len(c) else 0.0 for t in range(steps)] for c, k in zip(completions, keep)]
     return MicroBatch(
@@ -234,35 +238,15 @@ def optimize_pass(
 ) -> PassResult:
     """Accumulate gradients over ``batches``, clip, and apply one AdamW update unless something is
     non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``."""
-    g, temperature = config.grpo, config.generation.temperature
     num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
 
-    def loss_fn(batch: MicroBatch) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
-        logps, entropy = token_logps(model, batch, temperature)
-        old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
-        loss, metrics = policy_loss(
-            logps,
-            old,
-            batch.advantages,
-            batch.mask,
-            loss_type=g.loss_type,
-            epsilon=g.epsilon,
-            epsilon_high=float(g.epsilon_high if g.epsilon_high is not None else g.epsilon),
-            beta=g.beta,
-            ref_logps=batch.ref_logps,
-            importance_sampling_level=g.importance_sampling_level,
-            max_completion_length=config.generation.max_completion_length,
-            num_items=num_items,
-            accumulation_steps=len(batches),
-        )
-        metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / mx.maximum(metrics["tokens"], 1.0)
-        return loss, mx.stop_gradient(logps), metrics
-
-    value_and_grad = nn.value_and_grad(model, loss_fn)
+    compiled = loss_step.should_compile(model) and all(b.prompts is not None for b in batches)
     total_loss, grads = 0.0, None
     sums: dict[str, float] = {}
     for batch in batches:
-        (loss, logps, metrics), micro_grads = value_and_grad(batch)
+        (loss, logps, metrics), micro_grads = loss_step.loss_and_grad(
+            model, batch, config, num_items, len(batches), compiled=compiled
+        )
         if record_old:
             batch.old_logps = logps
         mx.eval(loss, micro_grads, metrics, logps)
