@@ -87,3 +87,24 @@ def test_small_models_compile_and_large_ones_do_not(model, monkeypatch):
     assert loss_step.should_compile(model)
     monkeypatch.setattr(loss_step, "COMPILE_MAX_PARAMETERS", 10)
     assert not loss_step.should_compile(model)
+
+
+def test_target_logps_gradient_matches_plain_autodiff():
+    from grpo_tui.worker.optim import _logps_entropy
+
+    logits = mx.random.normal((6, 5, 300), key=mx.random.key(0)) * 3
+    targets = mx.random.randint(0, 300, (6, 5), key=mx.random.key(1))
+    weights = mx.random.normal((6, 5), key=mx.random.key(2))
+
+    def plain(x):
+        lp = mx.take_along_axis(x, targets[..., None], axis=-1)[..., 0] - mx.logsumexp(x, axis=-1)
+        return mx.sum(lp * weights)
+
+    def ours(x):
+        return mx.sum(_logps_entropy(x, targets)[0] * weights)
+
+    assert ours(logits).item() == pytest.approx(plain(logits).item(), rel=1e-5)
+    np.testing.assert_allclose(np.array(mx.grad(ours)(logits)), np.array(mx.grad(plain)(logits)), atol=1e-6)
+    p = mx.softmax(logits, axis=-1)
+    entropy = -mx.sum(p * mx.log(p), axis=-1)
+    np.testing.assert_allclose(np.array(_logps_entropy(logits, targets)[1]), np.array(entropy), rtol=1e-4, atol=1e-5)
