@@ -1,16 +1,18 @@
-"""Rollouts: ``n`` sampled completions per prompt with mlx-lm's continuous-batching generator.
+"""Rollouts: ``n`` sampled completions per prompt.
 
-We drive ``mlx_lm.generate.BatchGenerator`` directly rather than ``batch_generate`` because we need
-each completion's finish reason and its stop token (the stop token is part of what the policy chose,
-so it is trained on too). Token ids come straight from the generator, never from re-tokenizing text.
+Llama-family models (qwen2, qwen3, llama, mistral) without a repetition penalty go through
+``fastgen``: one prefill per prompt and a compiled fixed-shape decode step (demo rollout 2.2x raw
+``mlx_lm.batch_generate``). Everything else drives mlx-lm's continuous-batching
+``BatchGenerator`` directly (not ``batch_generate``: we need each completion's finish reason and
+its stop token, which is part of what the policy chose and is trained on). Either way token ids come
+straight from the sampler, never from re-tokenizing text.
 
-Log-probs: mlx-lm reports the log-prob of each sampled token under the *processed* distribution
-(after the repetition penalty, before temperature / top-p / top-k / min-p), which is not the
+Log-probs: both report the log-prob of each sampled token under the *processed* distribution
+(after any repetition penalty, before temperature / top-p / top-k / min-p), which is not the
 distribution the loss uses (logits / temperature, DESIGN §7). They are kept on the completion for
 inspection only; the trainer takes its "old" log-probs from its own first forward pass on the
 rollout, before any update (see ``trainer``).
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
