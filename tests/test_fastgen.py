@@ -161,6 +161,18 @@ def test_sampling_is_reproducible_with_a_seed_and_varied_across_rows(random_qwen
         assert len({tuple(t) for t in group}) > 1
 
 
+def test_unnormalized_logits_sample_the_same_tokens(random_qwen3):
+    """Temperature and greedy sampling ignore a constant shift, so skipping the logsumexp
+    (``normalized=False``) must not change a single sampled token."""
+    model, prompts = random_qwen3
+    for sampler in (make_sampler(temp=1.3), make_sampler(temp=0.0), make_sampler(temp=1.0, top_k=5)):
+        runs = []
+        for normalized in (True, False):
+            mx.random.seed(11)
+            runs.append(fastgen.generate_tokens(model, prompts, 3, 9, set(), sampler, normalized=normalized)[0])
+        assert runs[0] == runs[1]
+
+
 # ----------------------------------------------------------------------------- weights
 
 

@@ -121,9 +121,12 @@ def generate_tokens(
     sampler: Callable[[mx.array], mx.array],
     *,
     logprobs: bool = False,
+    normalized: bool = True,
 ) -> tuple[list[list[int]], list[bool], list[list[float]]]:
     """``n`` completions per prompt, row ``i * n + j``: (token ids with the stop token, stopped,
-    sampled tokens' log-probs when ``logprobs``)."""
+    sampled tokens' log-probs when ``logprobs``). ``normalized=False`` hands the sampler raw logits
+    (fine for greedy and plain temperature sampling, which ignore a constant shift) and saves a
+    vocabulary-wide logsumexp per token."""
     rows = len(prompts) * n
     width = max(len(p) for p in prompts)
     length = -(-(width + max_tokens) // BUCKET) * BUCKET
@@ -145,6 +148,9 @@ def generate_tokens(
     decoder = _decoder(model)
 
     def sample(logits: mx.array) -> tuple[mx.array, mx.array]:
+        if not (normalized or logprobs):
+            token = sampler(logits)
+            return token, token
         lse = cpu_fast.logsumexp(logits) if cpu_fast.enabled() else mx.logsumexp(logits, axis=-1)
         lps = logits - lse[:, None]
         token = sampler(lps)

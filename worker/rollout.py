@@ -92,8 +92,11 @@ def generate(
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
     if fastgen.supports(model, gen.repetition_penalty):
+        # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
+        # sampling do not care about a constant shift of the logits.
+        normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
         tokens, stopped, sampled = fastgen.generate_tokens(
-            model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs
+            model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized
         )
     else:
         tokens, stopped, sampled = _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs)
