@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten, tree_map
 
-from grpo_tui.protocol.config import ModelConfig, parse_config
+from grpo_tui.protocol.config import LoraConfig, ModelConfig, parse_config
 from grpo_tui.worker import loss_step, model as model_io
 from grpo_tui.worker.optim import pack
 from tests.tiny_model import build_tiny_model
@@ -108,3 +108,16 @@ def test_target_logps_gradient_matches_plain_autodiff():
     p = mx.softmax(logits, axis=-1)
     entropy = -mx.sum(p * mx.log(p), axis=-1)
     np.testing.assert_allclose(np.array(_logps_entropy(logits, targets)[1]), np.array(entropy), rtol=1e-4, atol=1e-5)
+
+
+def test_lora_dropout_draws_a_new_mask_every_compiled_call(tmp_path):
+    path = str(build_tiny_model(tmp_path))
+    model, _ = model_io.load(ModelConfig(path=path, lora=LoraConfig(rank=4, layers=-1, dropout=0.5)))
+    model.train()
+    # mlx-lm starts lora_b at zero, where dropout cannot show in the loss: give it values.
+    model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.5, model.trainable_parameters()))
+    config = parse_config(CONFIG, check_paths=False)
+    batch = _batch(model.args.vocab_size, 0)
+    logps = [_run(model, batch, config, True)[1] for _ in range(3)]
+    # A mask frozen into the trace would give the same log-probs every time.
+    assert not np.allclose(logps[0], logps[1]) and not np.allclose(logps[1], logps[2])

@@ -68,13 +68,15 @@ def loss_and_grad(model: nn.Module, batch: Any, config: Config, num_items: float
     arrays = {name: getattr(batch, name) for name in _FIELDS if getattr(batch, name) is not None}
     arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
     # Everything the trace bakes in (which arrays exist, Python ints, the config) is in the key.
-    key = (id(config), tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled)
+    key = (id(config), tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, model.training)
     cache = model.__dict__.setdefault("_grpo_tui_loss_fns", {})  # dies with the model
     if key not in cache:
         fn = nn.value_and_grad(model, _loss(model, config, accumulation_steps, batch.start, batch.group))
         if compiled:
             # The parameters are inputs (current weights every call) and outputs (value_and_grad
-            # swaps traced arrays into the model while tracing).
-            fn = mx.compile(fn, inputs=model.state, outputs=model.state)
+            # swaps traced arrays into the model while tracing); so is the random state, or LoRA
+            # dropout would replay the mask it drew while tracing on every step.
+            state = [model.state, mx.random.state]
+            fn = mx.compile(fn, inputs=state, outputs=state)
         cache[key] = fn
     return cache[key](arrays)
