@@ -9,7 +9,8 @@ from mlx.utils import tree_flatten
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.worker import model as model_io
 from grpo_tui.worker.optim import pack, token_logps
-from grpo_tui.worker.shared_prompt import group_prompts, padded_causal_mask
+from grpo_tui.worker.llama_family import padded_causal_mask
+from grpo_tui.worker.shared_prompt import group_prompts
 from tests.tiny_model import build_tiny_model
 
 G = 4

@@ -26,6 +26,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from .llama_family import is_llama_family
+
 _LOG2E = 1.4426950408889634
 _ROUND = 12582912.0  # 1.5 * 2**23: adding it rounds a float32 of magnitude < 2**22 to an integer
 _POLY = [math.log(2) ** k / math.factorial(k) for k in range(8)]  # 2^f = e^(f ln 2), Taylor
@@ -200,7 +202,6 @@ def _mlp_call(self, x: mx.array) -> mx.array:
     return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
-PATCHABLE = {"qwen2", "qwen3", "llama", "mistral"}
 _SUBCLASSES: dict[type, type] = {}
 
 
@@ -216,7 +217,7 @@ def patch_model(model: nn.Module) -> bool:
     changed) for other architectures or shapes we do not recognise."""
     args = getattr(model, "args", None)
     layers = getattr(getattr(model, "model", None), "layers", None)
-    if getattr(args, "model_type", None) not in PATCHABLE or not layers:
+    if not is_llama_family(model) or not layers:
         return False
     for layer in layers:
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)

@@ -26,37 +26,29 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import cpu_fast
+from .llama_family import MaskedCache, is_llama_family, padded_causal_mask
 
-# Architectures whose attention uses exactly cache.offset, cache.update_and_fetch and the mask the
-# first cache makes (mlx-lm's llama, qwen2, qwen3, mistral).
-FAST_MODEL_TYPES = {"qwen2", "qwen3", "llama", "mistral"}
 BUCKET = 32  # the cache length is rounded up to a multiple, so nearby shapes reuse one trace
 
 
-class StaticCache:
+class StaticCache(MaskedCache):
     """One layer's KV cache as a fixed (rows, kv_heads, length, head_dim) buffer (mlx-lm cache API)."""
 
     def __init__(self, keys: mx.array, values: mx.array, offset: mx.array, mask: mx.array) -> None:
-        self.keys, self.values, self.offset, self.mask = keys, values, offset, mask
+        super().__init__(offset, mask)
+        self.keys, self.values = keys, values
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         self.keys = mx.slice_update(self.keys, keys.astype(self.keys.dtype), self.offset, axes=(2,))
         self.values = mx.slice_update(self.values, values.astype(self.values.dtype), self.offset, axes=(2,))
         return self.keys, self.values
 
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
-        return self.mask
-
-    def __bool__(self) -> bool:  # mlx-lm tests ``if cache`` before asking for the mask
-        return True
-
 
 def supports(model: nn.Module, repetition_penalty: float) -> bool:
     args = getattr(model, "args", None)
-    layers = getattr(getattr(model, "model", None), "layers", None)
     return (
-        getattr(args, "model_type", None) in FAST_MODEL_TYPES
-        and layers is not None
+        is_llama_family(model)
+        and getattr(model.model, "layers", None) is not None
         and repetition_penalty == 1.0
         and getattr(args, "sliding_window", None) in (None, 0)
         and not getattr(args, "use_sliding_window", False)
@@ -70,19 +62,11 @@ def _attention_shape(model: nn.Module) -> tuple[int, int]:
     return kv_heads, head_dim
 
 
-def _mask(left_pad: mx.array, first: mx.array, queries: int, length: int) -> mx.array:
-    """(rows, 1, queries, length): key j is visible to query i (at position first + i) when it is
-    not padding and not in the future."""
-    keys = mx.arange(length)[None, None, None, :]
-    positions = (first + mx.arange(queries))[None, None, :, None]
-    return (keys >= left_pad[:, None, None, None]) & (keys <= positions)
-
-
 def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.array,
              kv: list[mx.array]) -> tuple[mx.array, list[mx.array]]:
     """Last-position logits for ``tokens`` written at ``offset``, and the updated cache buffers."""
     length = kv[0].shape[2]
-    mask = _mask(left_pad, offset, tokens.shape[1], length)
+    mask = padded_causal_mask(left_pad, tokens.shape[1], offset, length)
     caches = [StaticCache(kv[2 * i], kv[2 * i + 1], offset, mask) for i in range(len(kv) // 2)]
     logits = model(tokens, cache=caches)[:, -1, :].astype(mx.float32)
     return logits, [a for c in caches for a in (c.keys, c.values)]

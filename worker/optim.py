@@ -24,6 +24,7 @@ from mlx.utils import tree_flatten, tree_map
 from grpo_tui.protocol.config import Config
 
 from . import loss_step, shared_prompt
+from .llama_family import is_llama_family
 from .shared_prompt import group_prompts
 
 
@@ -98,16 +99,12 @@ def _pack_shared(heads, completions, advantages, keep, group) -> MicroBatch:
     )
 
 
-# Architectures whose logits are exactly lm_head(model.model(x)) (or the tied embedding), so the
-# vocabulary projection can skip the positions before the completions.
-_PLAIN_HEAD = {"qwen2", "qwen3", "llama", "mistral"}
 
 
 def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.array:
     """``model(inputs)[:, start:]`` without projecting the earlier positions onto the vocabulary
     (most of a step's positions are prompt; the projection dominates with a 150k vocabulary)."""
-    args = getattr(model, "args", None)
-    if getattr(args, "model_type", None) in _PLAIN_HEAD and hasattr(model, "model"):
+    if is_llama_family(model):  # logits are lm_head(model.model(x)): skip the earlier positions
         return _head(model, model.model(inputs)[:, start:, :])
     return model(inputs)[:, start:, :]
 

@@ -16,41 +16,23 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .fastgen import FAST_MODEL_TYPES
+from .llama_family import MaskedCache, is_llama_family, padded_causal_mask
 
 
 def supports(model: nn.Module) -> bool:
-    args = getattr(model, "args", None)
-    return getattr(args, "model_type", None) in FAST_MODEL_TYPES and hasattr(model, "model")
+    return is_llama_family(model)
 
 
-def padded_causal_mask(left_pad: mx.array, queries: int, first: int, keys: int) -> mx.array:
-    """(rows, 1, queries, keys): query i (at position first + i) sees the keys that are neither
-    padding nor in the future. A query always sees its own position, so a padding query's row is
-    never empty (an empty row is NaN in a softmax, and NaN values spread through zero weights)."""
-    k = mx.arange(keys)[None, None, None, :]
-    q = (first + mx.arange(queries))[None, None, :, None]
-    return ((k >= left_pad[:, None, None, None]) & (k <= q)) | (k == q)
-
-
-class _PromptCache:
+class _PromptCache(MaskedCache):
     """Keeps the prompt's keys/values of one layer (offset 0)."""
 
-    offset = 0
-
     def __init__(self, mask: mx.array) -> None:
-        self.mask = mask
+        super().__init__(0, mask)
         self.keys = self.values = None
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         self.keys, self.values = keys, values
         return keys, values
-
-    def make_mask(self, n: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
-        return self.mask
-
-    def __bool__(self) -> bool:
-        return True
 
 
 class _PrefixCache(_PromptCache):
