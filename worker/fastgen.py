@@ -72,28 +72,18 @@ def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.
     return logits, [a for c in caches for a in (c.keys, c.values)]
 
 
-class Decoder:
-    """The compiled decode step of one model (kept across steps: same shapes, no retrace)."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
+def _decode_step(model: nn.Module) -> Callable[..., tuple[mx.array, ...]]:
+    """The model's compiled decode step, kept on the model (it dies with it); every step of a
+    rollout has the same shapes, so it is traced once."""
+    if "_grpo_tui_decode_step" not in model.__dict__:
 
         def step(tokens, offset, left_pad, *kv):
             logits, kv = _forward(model, tokens, offset, left_pad, list(kv))
             return (logits, *kv)
 
         # The parameters are implicit inputs, so the compiled step always reads the current weights.
-        self._step = mx.compile(step, inputs=model.state)
-
-    def __call__(self, tokens, offset, left_pad, kv):
-        logits, *kv = self._step(tokens, offset, left_pad, *kv)
-        return logits, kv
-
-
-def _decoder(model: nn.Module) -> Decoder:
-    if "_grpo_tui_decoder" not in model.__dict__:  # kept on the model: it dies with it
-        model.__dict__["_grpo_tui_decoder"] = Decoder(model)
-    return model.__dict__["_grpo_tui_decoder"]
+        model.__dict__["_grpo_tui_decode_step"] = mx.compile(step, inputs=model.state)
+    return model.__dict__["_grpo_tui_decode_step"]
 
 
 def generate_tokens(
@@ -129,7 +119,7 @@ def generate_tokens(
     logits = mx.repeat(logits, n, axis=0)
     left_pad = mx.repeat(prompt_pad, n, axis=0)
 
-    decoder = _decoder(model)
+    decode = _decode_step(model)
 
     def sample(logits: mx.array) -> tuple[mx.array, mx.array]:
         if not (normalized or logprobs):
@@ -148,7 +138,7 @@ def generate_tokens(
     stopped = [False] * rows
     for t in range(max_tokens):
         if t + 1 < max_tokens:
-            logits, kv = decoder(token[:, None], mx.array(width + t), left_pad, kv)
+            logits, *kv = decode(token[:, None], mx.array(width + t), left_pad, *kv)
             next_token, next_picked = sample(logits)
             mx.async_eval(next_token, next_picked)
         ids = token.tolist()
