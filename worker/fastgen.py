@@ -7,7 +7,7 @@ case; this loop uses the special one:
 - **one prefill per prompt**: the ``n`` completions of a prompt share its prompt, so the prompt is
   run once and its KV cache copied ``n`` times (``n``× less prefill work);
 - **a static KV cache**: every row's keys/values live in one preallocated buffer of the final
-  length, written in place at the current position, so every decode step has the same shapes and
+  length, written at the current position (``mx.slice_update``), so every decode step has the same shapes and
   its graph is traced and compiled once (``mx.compile``) instead of rebuilt op by op in Python;
 - **pipelined**: step t+1 is queued (``mx.async_eval``) before step t's tokens are read back.
 
