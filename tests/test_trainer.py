@@ -34,6 +34,18 @@ def make(tmp_path, model_dir, extra=BASE):
     return Trainer(load_config(write_config(tmp_path, model_dir, extra)), log=lambda level, msg: None)
 
 
+def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
+    lines = []
+    Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
+    engine = next(line for line in lines if line.startswith("engine: "))
+    assert "rollout: compiled loop, one prefill per prompt" in engine
+    assert "training: prompt once per group" in engine and "compiled loss" in engine
+    lines.clear()
+    Trainer(load_config(write_config(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\nrepetition_penalty = 1.1"))),
+            log=lambda level, msg: lines.append(msg))
+    assert "rollout: mlx-lm BatchGenerator" in next(line for line in lines if line.startswith("engine: "))
+
+
 def weights(trainer):
     return {k: np.array(v) for k, v in tree_flatten(trainer.model.trainable_parameters())}
 

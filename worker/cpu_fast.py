@@ -233,3 +233,8 @@ def patch_model(model: nn.Module) -> bool:
         _swap(layer.self_attn, _attention_call)
         _swap(layer.mlp, _mlp_call)
     return True
+
+
+def is_patched(model: nn.Module) -> bool:
+    layers = getattr(getattr(model, "model", None), "layers", None) or []
+    return bool(layers) and type(getattr(layers[0], "mlp", None)) in _SUBCLASSES.values()

@@ -20,7 +20,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from . import data, memory, model as model_io, rollout, shared_prompt
+from . import cpu_fast, data, fastgen, loss_step, memory, model as model_io, rollout, shared_prompt
 from .grpo import group_advantages, group_std
 from .optim import MicroBatch, make_optimizer, optimize_pass, pack, token_logps
 from .parsing import parse_tool_calls, split_thinking
@@ -71,6 +71,18 @@ class Trainer:
         self.optimizer = make_optimizer(config)
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
         log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
+        log("info", "engine: " + "; ".join(self._engine_paths()))
+
+    def _engine_paths(self) -> list[str]:
+        """Which of the speed paths this model gets (README "Performance"), for the log."""
+        fast_rollout = fastgen.supports(self.model, self.config.generation.repetition_penalty)
+        paths = ["rollout: compiled loop, one prefill per prompt" if fast_rollout else "rollout: mlx-lm BatchGenerator"]
+        paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
+        if self.shared_prompt and loss_step.should_compile(self.model):
+            paths.append("compiled loss")
+        if cpu_fast.is_patched(self.model):
+            paths.append("x86 CPU exp/SwiGLU/attention/RoPE")
+        return paths
 
     # ------------------------------------------------------------ data order
 
