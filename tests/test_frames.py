@@ -63,3 +63,25 @@ def test_a_reader_that_went_away_does_not_stop_the_worker(tmp_path):
     emitter.log("info", "still fine")
     emitter.close()
     assert len((tmp_path / "run.jsonl").read_text().splitlines()) == 2
+
+
+class _FullDisk:
+    def write(self, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_full_disk_under_run_jsonl_still_lets_the_error_reach_the_dashboard(tmp_path, capsys):
+    read, write = os.pipe()
+    emitter = Emitter(write)
+    emitter.open_jsonl(tmp_path / "run.jsonl")
+    emitter._jsonl = _FullDisk()  # the disk filled up after the file was opened
+    emitter.emit(m.Error(message="checkpoint failed: No space left on device", fatal=True))
+    emitter.log("info", "exiting")
+    emitter.close()
+    sent = [decode_event(line) for line in os.read(read, 1 << 16).decode().splitlines()]
+    os.close(read)
+    assert [type(e) for e in sent] == [m.Error, m.Log]
+    assert capsys.readouterr().err.count("run.jsonl: ") == 1  # said once, not per event

@@ -87,6 +87,7 @@ class Emitter:
         self.total_steps = 0
         self._jsonl: BinaryIO | None = None
         self._pending: list[bytes] = []  # events sent before run.jsonl's folder is known
+        self._mirror_failed = False
 
     def open_jsonl(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,11 +99,9 @@ class Emitter:
         self._pending.clear()
 
     def emit(self, event: m.Event) -> None:
+        """The reader first: on a full disk the run.jsonl mirror fails, and the Error that says so
+        must still reach the dashboard."""
         data = encode(event)
-        if self._jsonl is not None:
-            self._jsonl.write(data)
-        else:
-            self._pending.append(data)
         if self.plain:
             line = format_plain(event, self.total_steps)
             if line is not None:
@@ -112,6 +111,19 @@ class Emitter:
                 sys.stderr.flush()
         else:
             self._write(data)
+        self._mirror(data)
+
+    def _mirror(self, data: bytes) -> None:
+        if self._jsonl is None:
+            self._pending.append(data)
+            return
+        try:
+            self._jsonl.write(data)
+        except OSError as exc:  # e.g. a full disk: keep going (the dashboard has the events), say it once
+            if not self._mirror_failed:
+                self._mirror_failed = True
+                sys.stderr.write(f"run.jsonl: {exc}; events may be missing from it\n")
+                sys.stderr.flush()
 
     def log(self, level: m.LogLevel, message: str) -> None:
         self.emit(m.Log(level=level, message=message, time=time.time()))
