@@ -20,7 +20,7 @@ sees position differences, so a row's attention is the same as without padding.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn

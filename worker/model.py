@@ -48,10 +48,13 @@ def source_dir(model_path: str) -> Path:
 
 def _load(path: str) -> tuple[nn.Module, Any]:
     try:
-        return mlx_load(path)
+        model, tokenizer = mlx_load(path)
     except Exception as exc:  # a hub id offline, a folder without weights, an unknown model_type...
         where = "local folder" if Path(path).exists() else "Hugging Face id (needs the network or the hub cache)"
         raise RuntimeError(f"cannot load model {path!r} ({where}): {exc.__class__.__name__}: {exc}") from exc
+    if cpu_fast.enabled():
+        cpu_fast.patch_model(model)
+    return model, tokenizer
 
 
 # Up to this many rows (decoding: one token per sequence), ``(weight @ xᵀ)ᵀ`` streams the weight
@@ -113,8 +116,6 @@ def load(config: ModelConfig) -> tuple[nn.Module, Any]:
     """The policy model (LoRA layers added when ``config.lora``) and its tokenizer."""
     model, tokenizer = _load(config.path)
     row_major_weight_grads(model)
-    if cpu_fast.enabled():
-        cpu_fast.patch_model(model)
     if config.lora is not None:
         add_lora(model, config.lora)
     return model, tokenizer
@@ -123,8 +124,6 @@ def load(config: ModelConfig) -> tuple[nn.Module, Any]:
 def load_reference(config: ModelConfig) -> nn.Module:
     """A frozen copy of the starting weights, for the KL term (beta > 0)."""
     model, _ = _load(config.path)
-    if cpu_fast.enabled():
-        cpu_fast.patch_model(model)
     model.freeze()
     model.eval()
     return model

@@ -25,7 +25,6 @@ from grpo_tui.protocol.config import Config
 
 from . import loss_step, shared_prompt
 from .llama_family import is_llama_family
-from .shared_prompt import group_prompts
 
 
 @dataclass
@@ -52,7 +51,7 @@ def pack(prompts: list[list[int]], completions: list[list[int]], advantages: lis
          group: int = 1) -> MicroBatch:
     """Build a micro-batch; ``keep[i] = False`` zeroes sequence i's mask (mask_truncated_completions).
     With ``group`` > 1 and rows in runs of ``group`` sharing a prompt, the shared-prompt layout."""
-    heads, shared = group_prompts(prompts, group)
+    heads, shared = shared_prompt.group_prompts(prompts, group)
     if shared:
         return _pack_shared(heads, completions, advantages, keep, group)
     seqs = [p + c for p, c in zip(prompts, completions)]
@@ -97,8 +96,6 @@ def _pack_shared(heads, completions, advantages, keep, group) -> MicroBatch:
         prompt_pad=mx.array([width - len(p) for p in heads]),
         group=group,
     )
-
-
 
 
 def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.array:

@@ -54,14 +54,9 @@ class TimedStore(Store):
     @contextlib.asynccontextmanager
     async def _transaction(self):  # type: ignore[no-untyped-def, override]
         t0 = time.perf_counter()
-        await self._conn.execute("BEGIN IMMEDIATE")
-        self.lock_waits.append(time.perf_counter() - t0)
-        try:
-            yield self._conn
-        except BaseException:
-            await self._conn.execute("ROLLBACK")
-            raise
-        await self._conn.execute("COMMIT")
+        async with super()._transaction() as conn:  # returns once BEGIN IMMEDIATE holds the lock
+            self.lock_waits.append(time.perf_counter() - t0)
+            yield conn
 
 
 async def write_steps(db: Path, first: int, last: int) -> tuple[list[float], list[float]]:
