@@ -40,6 +40,7 @@ def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
     engine = next(line for line in lines if line.startswith("engine: "))
     assert "rollout: compiled loop, one prefill per prompt" in engine
     assert "training: prompt once per group" in engine and "compiled loss" in engine
+    assert "batch halves on two CPU streams" in engine
     lines.clear()
     Trainer(load_config(write_config(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\nrepetition_penalty = 1.1"))),
             log=lambda level, msg: lines.append(msg))

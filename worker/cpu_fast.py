@@ -120,8 +120,10 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
     B, H, L, D = q.shape
     kv_heads, S = k.shape[1], k.shape[2]
     rep = H // kv_heads
-    q = (q * scale).reshape(B, kv_heads, rep, L, D)
-    scores = (q @ mx.expand_dims(k, 2).swapaxes(-1, -2)).astype(mx.float32)  # (B, kv, rep, L, S)
+    # A KV head's ``rep`` query heads as one (rep·L, D) matrix: B·kv matmuls instead of B·H on a
+    # broadcast K, and no broadcast copies in the gradient (0.6B-shaped layer: 21 -> 13 ms).
+    q = (q * scale).reshape(B, kv_heads, rep * L, D)
+    scores = (q @ k.swapaxes(-1, -2)).astype(mx.float32).reshape(B, kv_heads, rep, L, S)
     if isinstance(mask, str):
         mask = mx.arange(S - L, S)[:, None] >= mx.arange(S)[None]
     if mask is not None:
@@ -131,8 +133,8 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
             scores = mx.where(mask, scores, mx.array(-1e30, scores.dtype))
         else:
             scores = scores + mask
-    weights = softmax(scores).astype(v.dtype)
-    return (weights @ mx.expand_dims(v, 2)).reshape(B, H, L, D)
+    weights = softmax(scores).astype(v.dtype).reshape(B, kv_heads, rep * L, S)
+    return (weights @ v).reshape(B, H, L, D)
 
 
 # ----------------------------------------------------------------------------- RoPE

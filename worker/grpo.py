@@ -63,13 +63,17 @@ def policy_loss(
     max_completion_length: int | None = None,
     num_items: float | mx.array | None = None,
     accumulation_steps: int = 1,
+    batch_rows: int | None = None,
+    batch_tokens: float | mx.array | None = None,
 ) -> tuple[mx.array, dict[str, mx.array]]:
     """The clipped surrogate loss of one micro-batch (DESIGN §7).
 
     ``logps``, ``old_logps``, ``ref_logps``, ``mask``: (N, T) per completion token; ``advantages``:
     (N,). ``num_items`` is the number of completion tokens in the whole accumulated batch (``dapo``;
-    defaults to this micro-batch's). Returns the scalar loss and metrics (means over masked tokens):
-    ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
+    defaults to this micro-batch's). When these rows are a part of a micro-batch (``two_cores``),
+    ``batch_rows`` and ``batch_tokens`` are the whole micro-batch's completions and completion
+    tokens, so that the parts' losses add up to the whole's. Returns the scalar loss and metrics
+    (means over masked tokens): ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {loss_type!r}")
@@ -99,13 +103,15 @@ def policy_loss(
         kl = mx.sum(per_token_kl * mask) / mx.maximum(tokens, 1.0)
 
     masked = per_token * mask
+    rows = mask.shape[0] if batch_rows is None else batch_rows
     if loss_type == "grpo":
-        loss = mx.mean(mx.sum(masked, axis=-1) / mx.maximum(seq_tokens, 1.0)) / accumulation_steps
+        loss = mx.sum(mx.sum(masked, axis=-1) / mx.maximum(seq_tokens, 1.0)) / rows / accumulation_steps
     elif loss_type == "bnpo":
-        loss = mx.sum(masked) / mx.maximum(tokens, 1.0) / accumulation_steps
+        denom = tokens if batch_tokens is None else mx.array(batch_tokens, dtype=mx.float32)
+        loss = mx.sum(masked) / mx.maximum(denom, 1.0) / accumulation_steps
     elif loss_type == "dr_grpo":
         length = max_completion_length if max_completion_length is not None else mask.shape[-1]
-        loss = mx.sum(masked) / (mask.shape[0] * length) / accumulation_steps
+        loss = mx.sum(masked) / (rows * length) / accumulation_steps
     else:  # dapo: normalised by the active tokens of the whole accumulated batch
         denom = tokens if num_items is None else mx.array(num_items, dtype=mx.float32)
         loss = mx.sum(masked) / mx.maximum(denom, 1.0)

@@ -27,14 +27,16 @@ BUCKET = 8
 _FIELDS = ("inputs", "targets", "mask", "advantages", "old_logps", "ref_logps", "prompts", "prompt_pad")
 
 
-def _loss(model: nn.Module, config: Config, accumulation_steps: int, start: int, group: int) -> Callable:
+def _loss(model: nn.Module, config: Config, accumulation_steps: int, start: int, group: int,
+          batch_rows: int | None) -> Callable:
     from .optim import MicroBatch, token_logps  # optim imports this module
 
     g = config.grpo
 
     def loss_fn(arrays: dict[str, mx.array]) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
-        batch = MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k != "num_items"})
-        logps, entropy = token_logps(model, batch, config.generation.temperature)
+        batch = MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k in _FIELDS})
+        # A part of a micro-batch already has a stream to itself: no further split of its rows.
+        logps, entropy = token_logps(model, batch, config.generation.temperature, split_rows=batch_rows is None)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
         loss, metrics = policy_loss(
             logps,
@@ -50,6 +52,8 @@ def _loss(model: nn.Module, config: Config, accumulation_steps: int, start: int,
             max_completion_length=config.generation.max_completion_length,
             num_items=arrays["num_items"],
             accumulation_steps=accumulation_steps,
+            batch_rows=batch_rows,
+            batch_tokens=arrays.get("batch_tokens"),
         )
         metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / mx.maximum(metrics["tokens"], 1.0)
         return loss, mx.stop_gradient(logps), metrics
@@ -63,15 +67,23 @@ def should_compile(model: nn.Module) -> bool:
 
 
 def loss_and_grad(model: nn.Module, batch: Any, config: Config, num_items: float, accumulation_steps: int,
-                  *, compiled: bool) -> tuple[tuple[mx.array, mx.array, dict[str, mx.array]], Any]:
-    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch."""
+                  *, compiled: bool, whole: Any = None) -> tuple[tuple[mx.array, mx.array, dict[str, mx.array]], Any]:
+    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, or of a part of the
+    micro-batch ``whole`` (normalised as a part of it). Runs on the current default stream."""
     arrays = {name: getattr(batch, name) for name in _FIELDS if getattr(batch, name) is not None}
     arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
-    # Everything the trace bakes in (which arrays exist, Python ints, the config) is in the key.
-    key = (id(config), tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, model.training)
+    batch_rows = None
+    if whole is not None:
+        batch_rows = whole.targets.shape[0]
+        arrays["batch_tokens"] = mx.sum(whole.mask)
+    # Everything the trace bakes in (which arrays exist, Python ints, the config, the stream its
+    # ops run on) is in the key.
+    stream = str(mx.default_stream(mx.default_device()))
+    key = (id(config), tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, model.training,
+           batch_rows, stream)
     cache = model.__dict__.setdefault("_grpo_tui_loss_fns", {})  # dies with the model
     if key not in cache:
-        fn = nn.value_and_grad(model, _loss(model, config, accumulation_steps, batch.start, batch.group))
+        fn = nn.value_and_grad(model, _loss(model, config, accumulation_steps, batch.start, batch.group, batch_rows))
         if compiled:
             # The parameters are inputs (current weights every call) and outputs (value_and_grad
             # swaps traced arrays into the model while tracing); so is the random state, or LoRA

@@ -11,7 +11,8 @@ the processed distribution, so they are not used for the ratio.)
 
 from __future__ import annotations
 
-import threading
+import dataclasses
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -23,7 +24,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.protocol.config import Config
 
-from . import loss_step, shared_prompt
+from . import loss_step, shared_prompt, two_cores
 from .llama_family import is_llama_family
 
 
@@ -98,6 +99,34 @@ def _pack_shared(heads, completions, advantages, keep, group) -> MicroBatch:
     )
 
 
+_ROW_FIELDS = ("inputs", "targets", "mask", "advantages", "old_logps", "ref_logps")
+
+
+def _part(batch: MicroBatch, rows: slice, prompts: slice | None = None, group: int | None = None) -> MicroBatch:
+    sliced = {name: getattr(batch, name)[rows] for name in _ROW_FIELDS if getattr(batch, name) is not None}
+    if prompts is not None:
+        sliced.update(prompts=batch.prompts[prompts], prompt_pad=batch.prompt_pad[prompts])
+    return dataclasses.replace(batch, **sliced, group=batch.group if group is None else group)
+
+
+def halves(batch: MicroBatch) -> list[MicroBatch]:
+    """The micro-batch as two parts for the two CPU streams (``two_cores``): whole prompt groups
+    when there are two or more (no prompt runs twice), else the one group's completions split
+    (its prompt then runs in both), else the batch itself."""
+    rows = batch.targets.shape[0]
+    if batch.prompts is None:
+        return [_part(batch, slice(0, rows // 2)), _part(batch, slice(rows // 2, rows))] if rows >= 2 else [batch]
+    groups = batch.prompts.shape[0]
+    if groups >= 2:
+        cut = (groups + 1) // 2
+        return [_part(batch, slice(0, cut * batch.group), slice(0, cut)),
+                _part(batch, slice(cut * batch.group, rows), slice(cut, groups))]
+    if batch.group >= 2:
+        cut = batch.group // 2
+        return [_part(batch, slice(0, cut), group=cut), _part(batch, slice(cut, rows), group=rows - cut)]
+    return [batch]
+
+
 def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.array:
     """``model(inputs)[:, start:]`` without projecting the earlier positions onto the vocabulary
     (most of a step's positions are prompt; the projection dominates with a 150k vocabulary)."""
@@ -119,21 +148,6 @@ def batch_logits(model: nn.Module, batch: MicroBatch) -> mx.array:
     return completion_logits(model, batch.inputs, batch.start)
 
 
-_THREAD_STREAMS: dict[int, list] = {}
-
-
-def cpu_streams() -> list:
-    """Two CPU streams for this thread, or the one default stream off CPU. On CPU MLX runs each
-    elementwise or reduction kernel on one thread; work split over two streams runs on two cores.
-    MLX streams belong to the thread that made them (the worker clears them at exit)."""
-    if mx.default_device() != mx.cpu:
-        return [mx.default_stream(mx.default_device())]
-    key = threading.get_ident()
-    if key not in _THREAD_STREAMS:
-        _THREAD_STREAMS[key] = [mx.default_stream(mx.cpu), mx.new_stream(mx.cpu)]
-    return _THREAD_STREAMS[key]
-
-
 def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
     # MLX's own fused reductions: on vocabulary-sized rows they beat cpu_fast's multi-pass exp.
     lse = mx.logsumexp(logits, axis=-1)
@@ -143,14 +157,15 @@ def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.ar
     return picked - lse, entropy
 
 
-def token_logps(model: nn.Module, batch: MicroBatch, temperature: float) -> tuple[mx.array, mx.array]:
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
+                split_rows: bool = True) -> tuple[mx.array, mx.array]:
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
 
-    The vocabulary-wide reductions run on half the rows per CPU stream (0.6B-shaped micro-batch of
-    8 x 32 tokens: forward 1.65 -> 0.83 s, their gradient 0.96 -> 0.62 s)."""
+    With ``split_rows`` the vocabulary-wide reductions run on half the rows per CPU stream
+    (0.6B-shaped micro-batch of 8 x 32 tokens: forward 1.65 -> 0.83 s, their gradient 0.96 -> 0.62 s)."""
     logits = batch_logits(model, batch).astype(mx.float32) / temperature
-    streams = cpu_streams()
-    if len(streams) == 1 or logits.shape[0] < 2:
+    streams = two_cores.streams()
+    if not split_rows or len(streams) == 1 or logits.shape[0] < 2:
         return _logps_entropy(logits, batch.targets)
     half = logits.shape[0] // 2
     parts = []
@@ -192,7 +207,7 @@ class FusedAdamW(optim.AdamW):
     def _next_stream(self) -> Any:
         """Alternate the parameters between the CPU streams: two kernels at a time (0.6B-shaped
         update: 4.6-6.5 -> 3.5 s wall)."""
-        streams = cpu_streams()
+        streams = two_cores.streams()
         self._calls += 1
         return streams[self._calls % len(streams)]
 
@@ -235,21 +250,29 @@ def optimize_pass(
     num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
 
     compiled = loss_step.should_compile(model) and all(b.prompts is not None for b in batches)
+    parallel = two_cores.applies(model)
     total_loss, grads = 0.0, None
     sums: dict[str, float] = {}
     for batch in batches:
-        (loss, logps, metrics), micro_grads = loss_step.loss_and_grad(
-            model, batch, config, num_items, len(batches), compiled=compiled
-        )
+        parts = halves(batch) if parallel else [batch]
+        results = []
+        for part, stream in zip(parts, two_cores.streams()):
+            with mx.stream(stream):
+                results.append(loss_step.loss_and_grad(
+                    model, part, config, num_items, len(batches), compiled=compiled,
+                    whole=batch if len(parts) > 1 else None,
+                ))
+        with two_cores.one_blas_thread() if len(parts) > 1 else nullcontext():
+            mx.eval(results)
         if record_old:
-            batch.old_logps = logps
-        mx.eval(loss, micro_grads, metrics, logps)
-        grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
-        total_loss += loss.item()
-        tokens = metrics.pop("tokens").item()
-        for k, v in metrics.items():
-            sums[k] = sums.get(k, 0.0) + v.item() * tokens
-        sums["tokens"] = sums.get("tokens", 0.0) + tokens
+            batch.old_logps = mx.concatenate([logps for (_, logps, _), _ in results])
+        for (loss, _, metrics), part_grads in results:
+            grads = part_grads if grads is None else tree_map(mx.add, grads, part_grads)
+            total_loss += loss.item()
+            tokens = metrics.pop("tokens").item()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v.item() * tokens
+            sums["tokens"] = sums.get("tokens", 0.0) + tokens
     stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k != "tokens"}
 
     norm = _global_norm(grads)

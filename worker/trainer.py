@@ -20,7 +20,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from . import cpu_fast, data, fastgen, loss_step, memory, model as model_io, rollout, shared_prompt
+from . import cpu_fast, data, fastgen, loss_step, memory, model as model_io, rollout, shared_prompt, two_cores
 from .grpo import group_advantages, group_std
 from .optim import MicroBatch, make_optimizer, optimize_pass, pack, token_logps
 from .parsing import parse_tool_calls, split_thinking
@@ -80,6 +80,8 @@ class Trainer:
         paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
         if self.shared_prompt and loss_step.should_compile(self.model):
             paths.append("compiled loss")
+        if two_cores.applies(self.model):
+            paths.append("batch halves on two CPU streams")
         if cpu_fast.is_patched(self.model):
             paths.append("x86 CPU exp/SwiGLU/attention/RoPE")
         return paths
