@@ -122,15 +122,26 @@ def test_large_models_stay_on_one_stream(model, monkeypatch):
     assert not two_cores.applies(model)
 
 
-def test_blas_runs_one_thread_per_call_inside_the_block_and_is_restored():
+def test_each_stream_gets_half_the_blas_threads_inside_the_block_and_they_come_back():
     functions = two_cores._blas_thread_functions()
     if functions is None:
         pytest.skip("no MKL or OpenBLAS loaded in this process")
-    get, _ = functions
+    get, put = functions
     before = get()
-    with two_cores.one_blas_thread():
-        assert get() == 1
-    assert get() == before
+    try:
+        for asked in (2, 1, 8):
+            put(asked)
+            threads = get()  # the library may cap it at the cores it sees
+            with two_cores.half_the_blas_threads():
+                assert get() == max(1, threads // 2)
+            assert get() == threads
+    finally:
+        put(before)
+
+
+def test_one_core_machines_keep_one_stream(model, monkeypatch):
+    monkeypatch.setattr(two_cores.os, "cpu_count", lambda: 1)
+    assert not two_cores.applies(model)
 
 
 @pytest.mark.parametrize("preset, expected", [(None, "200"), ("7", "7")])

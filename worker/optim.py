@@ -262,7 +262,7 @@ def optimize_pass(
                     model, part, config, num_items, len(batches), compiled=compiled,
                     whole=batch if len(parts) > 1 else None,
                 ))
-        with two_cores.one_blas_thread() if len(parts) > 1 else nullcontext():
+        with two_cores.half_the_blas_threads() if len(parts) > 1 else nullcontext():
             mx.eval(results)
         if record_old:
             batch.old_logps = mx.concatenate([logps for (_, logps, _), _ in results])

@@ -4,7 +4,8 @@ On CPU, MLX runs every elementwise and reduction kernel on its stream's one thre
 model's matmuls are too small for a second BLAS thread to pay (MKL's OpenMP worker spun in
 ``kmp_flag_64::wait`` for a third of the demo's training samples; MKL on one thread was as fast).
 So a small model's step used one core. Splitting a micro-batch into two halves by prompt group,
-each on its own CPU stream with BLAS on one thread per call, runs the halves side by side.
+each on its own CPU stream with half of BLAS's threads per call (one on a 2-core machine), runs the
+halves side by side.
 
 That only works when MLX interleaves the two halves' ops: it orders a graph depth-first, breadth-
 first across at most ``MLX_BFS_MAX_WIDTH`` branches (default 20), and at 20 one half was queued
@@ -46,7 +47,7 @@ def streams() -> list:
 
 def applies(model: nn.Module) -> bool:
     """Whether ``model``'s batches are split over the two CPU streams."""
-    if os.environ.get("GRPO_TUI_TWO_STREAMS", "1") == "0" or len(streams()) < 2:
+    if os.environ.get("GRPO_TUI_TWO_STREAMS", "1") == "0" or (os.cpu_count() or 1) < 2 or len(streams()) < 2:
         return False
     return sum(v.size for _, v in tree_flatten(model.parameters())) <= MAX_PARAMETERS
 
@@ -67,15 +68,16 @@ def _blas_thread_functions() -> tuple | None:
 
 
 @contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS on one thread per call inside the block: each stream's thread is already a core."""
+def half_the_blas_threads() -> Iterator[None]:
+    """Inside the block each BLAS call uses half the threads it would (at least one): the two
+    streams call it at the same time, and each stream's own thread is already a core."""
     functions = _blas_thread_functions()
     if functions is None:
         yield
         return
     get, put = functions
     before = get()
-    put(1)
+    put(max(1, before // 2))
     try:
         yield
     finally:
