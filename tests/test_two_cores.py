@@ -13,24 +13,12 @@ from mlx.utils import tree_flatten
 from grpo_tui.protocol.config import ModelConfig, parse_config
 from grpo_tui.worker import loss_step, model as model_io, two_cores
 from grpo_tui.worker.optim import halves, make_optimizer, optimize_pass, pack
+from tests.test_loss_step import CONFIG as LOSS_STEP_CONFIG
 from tests.tiny_model import build_tiny_model
 
 G = 4
-CONFIG = """
-[model]
-path = "unused"
-[data]
-path = "unused.jsonl"
-[[rewards]]
-name = "accuracy"
-[grpo]
-group_size = 4
-loss_type = "{loss_type}"
-epsilon_high = 0.28
-[generation]
-max_completion_length = 8
-temperature = 0.9
-[training]
+# test_loss_step's config, with the loss type a parameter and a plain AdamW step.
+CONFIG = LOSS_STEP_CONFIG.replace('loss_type = "dapo"', 'loss_type = "{loss_type}"') + """[training]
 learning_rate = 0.01
 max_grad_norm = 0.0
 """
