@@ -47,6 +47,17 @@ def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
     assert "rollout: mlx-lm BatchGenerator" in next(line for line in lines if line.startswith("engine: "))
 
 
+def test_the_log_says_when_the_vocabulary_goes_to_numpy(tmp_path, model_dir, monkeypatch):
+    from grpo_tui.worker import host_vocab, loss_step
+
+    monkeypatch.setattr(loss_step, "COMPILE_MAX_PARAMETERS", 10)  # a "large" model: eager loss
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    lines = []
+    Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
+    engine = next(line for line in lines if line.startswith("engine: "))
+    assert "vocabulary log-softmax in numpy" in engine and "compiled loss" not in engine
+
+
 def weights(trainer):
     return {k: np.array(v) for k, v in tree_flatten(trainer.model.trainable_parameters())}
 

@@ -28,7 +28,7 @@ _FIELDS = ("inputs", "targets", "mask", "advantages", "old_logps", "ref_logps", 
 
 
 def _loss(model: nn.Module, config: Config, accumulation_steps: int, start: int, group: int,
-          batch_rows: int | None) -> Callable:
+          batch_rows: int | None, compiled: bool) -> Callable:
     from .optim import MicroBatch, token_logps  # optim imports this module
 
     g = config.grpo
@@ -36,7 +36,9 @@ def _loss(model: nn.Module, config: Config, accumulation_steps: int, start: int,
     def loss_fn(arrays: dict[str, mx.array]) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
         batch = MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k in _FIELDS})
         # A part of a micro-batch already has a stream to itself: no further split of its rows.
-        logps, entropy = token_logps(model, batch, config.generation.temperature, split_rows=batch_rows is None)
+        # A trace cannot hand the vocabulary to numpy (host_vocab evaluates mid-graph).
+        logps, entropy = token_logps(model, batch, config.generation.temperature, split_rows=batch_rows is None,
+                                     host=not compiled)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
         loss, metrics = policy_loss(
             logps,
@@ -83,7 +85,7 @@ def loss_and_grad(model: nn.Module, batch: Any, config: Config, num_items: float
            batch_rows, stream)
     cache = model.__dict__.setdefault("_grpo_tui_loss_fns", {})  # dies with the model
     if key not in cache:
-        fn = nn.value_and_grad(model, _loss(model, config, accumulation_steps, batch.start, batch.group, batch_rows))
+        fn = nn.value_and_grad(model, _loss(model, config, accumulation_steps, batch.start, batch.group, batch_rows, compiled))
         if compiled:
             # The parameters are inputs (current weights every call) and outputs (value_and_grad
             # swaps traced arrays into the model while tracing); so is the random state, or LoRA

@@ -20,7 +20,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from . import cpu_fast, data, fastgen, loss_step, memory, model as model_io, rollout, shared_prompt, two_cores
+from . import cpu_fast, data, fastgen, host_vocab, loss_step, memory, model as model_io, rollout, shared_prompt, two_cores
 from .grpo import group_advantages, group_std
 from .optim import MicroBatch, make_optimizer, optimize_pass, pack, token_logps
 from .parsing import parse_tool_calls, split_thinking
@@ -78,8 +78,11 @@ class Trainer:
         fast_rollout = fastgen.supports(self.model, self.config.generation.repetition_penalty)
         paths = ["rollout: compiled loop, one prefill per prompt" if fast_rollout else "rollout: mlx-lm BatchGenerator"]
         paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
-        if self.shared_prompt and loss_step.should_compile(self.model):
+        compiled = self.shared_prompt and loss_step.should_compile(self.model)
+        if compiled:
             paths.append("compiled loss")
+        elif host_vocab.enabled(getattr(self.model.args, "vocab_size", 0)):
+            paths.append("vocabulary log-softmax in numpy")
         if two_cores.applies(self.model):
             paths.append("batch halves on two CPU streams")
         if cpu_fast.is_patched(self.model):
