@@ -71,3 +71,13 @@ def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, 
     assert host[2] == pytest.approx(plain[2], rel=1e-4)
     for name, g in plain[3].items():
         np.testing.assert_allclose(np.array(host[3][name]), np.array(g), atol=1e-6, rtol=1e-4, err_msg=name)
+
+
+def test_very_many_logits_stay_with_mlx(monkeypatch):
+    small = mx.zeros((4, 9000))
+    assert host_vocab.applies(small)
+    monkeypatch.setattr(host_vocab, "MAX_LOGITS", 4 * 9000 - 1)
+    assert not host_vocab.applies(small)
+    monkeypatch.setenv("GRPO_TUI_HOST_VOCAB", "0")
+    monkeypatch.setattr(host_vocab, "MAX_LOGITS", 10**9)
+    assert not host_vocab.applies(small)

@@ -21,6 +21,10 @@ import mlx.core as mx
 import numpy as np
 
 MIN_VOCABULARY = 8192  # below this MLX's own fused kernels are cheap enough, and stay lazy
+# Evaluating the logits mid-graph keeps the differentiated graph's logit-sized arrays alive at once
+# (~4 copies): a 0.6B-shaped step of 1 × 8 × 256 tokens (311M logits) peaked 5 GB higher. Above
+# this many logits MLX's own kernels run instead.
+MAX_LOGITS = 64 * 2**20
 
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="host-vocab")  # numpy ufuncs release the GIL
 _SCRATCH: list[np.ndarray] = [np.empty(0, np.float32)]
@@ -44,7 +48,7 @@ def enabled(vocabulary: int) -> bool:
 
 
 def applies(logits: mx.array) -> bool:
-    return logits.dtype == mx.float32 and enabled(logits.shape[-1])
+    return logits.dtype == mx.float32 and logits.size <= MAX_LOGITS and enabled(logits.shape[-1])
 
 
 def _probabilities(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -98,3 +102,4 @@ def _logps_entropy_vjp(primals, cotangents, outputs):
     gradient = _scratch(x.shape)
     _by_halves(_gradient_rows, x, _host(targets), _host(cotangents[0].astype(mx.float32)), gradient)
     return mx.array(gradient), mx.zeros_like(targets)  # mx.array copies: the buffer is free again
+
