@@ -102,4 +102,3 @@ def _logps_entropy_vjp(primals, cotangents, outputs):
     gradient = _scratch(x.shape)
     _by_halves(_gradient_rows, x, _host(targets), _host(cotangents[0].astype(mx.float32)), gradient)
     return mx.array(gradient), mx.zeros_like(targets)  # mx.array copies: the buffer is free again
-

@@ -23,6 +23,7 @@ import ctypes
 import os
 import threading
 from contextlib import contextmanager
+from functools import cache
 from typing import Iterator
 
 import mlx.core as mx
@@ -52,6 +53,7 @@ def applies(model: nn.Module) -> bool:
     return sum(v.size for _, v in tree_flatten(model.parameters())) <= MAX_PARAMETERS
 
 
+@cache  # looked up once per process, not once per micro-batch
 def _blas_thread_functions() -> tuple | None:
     """(get, set) of the loaded BLAS's thread count: MKL or OpenBLAS, None for any other."""
     process = ctypes.CDLL(None)
