@@ -52,7 +52,10 @@ def write_run(folder: Path, model: Path, *, steps: int = 2, max_tokens: int = 12
     data = folder / "data.jsonl"
     data.write_text("".join(json.dumps({"prompt": p, "answer": a}, ensure_ascii=False) + "\n"
                             for p, a in zip(PROMPTS, ANSWERS)), encoding="utf-8")  # fmt: skip
-    text = '[[rewards]]\nname = "length"\n'
+    # A reward that differs between completions, so advantages and the updates are not zero.
+    (folder / "rewards.py").write_text("def varied(prompts, completions, **kw):\n"
+                                       "    return [len(set(c)) / 10 for c in completions]\n")
+    text = f'[[rewards]]\nfunction = {json.dumps(str(folder / "rewards.py") + ":varied")}\n'
     text += f'\n[model]\npath = {json.dumps(str(model))}\n'
     if lora:
         text += "\n[model.lora]\nrank = 4\nalpha = 8\nlayers = -1\n"
@@ -194,6 +197,8 @@ def test_worker_process_run_and_its_checkpoint_opens_in_mlx_lm(tmp_path, qwen_bp
     db = out / "outputs.db"
     assert query(db, "SELECT status FROM runs") == [("completed",)]
     assert [r[0] for r in query(db, "SELECT step FROM steps ORDER BY step")] == [1, 2]
+    assert any(r[0] for r in query(db, "SELECT gradients_applied FROM steps"))
+    assert any(r[0] for r in query(db, "SELECT advantage != 0 FROM generations"))
     rows = generations(db)
     assert len(rows) == 2 * 2 * 2
     for row in rows:
