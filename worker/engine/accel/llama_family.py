@@ -1,7 +1,8 @@
 """What the engine's fast paths rely on in mlx-lm's llama-family models (qwen2, qwen3, llama,
 mistral): logits are ``lm_head(model.model(x))`` (or the tied embedding), and attention goes through
 ``cache.offset``, ``cache.update_and_fetch`` and the mask the first cache's ``make_mask`` returns.
-``fastgen`` (rollouts), ``shared_prompt`` (training forward), ``cpu_fast`` and ``optim`` use these."""
+``fastgen`` (rollouts), ``shared_prompt`` (training forward), ``patches`` and the engine's
+``logps`` use these."""
 
 from __future__ import annotations
 

@@ -1,29 +1,24 @@
 """Target log-probs and entropy over a large vocabulary, computed with numpy on the host.
 
 Per completion token a GRPO step needs log softmax(logits)[target] (and its gradient) and the
-entropy. With a 150k vocabulary that is 39M logits for a 0.6B-shaped micro-batch of 8 × 32 tokens,
-and MLX's CPU backend takes ~20 ns per element for every ``exp`` pass (its x86 wheels call libm's
-``fma`` per element): ``logsumexp``, the ``softmax`` for the entropy and the ``softmax`` in the
-gradient cost ~1.25 s on each of the two streams. numpy's SIMD ``exp`` takes ~0.75 ns per element,
-so the same maths on the host, in preallocated buffers, takes tens of milliseconds per pass.
+entropy, over every vocabulary entry. MLX's CPU ``exp`` is a libm ``fma`` call per element on the
+x86 wheels, while numpy's is SIMD, so the same maths runs in numpy, in a buffer kept between steps.
 
 Only for eager (uncompiled) graphs: the forward evaluates the logits and the gradient evaluates its
-cotangent, both synchronously. The entropy is a metric and has no gradient.
-``GRPO_TUI_HOST_VOCAB=0`` keeps MLX's own kernels.
+cotangent, both synchronously. The entropy is a metric and has no gradient. Whether a model gets
+this is the plan's ``host_vocab`` (``GRPO_TUI_HOST_VOCAB=0`` turns it off).
 """
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import mlx.core as mx
 import numpy as np
 
 MIN_VOCABULARY = 8192  # below this MLX's own fused kernels are cheap enough, and stay lazy
-# Evaluating the logits mid-graph keeps the differentiated graph's logit-sized arrays alive at once
-# (~4 copies): a 0.6B-shaped step of 1 × 8 × 256 tokens (311M logits) peaked 5 GB higher. Above
-# this many logits MLX's own kernels run instead.
+# Evaluating the logits mid-graph keeps ~4 of the differentiated graph's logit-sized arrays alive
+# at once; above this many logits per micro-batch MLX's own kernels run instead.
 MAX_LOGITS = 64 * 2**20
 
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="host-vocab")  # numpy ufuncs release the GIL
@@ -31,24 +26,18 @@ _SCRATCH: list[np.ndarray] = [np.empty(0, np.float32)]
 
 
 def _scratch(shape: tuple[int, int]) -> np.ndarray:
-    """One float32 buffer kept for the process, grown when needed. Fresh numpy buffers each step
-    left holes in the heap (malloc keeps freed memory, ``memory``) that MLX's next embedding-sized
-    array did not fit: 151,936 page faults (+1.3 s) in every 0.6B-shaped AdamW update."""
+    """One float32 buffer kept for the process, grown when needed: fresh numpy buffers each step
+    left holes in the heap (malloc keeps freed memory, ``memory``) that MLX's next large arrays
+    did not fit, so they were page-faulted in again."""
     size = shape[0] * shape[1]
     if _SCRATCH[0].size < size:
         _SCRATCH[0] = np.empty(size, np.float32)
     return _SCRATCH[0][:size].reshape(shape)
 
 
-def enabled(vocabulary: int) -> bool:
-    """Whether an eager step's log-softmax over ``vocabulary`` entries goes to numpy."""
-    if os.environ.get("GRPO_TUI_HOST_VOCAB", "1") == "0":
-        return False
-    return vocabulary >= MIN_VOCABULARY and mx.default_device() == mx.cpu
-
-
-def applies(logits: mx.array) -> bool:
-    return logits.dtype == mx.float32 and logits.size <= MAX_LOGITS and enabled(logits.shape[-1])
+def fits(logits: mx.array) -> bool:
+    """Whether these logits may go to numpy: float32 and at most ``MAX_LOGITS`` of them."""
+    return logits.dtype == mx.float32 and logits.size <= MAX_LOGITS
 
 
 def _probabilities(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

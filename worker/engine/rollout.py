@@ -1,17 +1,16 @@
 """Rollouts: ``n`` sampled completions per prompt.
 
-Llama-family models (qwen2, qwen3, llama, mistral) without a repetition penalty go through
-``fastgen``: one prefill per prompt and a compiled fixed-shape decode step (demo rollout 2.2x raw
-``mlx_lm.batch_generate``). Everything else drives mlx-lm's continuous-batching
+When the plan says ``fast_rollout`` (llama-family models without a repetition penalty), rollouts go
+through ``accel.fastgen``: one prefill per prompt and a compiled fixed-shape decode step. Everything else drives mlx-lm's continuous-batching
 ``BatchGenerator`` directly (not ``batch_generate``: we need each completion's finish reason and
 its stop token, which is part of what the policy chose and is trained on). Either way token ids come
 straight from the sampler, never from re-tokenizing text.
 
 Log-probs: both report the log-prob of each sampled token under the *processed* distribution
 (after any repetition penalty, before temperature / top-p / top-k / min-p), which is not the
-distribution the loss uses (logits / temperature, DESIGN §7). They are kept on the completion for
+distribution the loss uses (logits / temperature; docs/architecture.md, "Step data path"). They are kept on the completion for
 inspection only; the trainer takes its "old" log-probs from its own first forward pass on the
-rollout, before any update (see ``trainer``).
+rollout, before any update (see ``logps``).
 """
 from __future__ import annotations
 
@@ -24,7 +23,8 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig
 
-from . import fastgen
+from .accel import fastgen
+from .plan import EnginePlan
 
 # A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
 # MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".
@@ -86,17 +86,23 @@ def generate(
     *,
     greedy: bool = False,
     logprobs: bool = True,
+    plan: EnginePlan | None = None,
+    decode: fastgen.DecodeStep | None = None,
 ) -> list[Completion]:
     """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j].
-    ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them)."""
+    ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them). The
+    trainer passes its ``plan`` and compiled ``decode`` step; without a plan (tests, benchmarks)
+    the compiled loop runs wherever it can, with MLX's own kernels."""
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
-    if fastgen.supports(model, gen.repetition_penalty):
+    fast = plan.fast_rollout if plan is not None else fastgen.supports(model, gen.repetition_penalty)
+    if fast:
         # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
         # sampling do not care about a constant shift of the logits.
         normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
         tokens, stopped, sampled = fastgen.generate_tokens(
-            model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized
+            model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
+            fast_exp=plan is not None and plan.cpu_kernels, decode=decode,
         )
     else:
         tokens, stopped, sampled = _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs)

@@ -2,8 +2,8 @@
 
 MLX's CPU ``exp`` (and ``sigmoid``, ``sin``, ``cos``, ``tanh``, softmax, logsumexp) evaluate a
 polynomial with ``fma``; the x86-64 Linux wheels are built without the FMA instruction set, so
-each ``fma`` is a libm software call: ~19 ns per element where a multiply-add takes ~0.4 ns
-(``bench/cpu_math.py``). A GRPO step is full of them: the vocabulary log-softmax (150k logits per
+each ``fma`` is a libm software call, far slower than a multiply-add (``bench/cpu_math.py``).
+A GRPO step is full of them: the vocabulary log-softmax (150k logits per
 token), SwiGLU in every MLP, the attention softmax, and RoPE's sin/cos.
 
 This module computes them from multiplies and adds instead:
@@ -12,8 +12,8 @@ This module computes them from multiplies and adds instead:
 - ``logsumexp``, ``softmax``, ``swiglu`` and ``attention`` on top of it;
 - RoPE from precomputed cos/sin tables (``rope``), the same rotation ``mx.fast.rope`` applies.
 
-``patch_model`` points a llama-family model's attention and MLP at these (same parameters, same
-checkpoints). ``enabled()`` says whether this process should: CPU device on x86-64.
+``patches.patch_model`` points a llama-family model's attention and MLP at these (same parameters,
+same checkpoints). ``enabled()`` says whether this machine has the slow ``fma``: CPU on x86-64.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-
-from .llama_family import is_llama_family
 
 _LOG2E = 1.4426950408889634
 _ROUND = 12582912.0  # 1.5 * 2**23: adding it rounds a float32 of magnitude < 2**22 to an integer
@@ -121,7 +119,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
     kv_heads, S = k.shape[1], k.shape[2]
     rep = H // kv_heads
     # A KV head's ``rep`` query heads as one (rep·L, D) matrix: B·kv matmuls instead of B·H on a
-    # broadcast K, and no broadcast copies in the gradient (0.6B-shaped layer: 21 -> 13 ms).
+    # broadcast K, and no broadcast copies in the gradient.
     q = (q * scale).reshape(B, kv_heads, rep * L, D)
     scores = (q @ k.swapaxes(-1, -2)).astype(mx.float32).reshape(B, kv_heads, rep, L, S)
     if isinstance(mask, str):
@@ -175,68 +173,3 @@ def rope(rope_module: nn.RoPE, x: mx.array, offset: Any, max_positions: int) -> 
         a, b = rot[..., : dims // 2], rot[..., dims // 2 :]
         out = mx.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
     return out if rest is None else mx.concatenate([out, rest], axis=-1)
-
-
-# ----------------------------------------------------------------------------- model patch
-
-
-def _attention_call(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
-    B, L, _ = x.shape
-    queries = self.q_proj(x).reshape(B, L, self.n_heads, -1)
-    keys = self.k_proj(x).reshape(B, L, self.n_kv_heads, -1)
-    values = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
-    if hasattr(self, "q_norm"):
-        queries, keys = self.q_norm(queries), self.k_norm(keys)
-    queries, keys = queries.transpose(0, 2, 1, 3), keys.transpose(0, 2, 1, 3)
-    offset = cache.offset if cache is not None else 0
-    if type(self.rope) is nn.RoPE:
-        queries = rope(self.rope, queries, offset, self._rope_positions)
-        keys = rope(self.rope, keys, offset, self._rope_positions)
-    else:
-        queries, keys = self.rope(queries, offset=offset), self.rope(keys, offset=offset)
-    if cache is not None:
-        keys, values = cache.update_and_fetch(keys, values)
-    output = attention(queries, keys, values, self.scale, mask)
-    return self.o_proj(output.transpose(0, 2, 1, 3).reshape(B, L, -1))
-
-
-def _mlp_call(self, x: mx.array) -> mx.array:
-    return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
-
-
-_SUBCLASSES: dict[type, type] = {}
-
-
-def _swap(module: nn.Module, call: Any) -> None:
-    cls = type(module)
-    if cls not in _SUBCLASSES:
-        _SUBCLASSES[cls] = type(f"CpuFast{cls.__name__}", (cls,), {"__call__": call})
-    module.__class__ = _SUBCLASSES[cls]
-
-
-def patch_model(model: nn.Module) -> bool:
-    """Route a llama-family model's attention and MLP through this module; False (and nothing
-    changed) for other architectures or shapes we do not recognise."""
-    args = getattr(model, "args", None)
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if not is_llama_family(model) or not layers:
-        return False
-    for layer in layers:
-        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-        needed = ("q_proj", "k_proj", "v_proj", "o_proj", "n_heads", "n_kv_heads", "scale", "rope")
-        if attn is None or mlp is None or not all(hasattr(attn, n) for n in needed):
-            return False
-        if not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
-            return False
-    positions = int(getattr(args, "max_position_embeddings", 0) or 32768)
-    for layer in layers:
-        # Plain attribute (not an array): it must not become a parameter.
-        object.__setattr__(layer.self_attn, "_rope_positions", max(positions, 4096))
-        _swap(layer.self_attn, _attention_call)
-        _swap(layer.mlp, _mlp_call)
-    return True
-
-
-def is_patched(model: nn.Module) -> bool:
-    layers = getattr(getattr(model, "model", None), "layers", None) or []
-    return bool(layers) and type(getattr(layers[0], "mlp", None)) in _SUBCLASSES.values()

@@ -1,4 +1,4 @@
-"""GRPO math (DESIGN §7): advantages and the clipped policy loss. Pure functions on ``mx.array``.
+"""GRPO math (docs/architecture.md, "Step data path"): advantages and the clipped policy loss. Pure functions on ``mx.array``.
 
 The formulas follow TRL's ``GRPOTrainer`` (``_compute_loss`` and the advantage computation in
 ``_generate_and_score_completions``): sample (Bessel-corrected) standard deviation, ``1e-4`` in the
@@ -7,9 +7,48 @@ denominator, ``-min(ρA, clip(ρ)A)`` per token, the k3 KL estimator, and the fo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
+from grpo_tui.protocol.config import Config
+
+# The loss types this module implements; ``protocol.config``'s ``loss_type`` Literal is the
+# contract, and tests/worker/engine/test_names.py ties the two.
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss's settings, built once from the config (hashable: a compiled trace bakes them in)."""
+
+    loss_type: str
+    epsilon: float
+    epsilon_high: float
+    beta: float = 0.0
+    importance_sampling_level: str = "token"
+    max_completion_length: int | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> "LossSettings":
+        g = config.grpo
+        return cls(
+            loss_type=g.loss_type,
+            epsilon=g.epsilon,
+            epsilon_high=float(g.epsilon_high if g.epsilon_high is not None else g.epsilon),
+            beta=g.beta,
+            importance_sampling_level=g.importance_sampling_level,
+            max_completion_length=config.generation.max_completion_length,
+        )
+
+
+@dataclass(frozen=True)
+class PartOf:
+    """These rows are a part of a micro-batch (``accel.two_cores``) of ``rows`` completions and
+    ``tokens`` completion tokens: the parts' losses must add up to the whole's."""
+
+    rows: int
+    tokens: mx.array
 
 
 def _sample_std(x: mx.array, axis: int | None = None) -> mx.array:
@@ -53,28 +92,24 @@ def policy_loss(
     old_logps: mx.array,
     advantages: mx.array,
     mask: mx.array,
+    settings: LossSettings,
     *,
-    loss_type: str,
-    epsilon: float,
-    epsilon_high: float,
-    beta: float = 0.0,
     ref_logps: mx.array | None = None,
-    importance_sampling_level: str = "token",
-    max_completion_length: int | None = None,
     num_items: float | mx.array | None = None,
     accumulation_steps: int = 1,
-    batch_rows: int | None = None,
-    batch_tokens: float | mx.array | None = None,
+    part_of: PartOf | None = None,
 ) -> tuple[mx.array, dict[str, mx.array]]:
-    """The clipped surrogate loss of one micro-batch (DESIGN §7).
+    """The clipped surrogate loss of one micro-batch (docs/architecture.md, "Step data path").
 
     ``logps``, ``old_logps``, ``ref_logps``, ``mask``: (N, T) per completion token; ``advantages``:
     (N,). ``num_items`` is the number of completion tokens in the whole accumulated batch (``dapo``;
-    defaults to this micro-batch's). When these rows are a part of a micro-batch (``two_cores``),
-    ``batch_rows`` and ``batch_tokens`` are the whole micro-batch's completions and completion
-    tokens, so that the parts' losses add up to the whole's. Returns the scalar loss and metrics
-    (means over masked tokens): ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
+    defaults to this micro-batch's). ``part_of``: these rows are a part of a larger micro-batch.
+    Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
+    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
     """
+    loss_type, epsilon, epsilon_high, beta = settings.loss_type, settings.epsilon, settings.epsilon_high, settings.beta
+    importance_sampling_level, max_completion_length = settings.importance_sampling_level, settings.max_completion_length
+    batch_rows, batch_tokens = (None, None) if part_of is None else (part_of.rows, part_of.tokens)
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {loss_type!r}")
     mask = mask.astype(mx.float32)

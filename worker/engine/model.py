@@ -15,7 +15,7 @@ from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
 
-from . import cpu_fast
+from .accel.patches import row_major_weight_grads
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -47,69 +47,13 @@ def source_dir(model_path: str) -> Path:
 
 
 def _load(path: str) -> tuple[nn.Module, Any]:
+    """Stock mlx-lm; the trainer applies the plan's ``accel.patches``."""
     try:
         model, tokenizer = mlx_load(path)
     except Exception as exc:  # a hub id offline, a folder without weights, an unknown model_type...
         where = "local folder" if Path(path).exists() else "Hugging Face id (needs the network or the hub cache)"
         raise RuntimeError(f"cannot load model {path!r} ({where}): {exc.__class__.__name__}: {exc}") from exc
-    if cpu_fast.enabled():
-        cpu_fast.patch_model(model)
     return model, tokenizer
-
-
-# Up to this many rows (decoding: one token per sequence), ``(weight @ xᵀ)ᵀ`` streams the weight
-# through MKL's sgemm about 1.5x faster than ``x @ weightᵀ`` (measured at 8 rows on the 0.6B-shaped
-# model's matrices); the output is small, so its transposed layout costs nothing.
-DECODE_ROWS = 64
-FLIP_MIN_WEIGHT = 1 << 20  # smaller weights sit in cache: there the flip's extra copies cost more
-
-
-@mx.custom_function
-def _linear(x: mx.array, weight: mx.array) -> mx.array:
-    return x @ weight.T
-
-
-@_linear.vjp
-def _linear_vjp(primals, cotangent, output):
-    x, weight = primals
-    flat = cotangent.reshape(-1, cotangent.shape[-1])
-    # cotangentᵀ·x is a plain matmul output: row-major, like the weight and AdamW's m and v. MLX's
-    # own VJP of ``x @ weight.T`` returns a transposed view, and every elementwise op that mixes the
-    # two layouts (norm, clipping, AdamW) runs ~10x slower on CPU.
-    return cotangent @ weight, flat.T @ x.reshape(-1, x.shape[-1])
-
-
-def _matmul_t(x: mx.array, weight: mx.array) -> mx.array:
-    """``x @ weight.T``, arranged for speed on CPU (same maths)."""
-    rows = x.size // x.shape[-1]
-    if rows == 1 or (rows <= DECODE_ROWS and weight.size < FLIP_MIN_WEIGHT):
-        return x @ weight.T
-    if rows <= DECODE_ROWS:  # plain ops: their weight gradient (cotᵀ·x) is row-major already
-        return (weight @ x.reshape(rows, x.shape[-1]).T).T.reshape(*x.shape[:-1], weight.shape[0])
-    return _linear(x, weight)
-
-
-class _Linear(nn.Linear):
-    def __call__(self, x: mx.array) -> mx.array:
-        y = _matmul_t(x, self["weight"])
-        return y + self["bias"] if "bias" in self else y
-
-
-class _Embedding(nn.Embedding):
-    def as_linear(self, x: mx.array) -> mx.array:  # the tied output projection
-        return _matmul_t(x, self.weight)
-
-
-def row_major_weight_grads(model: nn.Module) -> None:
-    """Make the gradients of plain ``Linear``/``Embedding`` weights row-major (same maths).
-
-    On the 0.6B-shaped model this took AdamW from 12.9 to 4.8 CPU-s and the gradient norm from 3.4
-    to 0.55 CPU-s per step."""
-    for _, module in model.named_modules():
-        if type(module) is nn.Linear:
-            module.__class__ = _Linear
-        elif type(module) is nn.Embedding:
-            module.__class__ = _Embedding
 
 
 def load(config: ModelConfig) -> tuple[nn.Module, Any]:

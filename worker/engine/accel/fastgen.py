@@ -15,7 +15,7 @@ Prompts are left-padded to a common length; padded key positions are masked out,
 sees position differences, so a row's attention is the same as without padding.
 
 ``supports`` says when the loop applies (plain llama-family attention, no logits processors);
-``rollout.generate`` falls back to ``BatchGenerator`` otherwise.
+the plan's ``fast_rollout`` decides, and ``rollout.generate`` uses ``BatchGenerator`` otherwise.
 """
 
 from __future__ import annotations
@@ -72,18 +72,21 @@ def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.
     return logits, [a for c in caches for a in (c.keys, c.values)]
 
 
-def _decode_step(model: nn.Module) -> Callable[..., tuple[mx.array, ...]]:
-    """The model's compiled decode step, kept on the model (it dies with it); every step of a
-    rollout has the same shapes, so it is traced once."""
-    if "_grpo_tui_decode_step" not in model.__dict__:
+class DecodeStep:
+    """A model's compiled decode step; every step of a rollout has the same shapes, so it is
+    traced once. Kept by the trainer for as long as the model."""
 
+    def __init__(self, model: nn.Module) -> None:
         def step(tokens, offset, left_pad, *kv):
             logits, kv = _forward(model, tokens, offset, left_pad, list(kv))
             return (logits, *kv)
 
         # The parameters are implicit inputs, so the compiled step always reads the current weights.
-        model.__dict__["_grpo_tui_decode_step"] = mx.compile(step, inputs=model.state)
-    return model.__dict__["_grpo_tui_decode_step"]
+        self.model = model
+        self.step = mx.compile(step, inputs=model.state)
+
+    def __call__(self, *args: mx.array) -> tuple[mx.array, ...]:
+        return self.step(*args)
 
 
 def generate_tokens(
@@ -96,11 +99,14 @@ def generate_tokens(
     *,
     logprobs: bool = False,
     normalized: bool = True,
+    fast_exp: bool = False,
+    decode: DecodeStep | None = None,
 ) -> tuple[list[list[int]], list[bool], list[list[float]]]:
     """``n`` completions per prompt, row ``i * n + j``: (token ids with the stop token, stopped,
     sampled tokens' log-probs when ``logprobs``). ``normalized=False`` hands the sampler raw logits
     (fine for greedy and plain temperature sampling, which ignore a constant shift) and saves a
-    vocabulary-wide logsumexp per token."""
+    vocabulary-wide logsumexp per token. ``fast_exp``: the plan's ``cpu_kernels``. ``decode``: the
+    model's compiled step, kept between rollouts (a fresh one without it)."""
     rows = len(prompts) * n
     width = max(len(p) for p in prompts)
     length = -(-(width + max_tokens) // BUCKET) * BUCKET
@@ -119,13 +125,13 @@ def generate_tokens(
     logits = mx.repeat(logits, n, axis=0)
     left_pad = mx.repeat(prompt_pad, n, axis=0)
 
-    decode = _decode_step(model)
+    decode = decode if decode is not None and decode.model is model else DecodeStep(model)
 
     def sample(logits: mx.array) -> tuple[mx.array, mx.array]:
         if not (normalized or logprobs):
             token = sampler(logits)
             return token, token
-        lse = cpu_fast.logsumexp(logits) if cpu_fast.enabled() else mx.logsumexp(logits, axis=-1)
+        lse = cpu_fast.logsumexp(logits) if fast_exp else mx.logsumexp(logits, axis=-1)
         lps = logits - lse[:, None]
         token = sampler(lps)
         picked = mx.take_along_axis(lps, token[:, None], axis=-1)[:, 0] if logprobs else token

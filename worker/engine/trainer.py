@@ -1,13 +1,13 @@
 """The GRPO step: rollout -> rewards -> advantages -> accumulated loss/gradients -> clip -> AdamW.
 
-``Trainer`` is the contract with the worker process (``main``): it owns the model, tokenizer,
-dataset, reward functions and optimizer, and ``train_step`` returns a ``StepOutput`` with every
-``protocol.messages.Step`` metric (TRL's names) and every generation.
+``Trainer`` is the engine's side of the contract with the worker process (``records.Trainer``): it
+owns the model, tokenizer, dataset, reward functions, optimizer, the engine plan and the compiled
+functions, and ``train_step`` returns a ``StepOutput`` with every ``protocol.messages.Step`` metric
+(TRL's names) and every generation.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -20,12 +20,16 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from . import cpu_fast, data, fastgen, host_vocab, loss_step, memory, model as model_io, rollout, shared_prompt, two_cores
+from ..records import Generation, StepOutput, finite
+from . import data, model as model_io, plan as engine_plan, rollout
+from .accel import fastgen, patches
+from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
-from .optim import MicroBatch, make_optimizer, optimize_pass, pack, token_logps
+from .logps import token_logps
+from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
-from .records import Generation, StepOutput
 from .rewards import RewardError, load_rewards, score
+from .update import make_optimizer, optimize_pass
 
 __all__ = ["Trainer", "RewardError", "default_log"]
 
@@ -43,14 +47,20 @@ def _mean(values: list[float | None]) -> float | None:
 
 class Trainer:
     def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
+        keeps_freed_memory = engine_plan.prepare_process()  # before MLX evaluates or allocates anything
         self.config = config
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
-        if memory.keep_freed_memory():
-            log("info", "malloc keeps freed memory for reuse (no page faults per step)")
         log("info", f"loading {config.model.path}")
         self.model, self.tokenizer = model_io.load(config.model)
+        self.plan = engine_plan.decide(self.model, config, keeps_freed_memory=keeps_freed_memory)
         self.ref_model = model_io.load_reference(config.model) if config.grpo.beta > 0 else None
+        for model in (self.model, self.ref_model):
+            if model is not None and self.plan.cpu_kernels:
+                patches.patch_model(model)
+        # Compiled functions live as long as the model they were traced for.
+        self.losses = LossFunctions()
+        self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
 
         self.dataset = data.read_jsonl(config.data.path, config.data)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
@@ -65,29 +75,11 @@ class Trainer:
         total = self.steps_per_epoch * self.num_epochs
         self.total_steps = min(total, config.training.max_steps) if config.training.max_steps > 0 else total
 
-        # Each group's prompt runs once in the training forward (``shared_prompt``).
-        self.shared_prompt = shared_prompt.supports(self.model)
         self.rewards = load_rewards(config.rewards)
         self.optimizer = make_optimizer(config)
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
         log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
-        log("info", "engine: " + "; ".join(self._engine_paths()))
-
-    def _engine_paths(self) -> list[str]:
-        """Which of the speed paths this model gets (README "Performance"), for the log."""
-        fast_rollout = fastgen.supports(self.model, self.config.generation.repetition_penalty)
-        paths = ["rollout: compiled loop, one prefill per prompt" if fast_rollout else "rollout: mlx-lm BatchGenerator"]
-        paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
-        compiled = self.shared_prompt and loss_step.should_compile(self.model)
-        if compiled:
-            paths.append("compiled loss")
-        elif host_vocab.enabled(getattr(self.model.args, "vocab_size", 0)):
-            paths.append("vocabulary log-softmax in numpy")
-        if two_cores.applies(self.model):
-            paths.append("batch halves on two CPU streams")
-        if cpu_fast.is_patched(self.model):
-            paths.append("x86 CPU exp/SwiGLU/attention/RoPE")
-        return paths
+        log("info", "engine: " + self.plan.describe())
 
     # ------------------------------------------------------------ data order
 
@@ -109,7 +101,8 @@ class Trainer:
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
         prompts = [e.prompt_ids for e in examples]
-        completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False)
+        completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False,
+                                       plan=self.plan, decode=self.decode)
         generation_s = time.perf_counter() - t0
 
         on_phase("scoring")
@@ -127,7 +120,8 @@ class Trainer:
         batches = self._micro_batches(examples, completions, advantages.tolist())
         self.model.train()
         passes = [
-            optimize_pass(self.model, self.optimizer, batches, cfg, record_old=(k == 0 and cfg.grpo.num_iterations > 1))
+            optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
+                          record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses)
             for k in range(cfg.grpo.num_iterations)
         ]
         self.model.eval()
@@ -143,14 +137,14 @@ class Trainer:
         metrics = Step(
             step=step,
             epoch=epoch,
-            loss=_finite(float(np.mean([p.loss for p in passes]))),
+            loss=finite(float(np.mean([p.loss for p in passes]))),
             reward=_mean(totals),
             reward_std=float(group_stds.mean()),
             frac_reward_zero_std=float(np.mean(np.isclose(group_stds, 0.0))),
             rewards={label: _mean(values) for label, values in per_fn.items()},
             advantage_std=float(np.std(advantages.tolist())),
-            kl=_finite(stats.get("kl")) if cfg.grpo.beta > 0 else None,
-            entropy=_finite(stats.get("entropy")),
+            kl=finite(stats.get("kl")) if cfg.grpo.beta > 0 else None,
+            entropy=finite(stats.get("entropy")),
             clip_ratio=ClipRatio(
                 low=stats.get("clip_ratio_low"), high=stats.get("clip_ratio_high"), region=stats.get("clip_ratio_region")
             ),
@@ -162,7 +156,7 @@ class Trainer:
             training_ms=training_s * 1000,
             generation_tokens_per_s=sum(lengths) / max(generation_s, 1e-9),
             training_tokens_per_s=(prompt_tokens + sum(lengths)) * len(passes) / max(training_s, 1e-9),
-            grad_norm=_finite(passes[-1].grad_norm),
+            grad_norm=finite(passes[-1].grad_norm),
             learning_rate=float(self.optimizer.learning_rate.item()),
             peak_memory_mb=mx.get_peak_memory() / MB,
             active_memory_mb=mx.get_active_memory() / MB,
@@ -201,10 +195,11 @@ class Trainer:
                 [c.token_ids for c in part],
                 advantages[k * per : (k + 1) * per],
                 keep,
-                group=G if self.shared_prompt else 1,
+                group=G if self.plan.shared_prompt else 1,
             )
             if self.ref_model is not None:
-                batch.ref_logps = mx.stop_gradient(token_logps(self.ref_model, batch, cfg.generation.temperature)[0])
+                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab)
+                batch.ref_logps = mx.stop_gradient(logps)
                 mx.eval(batch.ref_logps)
             batches.append(batch)
         return batches
@@ -239,7 +234,8 @@ class Trainer:
         examples = (self.eval_dataset or self.dataset)[:limit]
         self.model.eval()
         completions = rollout.generate(
-            self.model, self.tokenizer, [e.prompt_ids for e in examples], 1, self.config.generation, greedy=greedy
+            self.model, self.tokenizer, [e.prompt_ids for e in examples], 1, self.config.generation, greedy=greedy,
+            plan=self.plan, decode=self.decode,
         )
         _, per_fn = self._score(examples, completions)
         return {label: _mean(values) for label, values in per_fn.items()}
@@ -262,6 +258,3 @@ class Trainer:
             self.optimizer.learning_rate = self.config.training.learning_rate
             mx.eval(self.optimizer.state)
 
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

@@ -1,21 +1,17 @@
 """Keep freed memory in the process on Linux, so each training step does not page-fault it back in.
 
-MLX's CPU backend has no buffer cache: every array is a ``malloc`` and every release a ``free``.
-glibc serves blocks over 32 MB with ``mmap`` and returns them with ``munmap``, so a 0.6B-shaped
-step (gigabytes of gradients, AdamW state and activations, every step) had the kernel zero fresh
-pages all the time: 27 % of the step's CPU samples sat in ``clear_page_erms`` and a 400 MB array
-took 0.19 s to allocate instead of 0.06 s. With ``mmap`` off and trimming off, freed blocks stay
-in the heap and the next step reuses them (0.6B-shaped training phase: ~16.4 -> ~11.5 s).
-
-The cost: resident memory stays at the run's high-water mark, which is what MLX's own GPU buffer
-cache does too. ``GRPO_TUI_KEEP_FREED_MEMORY=0`` leaves glibc's defaults.
+MLX's CPU backend has no buffer cache: every array is a ``malloc`` and every release a ``free``,
+and glibc returns large blocks to the kernel, which zeroes fresh pages for the next step. With
+``mmap`` off and trimming off, freed blocks stay in the heap and the next step reuses them. The
+cost: resident memory stays at the run's high-water mark, as with MLX's own GPU buffer cache.
+Whether to is the plan's ``keep_freed_memory`` (``GRPO_TUI_KEEP_FREED_MEMORY=0`` leaves glibc's
+defaults).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
 
 M_TRIM_THRESHOLD = -1
@@ -30,7 +26,7 @@ def keep_freed_memory() -> bool:
     if _applied is not None:
         return _applied
     _applied = False
-    if not sys.platform.startswith("linux") or os.environ.get("GRPO_TUI_KEEP_FREED_MEMORY", "1") == "0":
+    if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
