@@ -27,8 +27,8 @@ from mlx_lm.generate import batch_generate  # noqa: E402
 
 from grpo_tui.protocol.blas import active_blas  # noqa: E402
 from grpo_tui.protocol.config import parse_config  # noqa: E402
-from grpo_tui.worker import rollout  # noqa: E402
-from grpo_tui.worker.trainer import Trainer  # noqa: E402
+from grpo_tui.worker.engine import rollout  # noqa: E402
+from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
 
 CONFIG = """
 [model]

@@ -1,4 +1,4 @@
-"""GRPO math against hand-computed numbers (DESIGN §7, TRL's formulas)."""
+"""GRPO math against hand-computed numbers (docs/architecture.md, "Step data path"; TRL's formulas)."""
 
 import math
 
@@ -6,7 +6,15 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from grpo_tui.worker.grpo import group_advantages, policy_loss
+from grpo_tui.worker.engine import grpo
+from grpo_tui.worker.engine.grpo import LossSettings, group_advantages
+
+
+def policy_loss(logps, old_logps, advantages, mask, *, loss_type, epsilon, epsilon_high, beta=0.0,
+                importance_sampling_level="token", max_completion_length=None, **arrays):
+    """``grpo.policy_loss`` with its settings spelled out as keywords."""
+    settings = LossSettings(loss_type, epsilon, epsilon_high, beta, importance_sampling_level, max_completion_length)
+    return grpo.policy_loss(logps, old_logps, advantages, mask, settings, **arrays)
 
 REWARDS = mx.array([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
 

@@ -29,7 +29,7 @@ def held_out_accuracy(trainer) -> tuple[float, float]:
 @pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="the demo model examples/models/tiny-arith is not built yet")
 def test_quickstart_grpo_raises_held_out_accuracy():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from grpo_tui.worker.trainer import Trainer
+    from grpo_tui.worker.engine.trainer import Trainer
 
     config = load_config(EXAMPLES / "quickstart.toml")
     trainer = Trainer(config, log=lambda level, msg: None)

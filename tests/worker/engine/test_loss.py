@@ -6,8 +6,9 @@ import pytest
 from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig, parse_config
-from grpo_tui.worker import loss_step, model as model_io
-from grpo_tui.worker.optim import pack
+from grpo_tui.worker.engine import batch as batch_layout, loss as loss_step, model as model_io, plan as engine_plan
+from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.grpo import LossSettings
 from tests.tiny_model import build_tiny_model
 
 G = 4
@@ -44,8 +45,8 @@ def _batch(vocab: int, seed: int):
 
 
 def _run(model, batch, config, compiled):
-    (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, config, float(mx.sum(batch.mask).item()), 1,
-                                                            compiled=compiled)
+    (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, LossSettings.from_config(config), config.generation.temperature,
+                                                            float(mx.sum(batch.mask).item()), 1, compiled=compiled)
     mx.eval(loss, logps, metrics, grads)
     return loss.item(), np.array(logps), {k: v.item() for k, v in metrics.items()}, dict(tree_flatten(grads))
 
@@ -79,18 +80,19 @@ def test_compiled_equals_eager_and_follows_weight_updates(model):
 
 def test_shared_layout_widths_are_bucketed(model):
     batch = _batch(model.args.vocab_size, 0)
-    assert batch.prompts.shape[1] % loss_step.BUCKET == 0
-    assert batch.targets.shape[1] % loss_step.BUCKET == 0
+    assert batch.prompts.shape[1] % batch_layout.BUCKET == 0
+    assert batch.targets.shape[1] % batch_layout.BUCKET == 0
 
 
 def test_small_models_compile_and_large_ones_do_not(model, monkeypatch):
-    assert loss_step.should_compile(model)
-    monkeypatch.setattr(loss_step, "COMPILE_MAX_PARAMETERS", 10)
-    assert not loss_step.should_compile(model)
+    config = parse_config(CONFIG, check_paths=False)
+    assert engine_plan.decide(model, config).compiled_loss
+    monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 10)
+    assert not engine_plan.decide(model, config).compiled_loss
 
 
 def test_target_logps_gradient_matches_plain_autodiff():
-    from grpo_tui.worker.optim import _logps_entropy
+    from grpo_tui.worker.engine.logps import _logps_entropy
 
     logits = mx.random.normal((6, 5, 300), key=mx.random.key(0)) * 3
     targets = mx.random.randint(0, 300, (6, 5), key=mx.random.key(1))

@@ -5,8 +5,8 @@ import time
 import pytest
 
 from grpo_tui.protocol.config import RewardConfig
-from grpo_tui.worker import rewards as R
-from grpo_tui.worker.rewards import RewardError, load_rewards, score
+from grpo_tui.worker.engine import rewards as R
+from grpo_tui.worker.engine.rewards import RewardError, load_rewards, score
 
 
 def test_accuracy_compares_the_final_answer_numerically_or_as_text():
@@ -103,7 +103,7 @@ def test_custom_functions_get_columns_and_may_be_async(tmp_path):
 
 
 def test_module_function_and_duplicate_labels(tmp_path):
-    rs = load_rewards([RewardConfig(function="grpo_tui.worker.rewards:accuracy"), RewardConfig(name="accuracy")])
+    rs = load_rewards([RewardConfig(function="grpo_tui.worker.engine.rewards:accuracy"), RewardConfig(name="accuracy")])
     assert [r.label for r in rs] == ["accuracy", "accuracy#2"]
 
 

@@ -7,8 +7,9 @@ import pytest
 from mlx_lm import load
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.worker.optim import completion_logits, pack, token_logps
-from grpo_tui.worker.rollout import finish_reason, generate, repetition_period
+from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.logps import completion_logits, token_logps
+from grpo_tui.worker.engine.rollout import finish_reason, generate, repetition_period
 from tests.tiny_model import build_tiny_model
 
 

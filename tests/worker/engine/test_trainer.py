@@ -10,8 +10,8 @@ from mlx.utils import tree_flatten
 from mlx_lm import generate as mlx_generate, load
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker import loss_step, optim
-from grpo_tui.worker.trainer import Trainer
+from grpo_tui.worker.engine import loss as loss_step
+from grpo_tui.worker.engine.trainer import Trainer
 from tests.tiny_model import build_tiny_model, write_config
 
 BASE = """
@@ -48,9 +48,10 @@ def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
 
 
 def test_the_log_says_when_the_vocabulary_goes_to_numpy(tmp_path, model_dir, monkeypatch):
-    from grpo_tui.worker import host_vocab, loss_step
+    from grpo_tui.worker.engine import plan as engine_plan
+    from grpo_tui.worker.engine.accel import host_vocab
 
-    monkeypatch.setattr(loss_step, "COMPILE_MAX_PARAMETERS", 10)  # a "large" model: eager loss
+    monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 10)  # a "large" model: eager loss
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
     lines = []
     Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
@@ -197,7 +198,7 @@ def test_lora_trains_only_adapters_and_saves_them(tmp_path, model_dir):
 def test_grpo_raises_a_dense_custom_reward_within_a_few_steps(tmp_path, model_dir, loss_type):
     extra = BASE.replace("group_size = 4", f"group_size = 8\nloss_type = \"{loss_type}\"")
     path = write_config(tmp_path, model_dir, extra)
-    path.write_text(path.read_text().replace('name = "accuracy"', 'function = "tests.test_trainer:digit_share"', 1))
+    path.write_text(path.read_text().replace('name = "accuracy"', 'function = "tests.worker.engine.test_trainer:digit_share"', 1))
     t = Trainer(load_config(path), log=lambda level, msg: None)
     shares = [t.train_step(step).metrics.rewards["digit_share"] for step in range(1, 9)]
     assert shares[0] < 0.2 and min(shares[-2:]) > 0.6, shares

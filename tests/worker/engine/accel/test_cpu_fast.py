@@ -12,9 +12,11 @@ from mlx_lm import load as mlx_load
 from mlx_lm.models import cache as lm_cache
 from mlx_lm.models import llama
 
-from grpo_tui.protocol.config import ModelConfig
-from grpo_tui.worker import cpu_fast
-from grpo_tui.worker.model import load as policy_load
+from grpo_tui.protocol.config import ModelConfig, parse_config
+from grpo_tui.worker.engine import plan as engine_plan
+from grpo_tui.worker.engine.accel import cpu_fast, patches
+from grpo_tui.worker.engine.model import load as policy_load
+from tests.worker.engine.test_loss import CONFIG as LOSS_CONFIG
 
 TINY = str(Path(__file__).resolve().parent.parent / "examples" / "models" / "tiny-arith")
 
@@ -235,7 +237,7 @@ def test_rope_far_positions():
 def tiny_pair():
     stock, _ = mlx_load(TINY)
     patched, _ = mlx_load(TINY)
-    assert cpu_fast.patch_model(patched)
+    assert patches.patch_model(patched)
     return stock, patched
 
 
@@ -286,7 +288,7 @@ def test_patch_adds_no_parameters_and_checkpoints_load_into_stock(tiny_pair, tmp
     stock, _ = tiny_pair
     fresh, _ = mlx_load(TINY)
     before = dict(tree_flatten(fresh.parameters()))
-    assert cpu_fast.patch_model(fresh)
+    assert patches.patch_model(fresh)
     after = dict(tree_flatten(fresh.parameters()))
     assert before.keys() == after.keys()
     assert all(after[k] is before[k] for k in before)
@@ -299,6 +301,10 @@ def test_patch_adds_no_parameters_and_checkpoints_load_into_stock(tiny_pair, tmp
 
 def test_policy_load_patches_on_x86_cpu():
     model, _ = policy_load(ModelConfig(path=TINY))
+    plan = engine_plan.decide(model, parse_config(LOSS_CONFIG, check_paths=False))
+    assert plan.cpu_kernels == cpu_fast.enabled()
+    if plan.cpu_kernels:  # as the trainer does
+        patches.patch_model(model)
     attn = type(model.model.layers[0].self_attn).__name__
     assert attn.startswith("CpuFast") == cpu_fast.enabled()
 
@@ -309,7 +315,7 @@ def test_patched_bfloat16_model_equals_stock():
     patched, _ = mlx_load(TINY)
     stock.set_dtype(mx.bfloat16)
     patched.set_dtype(mx.bfloat16)
-    assert cpu_fast.patch_model(patched)
+    assert patches.patch_model(patched)
     ref, got = stock(BATCH).astype(mx.float32), patched(BATCH).astype(mx.float32)
     assert float(mx.abs(got - ref).max()) < 0.05 * float(mx.abs(ref).max())
 
@@ -333,7 +339,7 @@ def _llama(**extra):
 ], ids=["gqa", "traditional_bias_mqa", "llama3_rope"])
 def test_patched_llama_equals_stock(extra):
     stock, patched = _llama(**extra), _llama(**extra)
-    assert cpu_fast.patch_model(patched)
+    assert patches.patch_model(patched)
     tokens = mx.array(np.random.default_rng(12).integers(0, 64, size=(2, 10)))
     close(patched(tokens), stock(tokens), rtol=1e-4, atol=1e-5)
 
@@ -344,15 +350,15 @@ def test_patch_refuses_unsupported_models_and_changes_nothing():
     g = gpt2.Model(gpt2.ModelArgs(model_type="gpt2", n_ctx=32, n_embd=16, n_head=2, n_layer=1,
                                   n_positions=32, layer_norm_epsilon=1e-5, vocab_size=40))
     classes = [type(m) for _, m in g.named_modules()]
-    assert cpu_fast.patch_model(g) is False
+    assert patches.patch_model(g) is False
     assert [type(m) for _, m in g.named_modules()] == classes
 
     # A llama-typed model whose last layer has an MLP we do not recognise: refused before any swap.
     model = _llama()
     model.model.layers[-1].mlp = nn.Sequential(nn.Linear(32, 32))
     classes = [type(m) for _, m in model.named_modules()]
-    assert cpu_fast.patch_model(model) is False
+    assert patches.patch_model(model) is False
     assert [type(m) for _, m in model.named_modules()] == classes
     assert not hasattr(model.model.layers[0].self_attn, "_rope_positions")
 
-    assert cpu_fast.patch_model(nn.Linear(2, 2)) is False
+    assert patches.patch_model(nn.Linear(2, 2)) is False

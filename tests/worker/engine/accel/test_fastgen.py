@@ -14,8 +14,9 @@ from mlx_lm.models import llama
 from mlx_lm.sample_utils import make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig, ModelConfig
-from grpo_tui.worker import cpu_fast, fastgen, rollout
-from grpo_tui.worker.model import load as policy_load
+from grpo_tui.worker.engine import rollout
+from grpo_tui.worker.engine.accel import cpu_fast, fastgen, patches
+from grpo_tui.worker.engine.model import load as policy_load
 from tests.tiny_model import build_tiny_model
 
 TINY = str(Path(__file__).resolve().parent.parent / "examples" / "models" / "tiny-arith")
@@ -48,7 +49,7 @@ def random_llama(patched: bool):
     model = llama.Model(llama.ModelArgs.from_dict(cfg))
     mx.eval(model.parameters())
     if patched:
-        assert cpu_fast.patch_model(model)
+        assert patches.patch_model(model)
     return model
 
 

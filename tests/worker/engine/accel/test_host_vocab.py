@@ -6,9 +6,11 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker import host_vocab, loss_step, model as model_io
-from grpo_tui.worker.optim import _logps_entropy
-from tests.test_two_cores import CONFIG, _batch
+from grpo_tui.worker.engine import loss as loss_step, model as model_io
+from grpo_tui.worker.engine.accel import host_vocab
+from grpo_tui.worker.engine.logps import _logps_entropy
+from grpo_tui.worker.engine.grpo import LossSettings
+from tests.worker.engine.accel.test_two_cores import CONFIG, _batch
 from tests.tiny_model import build_tiny_model
 
 
@@ -59,10 +61,10 @@ def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, 
     batch = _batch(model.args.vocab_size, 5, 2)
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary qualifies
     results = {}
-    for switch in ("1", "0"):
-        monkeypatch.setenv("GRPO_TUI_HOST_VOCAB", switch)
-        model.__dict__.pop("_grpo_tui_loss_fns", None)
-        (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, config, 40.0, 1, compiled=compiled)
+    for switch in ("1", "0"):  # the plan's host_vocab on and off (test_plan: the switch)
+        (loss, logps, metrics), grads = loss_step.loss_and_grad(
+            model, batch, LossSettings.from_config(config), config.generation.temperature, 40.0, 1,
+            compiled=compiled, host=switch == "1")
         mx.eval(loss, logps, metrics, grads)
         results[switch] = (loss.item(), np.array(logps), metrics["entropy"].item(), dict(tree_flatten(grads)))
     host, plain = results["1"], results["0"]
@@ -75,9 +77,6 @@ def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, 
 
 def test_very_many_logits_stay_with_mlx(monkeypatch):
     small = mx.zeros((4, 9000))
-    assert host_vocab.applies(small)
+    assert host_vocab.fits(small)
     monkeypatch.setattr(host_vocab, "MAX_LOGITS", 4 * 9000 - 1)
-    assert not host_vocab.applies(small)
-    monkeypatch.setenv("GRPO_TUI_HOST_VOCAB", "0")
-    monkeypatch.setattr(host_vocab, "MAX_LOGITS", 10**9)
-    assert not host_vocab.applies(small)
+    assert not host_vocab.fits(small)

@@ -7,7 +7,7 @@ import pytest
 
 PROBE = """
 import resource, mlx.core as mx
-from grpo_tui.worker.memory import keep_freed_memory
+from grpo_tui.worker.engine.accel.memory import keep_freed_memory
 print(keep_freed_memory())
 def big():
     a = mx.ones((50_000_000,))  # 200 MB: above glibc's largest mmap threshold

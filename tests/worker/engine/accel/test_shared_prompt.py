@@ -7,10 +7,11 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig
-from grpo_tui.worker import model as model_io
-from grpo_tui.worker.optim import pack, token_logps
-from grpo_tui.worker.llama_family import padded_causal_mask
-from grpo_tui.worker.shared_prompt import group_prompts
+from grpo_tui.worker.engine import model as model_io
+from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.logps import token_logps
+from grpo_tui.worker.engine.accel.llama_family import padded_causal_mask
+from grpo_tui.worker.engine.accel.shared_prompt import group_prompts
 from tests.tiny_model import build_tiny_model
 
 G = 4

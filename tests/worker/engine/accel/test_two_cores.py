@@ -11,9 +11,12 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker import loss_step, model as model_io, two_cores
-from grpo_tui.worker.optim import halves, make_optimizer, optimize_pass, pack
-from tests.test_loss_step import CONFIG as LOSS_STEP_CONFIG
+from grpo_tui.worker.engine import loss as loss_step, model as model_io, plan as engine_plan
+from grpo_tui.worker.engine.accel import two_cores
+from grpo_tui.worker.engine.batch import halves, pack
+from grpo_tui.worker.engine.grpo import LossSettings
+from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
+from tests.worker.engine.test_loss import CONFIG as LOSS_STEP_CONFIG
 from tests.tiny_model import build_tiny_model
 
 G = 4
@@ -44,10 +47,14 @@ def _batch(vocab: int, seed: int, groups: int, group: int = G):
     return pack(prompts, completions, advantages, keep, group=group)
 
 
+def _plan(model):
+    return engine_plan.decide(model, parse_config(CONFIG.format(loss_type="bnpo"), check_paths=False))
+
+
 def _grads_of(model, batch, config, whole=None):
     num_items = 37.0  # dapo's whole-batch token count: any fixed value
-    (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, config, num_items, 2, compiled=False,
-                                                            whole=whole)
+    (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, LossSettings.from_config(config), config.generation.temperature,
+                                                            num_items, 2, compiled=False, whole=whole)
     mx.eval(loss, logps, metrics, grads)
     return loss.item(), np.array(logps), metrics, dict(tree_flatten(grads))
 
@@ -89,9 +96,10 @@ def test_an_update_on_two_streams_equals_one_on_one(model_path, monkeypatch):
         monkeypatch.setenv("GRPO_TUI_TWO_STREAMS", switch)
         model = model_io.load(ModelConfig(path=model_path))[0]
         model.train()
-        assert two_cores.applies(model) == (switch == "1")
+        plan = engine_plan.decide(model, config)
+        assert plan.two_streams == (switch == "1")
         batches = [_batch(model.args.vocab_size, seed, 2) for seed in (3, 4)]
-        result = optimize_pass(model, make_optimizer(config), batches, config, record_old=True)
+        result = optimize_pass(model, make_optimizer(config), batches, config, plan, record_old=True)
         updated[switch] = (result, dict(tree_flatten(model.parameters())), [np.array(b.old_logps) for b in batches])
     (two, params_two, old_two), (one, params_one, old_one) = updated["1"], updated["0"]
     assert two.applied and two.loss == pytest.approx(one.loss, rel=1e-5, abs=1e-7)
@@ -105,9 +113,9 @@ def test_an_update_on_two_streams_equals_one_on_one(model_path, monkeypatch):
 
 
 def test_large_models_stay_on_one_stream(model, monkeypatch):
-    assert two_cores.applies(model)
-    monkeypatch.setattr(two_cores, "MAX_PARAMETERS", 10)
-    assert not two_cores.applies(model)
+    assert _plan(model).two_streams
+    monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 10)
+    assert not _plan(model).two_streams
 
 
 def test_each_stream_gets_half_the_blas_threads_inside_the_block_and_they_come_back():
@@ -128,8 +136,8 @@ def test_each_stream_gets_half_the_blas_threads_inside_the_block_and_they_come_b
 
 
 def test_one_core_machines_keep_one_stream(model, monkeypatch):
-    monkeypatch.setattr(two_cores.os, "cpu_count", lambda: 1)
-    assert not two_cores.applies(model)
+    monkeypatch.setattr(engine_plan.os, "cpu_count", lambda: 1)
+    assert not _plan(model).two_streams
 
 
 @pytest.mark.parametrize("preset, expected", [(None, "200"), ("7", "7")])
@@ -137,7 +145,7 @@ def test_the_worker_widens_mlx_evaluation_order_unless_the_user_chose(preset, ex
     env = {k: v for k, v in os.environ.items() if k != "MLX_BFS_MAX_WIDTH"}
     if preset is not None:
         env["MLX_BFS_MAX_WIDTH"] = preset
-    code = "import os, grpo_tui.worker; print(os.environ['MLX_BFS_MAX_WIDTH'])"
+    code = "import os; from grpo_tui.worker.engine import plan; plan.prepare_process(); print(os.environ['MLX_BFS_MAX_WIDTH'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
 

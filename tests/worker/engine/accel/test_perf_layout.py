@@ -7,9 +7,9 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 
-from grpo_tui.worker import model as model_io
-from grpo_tui.worker.model import row_major_weight_grads
-from grpo_tui.worker.optim import FusedAdamW, _global_norm
+from grpo_tui.worker.engine.accel import patches
+from grpo_tui.worker.engine.accel.patches import row_major_weight_grads
+from grpo_tui.worker.engine.update import FusedAdamW, _global_norm
 
 
 class Tiny(nn.Module):
@@ -33,7 +33,7 @@ def _grads(model: Tiny, ids: mx.array) -> dict:
 @pytest.mark.parametrize("length", [3, 40])  # 6 rows: the decode path; 80 rows: the custom-VJP matmul
 @pytest.mark.parametrize("flip_min_weight", [0, 1 << 20])  # the flipped matmul for any / only big weights
 def test_row_major_gradients_match_mlx(length, flip_min_weight, monkeypatch):
-    monkeypatch.setattr(model_io, "FLIP_MIN_WEIGHT", flip_min_weight)
+    monkeypatch.setattr(patches, "FLIP_MIN_WEIGHT", flip_min_weight)
     mx.random.seed(0)
     ids = mx.random.randint(0, 11, (2, length))
     plain = Tiny()
