@@ -14,8 +14,8 @@ from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model
 __all__ = ["tiny_model"]
 
 
-def run_to_end(config, **env) -> WorkerProcess:
-    worker = WorkerProcess(config, env=env)
+def run_to_end(config, *args: str, **env) -> WorkerProcess:
+    worker = WorkerProcess(config, *args, env=env)
     worker.wait_for(m.Complete)
     assert worker.finish() == 0, worker.stderr.decode()[-2000:]
     return worker
@@ -103,12 +103,12 @@ def test_resume_false_starts_a_new_run_and_sets_old_checkpoints_aside(tmp_path, 
 
 
 def test_the_dashboards_restart_override_resumes_even_when_the_config_says_false(tmp_path, tiny_model):
-    """After a crash the dashboard restarts the worker with GRPO_TUI_RESUME=latest: the run must
+    """After a crash the dashboard restarts the worker with --resume latest: the run must
     continue from its checkpoint, not start over, whatever checkpoint.resume says."""
     rewards = reward_config(tmp_path, "varied")
     run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2}))
     config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"resume": False})
-    worker = run_to_end(config, GRPO_TUI_RESUME="latest")
+    worker = run_to_end(config, "--resume", "latest")
     assert worker.of(m.ResumeState)[0].step == 2
     assert [s.step for s in worker.of(m.Step)] == [3, 4]
 

@@ -8,14 +8,14 @@ denominator, ``-min(ρA, clip(ρ)A)`` per token, the k3 KL estimator, and the fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args, get_type_hints
 
 import mlx.core as mx
 
-from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.config import Config, GrpoConfig
 
-# The loss types this module implements; ``protocol.config``'s ``loss_type`` Literal is the
-# contract, and tests/worker/engine/test_names.py ties the two.
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# The config's ``loss_type`` Literal is the list; ``policy_loss`` implements each (test_names.py).
+LOSS_TYPES: tuple[str, ...] = get_args(get_type_hints(GrpoConfig)["loss_type"])
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,11 @@ def policy_loss(
     elif loss_type == "dr_grpo":
         length = max_completion_length if max_completion_length is not None else mask.shape[-1]
         loss = mx.sum(masked) / (rows * length) / accumulation_steps
-    else:  # dapo: normalised by the active tokens of the whole accumulated batch
+    elif loss_type == "dapo":  # normalised by the active tokens of the whole accumulated batch
         denom = tokens if num_items is None else mx.array(num_items, dtype=mx.float32)
         loss = mx.sum(masked) / mx.maximum(denom, 1.0)
+    else:
+        raise NotImplementedError(f"loss_type {loss_type!r}")
 
     # Clip statistics (TRL): a token counts as clipped only when clipping changes its gradient.
     ratio_b = mx.broadcast_to(ratio, mask.shape)

@@ -68,6 +68,10 @@ class EnginePlan:
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
 
+    def pack_group(self, group_size: int) -> int:
+        """The ``group`` to pack micro-batches with: the shared-prompt layout, or plain rows."""
+        return group_size if self.shared_prompt else 1
+
     def describe(self) -> str:
         """The worker log's ``engine:`` line."""
         paths = ["rollout: compiled loop, one prefill per prompt" if self.fast_rollout

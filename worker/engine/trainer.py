@@ -195,7 +195,7 @@ class Trainer:
                 [c.token_ids for c in part],
                 advantages[k * per : (k + 1) * per],
                 keep,
-                group=G if self.plan.shared_prompt else 1,
+                group=self.plan.pack_group(G),
             )
             if self.ref_model is not None:
                 logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab)

@@ -16,9 +16,10 @@ from grpo_tui.protocol.config import ModelConfig, parse_config
 from grpo_tui.worker.engine import plan as engine_plan
 from grpo_tui.worker.engine.accel import cpu_fast, patches
 from grpo_tui.worker.engine.model import load as policy_load
+from tests.conftest import EXAMPLES
 from tests.worker.engine.test_loss import CONFIG as LOSS_CONFIG
 
-TINY = str(Path(__file__).resolve().parent.parent / "examples" / "models" / "tiny-arith")
+TINY = str(EXAMPLES / "models" / "tiny-arith")
 
 
 def close(a, b, rtol=1e-5, atol=1e-6):
