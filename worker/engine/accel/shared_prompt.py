@@ -57,7 +57,7 @@ def hidden_states(model: nn.Module, prompts: mx.array, prompt_pad: mx.array, gro
     count, width = prompts.shape
     steps = completions.shape[1] - 1
     # One embedding lookup for both parts: each lookup's gradient is a dense vocabulary x hidden
-    # matrix (622 MB at 0.6B), so two lookups would cost a second one and a sum.
+    # matrix, so two lookups would cost a second one and a sum.
     ids = mx.concatenate([prompts.reshape(-1), completions[:, :-1].reshape(-1)])
     embedded = body.embed_tokens(ids)
     caches = [_PromptCache(padded_causal_mask(prompt_pad, width, 0, width)) for _ in body.layers]
