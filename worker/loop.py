@@ -90,7 +90,7 @@ class TrainingLoop:
         """Run on the MLX thread (MLX state stays on one thread)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def _steps_since_checkpoint(self) -> int:
+    def steps_since_checkpoint(self) -> int:
         return self.step - (self.last_ckpt[0] if self.last_ckpt else 0)
 
     # ------------------------------------------------------------ the run
@@ -356,14 +356,14 @@ class TrainingLoop:
         if reason in (None, "stop"):
             if not (self.last_ckpt and self.last_ckpt == (self.step, self.output_dir / "final")):
                 await self._checkpoint("final")
-        elif self._steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
+        elif self.steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
             await self._checkpoint("emergency")
         status = "completed" if completed else "stopped"
-        await self._finish_store(status)
+        await self.finish_store(status)
         self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
         return 0 if completed else self.exit_code
 
-    async def _finish_store(self, status: str) -> None:
+    async def finish_store(self, status: str) -> None:
         if self.store is not None:
             await self.store.finish_run(self.run_id, status)
 
@@ -374,9 +374,9 @@ class TrainingLoop:
             self.store.queue_log(self.step, "error", message)
         try:
             # A step that failed before its update left the weights untouched: worth keeping.
-            if self.trainer is not None and self.phase in ("generating", "scoring") and self._steps_since_checkpoint():
+            if self.trainer is not None and self.phase in ("generating", "scoring") and self.steps_since_checkpoint():
                 await self._checkpoint("emergency")
-            await self._finish_store("crashed")
+            await self.finish_store("crashed")
         except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error
             self.emitter.log("error", f"while handling the crash: {type(inner).__name__}: {inner}")
         return 1

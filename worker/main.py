@@ -61,7 +61,7 @@ class Inputs:
         run = self.training
         name = signal.Signals(signum).name
         busy = run.control.stepping or run.trainer is None  # a step, or loading: can't interrupt MLX
-        pending = run._steps_since_checkpoint() + (1 if run.control.stepping else 0)
+        pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
         worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
         run.exit_code = 128 + signum
         if busy and not worth_waiting:
@@ -75,7 +75,7 @@ class Inputs:
     async def _abandon(self) -> None:
         """Exit without waiting for the MLX thread; the store never saw the unfinished step."""
         run = self.training
-        await run._finish_store("stopped")
+        await run.finish_store("stopped")
         run.emit(m.Complete(total_steps=run.step, seconds=time.time() - run.started, status="stopped"))
         run.emitter.close()
         os._exit(run.exit_code)

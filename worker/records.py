@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 from grpo_tui.protocol.messages import Sample, Step, ToolCall
 
@@ -55,6 +55,7 @@ class StepOutput:
     generations: list[Generation]
 
 
+@runtime_checkable
 class Trainer(Protocol):
     """What the worker loop uses of a trainer: ``engine.trainer.Trainer``, or a test fake loaded
     with ``GRPO_TUI_TRAINER``. Built as ``Trainer(config, log)`` on the MLX thread."""

@@ -11,6 +11,7 @@ from mlx_lm import generate as mlx_generate, load
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine import loss as loss_step
+from grpo_tui.worker import records
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.tiny_model import build_tiny_model, write_config
 
@@ -32,6 +33,10 @@ def model_dir(tmp_path_factory):
 
 def make(tmp_path, model_dir, extra=BASE):
     return Trainer(load_config(write_config(tmp_path, model_dir, extra)), log=lambda level, msg: None)
+
+
+def test_the_trainer_is_what_the_worker_loop_expects(tmp_path, model_dir):
+    assert isinstance(make(tmp_path, model_dir), records.Trainer)
 
 
 def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
