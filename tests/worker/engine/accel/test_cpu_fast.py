@@ -1,7 +1,6 @@
 """cpu_fast: the multiply-add exp/softmax/SwiGLU/attention/RoPE and the model patch give the same
 numbers (and gradients) as MLX's own ops and a stock mlx-lm model."""
 
-from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn

@@ -2,7 +2,6 @@
 BatchGenerator and as a plain full-recompute greedy decode, stops where it should, reads the
 current weights, and reports the sampled tokens' log-probs."""
 
-from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
