@@ -18,7 +18,7 @@ from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
 reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imported
 
 from grpo_tui.protocol.config import load_config  # noqa: E402
-from grpo_tui.worker.trainer import Trainer  # noqa: E402
+from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
 
 
 def held_out(trainer: Trainer, n: int) -> str:

@@ -12,7 +12,7 @@ import os
 
 from grpo_tui.protocol.messages import Step
 from grpo_tui.worker.records import StepOutput
-from grpo_tui.worker.trainer import Trainer
+from grpo_tui.worker.engine.trainer import Trainer
 
 
 def _steps(name: str) -> set[int]:

@@ -1,7 +1,5 @@
-"""The headless MLX trainer process. Imports ``grpo_tui.protocol``, never ``grpo_tui.tui``."""
+"""The headless MLX trainer process. Imports ``grpo_tui.protocol``, never ``grpo_tui.tui``.
 
-import os
-
-# MLX reads this once, at its first evaluation: a wider evaluation order lets work on the two CPU
-# streams interleave (``two_cores``). A user's own setting wins.
-os.environ.setdefault("MLX_BFS_MAX_WIDTH", "200")
+The process side (this folder) imports no MLX; the engine (``engine/``) is imported on the MLX
+thread when the trainer is built (docs/architecture.md, "Processes").
+"""

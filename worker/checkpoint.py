@@ -1,4 +1,4 @@
-"""Checkpoints (DESIGN §9): atomic directories that ``mlx_lm.load`` opens, and resume discovery.
+"""Checkpoints (docs/architecture.md, "Checkpoints"): atomic directories that ``mlx_lm.load`` opens, and resume discovery.
 
 ``<output_dir>/checkpoint-<step>/`` (periodic and manual), ``final/`` and ``emergency-<step>/``
 hold the model files written by ``Trainer.save_model``, ``optimizer.safetensors`` and
@@ -8,13 +8,14 @@ renamed into place: a directory with a valid ``training_state.json`` is always c
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import msgspec
 
@@ -29,6 +30,19 @@ _TMP, _OLD = ".tmp-", ".old-"
 class Saver(Protocol):
     def save_model(self, directory: Path) -> None: ...
     def save_optimizer(self, path: Path) -> None: ...
+
+
+def lock_output_dir(directory: Path) -> IO | None:
+    """The output folder's lock file, locked, or None when another worker holds it: one worker per
+    output folder, or a second one would corrupt checkpoints and the run row. Keep it open."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = open(directory / ".worker.lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        return None
+    return lock
 
 
 class TrainingState(msgspec.Struct, kw_only=True):

@@ -1,17 +1,18 @@
 """The training run inside the worker: start or resume, the step loop, checkpoints, the end.
 
 Every MLX call (loading, the training step, saving) runs on one dedicated thread so the asyncio
-loop stays free for commands, frames and the store. ``main.Worker`` adds the inputs (stdin
-commands, EOF, signals) around it. DESIGN §3, §9.
+loop stays free for commands, frames and the store; ``main.Inputs`` feeds the stdin commands, EOF
+and signals into the loop's ``control`` (docs/architecture.md, "Processes", "Checkpoints"). No MLX
+is imported here: the engine comes in on the MLX thread, where the trainer is built.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import importlib.util
 import os
 import random
+import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -26,20 +27,20 @@ from grpo_tui.protocol.config import Config
 from . import checkpoint as ckpt
 from .control import Control, choose_samples
 from .frames import Emitter
-from .records import StepOutput
+from .records import StepOutput, Trainer
 from .store import Store
 
 # A signal saves an emergency checkpoint only when more steps than this would be lost.
 EMERGENCY_AFTER_STEPS = 3
 
 
-def trainer_class() -> type:
+def trainer_class() -> type[Trainer]:
     """The engine's Trainer. ``GRPO_TUI_TRAINER=file.py:Class`` swaps in a fake, for tests only."""
     spec = os.environ.get("GRPO_TUI_TRAINER")
     if not spec:
-        from .trainer import Trainer
+        from .engine.trainer import Trainer as EngineTrainer  # MLX loads here, on the MLX thread
 
-        return Trainer
+        return EngineTrainer
     file, name = spec.rsplit(":", 1)
     module_spec = importlib.util.spec_from_file_location("grpo_tui_fake_trainer", file)
     assert module_spec is not None and module_spec.loader is not None
@@ -59,7 +60,7 @@ class TrainingLoop:
         self.control = Control(display=config.display.sample_display)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
         self.wake = asyncio.Event()
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self.store: Store | None = None
         self.run_id = 0
         self.last_ckpt: tuple[int, Path] | None = None  # (step, path) of the newest good checkpoint
@@ -89,15 +90,32 @@ class TrainingLoop:
         """Run on the MLX thread (MLX state stays on one thread)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
-    def _steps_since_checkpoint(self) -> int:
+    def steps_since_checkpoint(self) -> int:
         return self.step - (self.last_ckpt[0] if self.last_ckpt else 0)
+
+    # ------------------------------------------------------------ the run
+
+    async def run(self) -> int:
+        try:
+            if not await self._start():
+                return 2
+            return await self._train()
+        except Exception as exc:  # noqa: BLE001 - anything else is a crash, reported once
+            return await self._crash(exc)
+        finally:
+            if self.store is not None:
+                await self.store.close()
+            await self.mlx(release_mlx_streams)
+            self.executor.shutdown(wait=True)
 
     # ------------------------------------------------------------ start and resume
 
     async def _start(self) -> bool:
         cfg = self.config
         self.emit(m.Status(phase="loading", message="preparing the output folder"))
-        if not self._lock_output_dir():
+        self._lock = ckpt.lock_output_dir(self.output_dir)
+        if self._lock is None:
+            self.emit(m.Error(message=f"another worker is already training in {self.output_dir}", fatal=True))
             return False
         resume = await self._find_resume()
         if resume is False:
@@ -128,18 +146,6 @@ class TrainingLoop:
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
             )
         )  # fmt: skip
-        return True
-
-    def _lock_output_dir(self) -> bool:
-        """One worker per output folder: a second one would corrupt checkpoints and the run row."""
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.output_dir / ".worker.lock", "a+")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            message = f"another worker is already training in {self.output_dir}"
-            self.emit(m.Error(message=message, fatal=True))
-            return False
         return True
 
     async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | bool:
@@ -350,14 +356,14 @@ class TrainingLoop:
         if reason in (None, "stop"):
             if not (self.last_ckpt and self.last_ckpt == (self.step, self.output_dir / "final")):
                 await self._checkpoint("final")
-        elif self._steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
+        elif self.steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
             await self._checkpoint("emergency")
         status = "completed" if completed else "stopped"
-        await self._finish_store(status)
+        await self.finish_store(status)
         self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
         return 0 if completed else self.exit_code
 
-    async def _finish_store(self, status: str) -> None:
+    async def finish_store(self, status: str) -> None:
         if self.store is not None:
             await self.store.finish_run(self.run_id, status)
 
@@ -368,9 +374,9 @@ class TrainingLoop:
             self.store.queue_log(self.step, "error", message)
         try:
             # A step that failed before its update left the weights untouched: worth keeping.
-            if self.trainer is not None and self.phase in ("generating", "scoring") and self._steps_since_checkpoint():
+            if self.trainer is not None and self.phase in ("generating", "scoring") and self.steps_since_checkpoint():
                 await self._checkpoint("emergency")
-            await self._finish_store("crashed")
+            await self.finish_store("crashed")
         except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error
             self.emitter.log("error", f"while handling the crash: {type(inner).__name__}: {inner}")
         return 1
@@ -381,3 +387,11 @@ def resolved_config(cfg: Config, active_blas: str) -> dict[str, Any]:
     config = cfg.to_dict()
     config["runtime"]["active_blas"] = active_blas
     return config
+
+
+def release_mlx_streams() -> None:
+    """Destroy the MLX streams of the calling thread. MLX aborts the process at exit, now and then,
+    when streams made on a thread outlive it (ml-explore/mlx#3126); each thread clears its own."""
+    mx = sys.modules.get("mlx.core")
+    if mx is not None and hasattr(mx, "clear_streams"):
+        mx.clear_streams()

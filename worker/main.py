@@ -1,8 +1,9 @@
-"""The worker process: ``python -m grpo_tui.worker CONFIG [--plain]``.
+"""The worker process: ``python -m grpo_tui.worker CONFIG [--plain] [--resume WHERE]``.
 
 Protocol frames go to a private copy of the original stdout (``frames.reserve_stdout``); the
 asyncio loop owns stdin commands, EOF, signals, the frames and the store, while the training loop
-(``loop.TrainingLoop``) runs every MLX call on its own thread. DESIGN §3, §4.
+(``loop.TrainingLoop``) runs every MLX call on its own thread (docs/architecture.md, "Processes",
+"Protocol").
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -19,62 +19,68 @@ from grpo_tui.protocol import __version__
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import reexec_if_needed
 from grpo_tui.protocol.codec import ProtocolError, decode_command
-from grpo_tui.protocol.config import ConfigError, load_config
+from grpo_tui.protocol.config import Config, ConfigError, load_config
 
 from .frames import Emitter, reserve_stdout
-from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop
+from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop, release_mlx_streams
 
 
-class Worker(TrainingLoop):
-    """The training loop plus its inputs: stdin commands, EOF and signals."""
+class Inputs:
+    """The run's inputs, stdin commands, EOF and signals, turned into the training loop's control."""
 
-    # ------------------------------------------------------------ input: commands, EOF, signals
+    def __init__(self, training: TrainingLoop) -> None:
+        self.training = training
+        self._abandoning: asyncio.Future | None = None
 
     def on_line(self, line: bytes) -> None:
+        run = self.training
         if not line.strip():
             return
         try:
             command = decode_command(line)
         except ProtocolError as exc:
-            self.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
+            run.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
             return
-        for event in self.control.handle(command):
+        for event in run.control.handle(command):
             if isinstance(event, m.Log):
-                self.log(event.level, event.message)
+                run.log(event.level, event.message)
             else:
-                self.emit(event)
-        self.wake.set()
+                run.emit(event)
+        run.wake.set()
 
     def on_eof(self) -> None:
-        if self.plain:  # nobody drives a plain run through stdin; /dev/null must not stop it
+        run = self.training
+        if run.plain:  # nobody drives a plain run through stdin; /dev/null must not stop it
             return
-        if self.control.stop_reason is None:
-            self.log("warning", "stdin closed (the dashboard is gone): saving a checkpoint and exiting")
-        self.control.stop("eof")
-        self.wake.set()
+        if run.control.stop_reason is None:
+            run.log("warning", "stdin closed (the dashboard is gone): saving a checkpoint and exiting")
+        run.control.stop("eof")
+        run.wake.set()
 
     def on_signal(self, signum: int) -> None:
+        run = self.training
         name = signal.Signals(signum).name
-        busy = self.control.stepping or self.trainer is None  # a step, or loading: can't interrupt MLX
-        pending = self._steps_since_checkpoint() + (1 if self.control.stepping else 0)
-        worth_waiting = pending > EMERGENCY_AFTER_STEPS and self.control.stop_reason != "signal"
-        self.exit_code = 128 + signum
+        busy = run.control.stepping or run.trainer is None  # a step, or loading: can't interrupt MLX
+        pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
+        worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
+        run.exit_code = 128 + signum
         if busy and not worth_waiting:
-            self.log("warning", f"{name}: exiting now; nothing worth saving is lost")
+            run.log("warning", f"{name}: exiting now; nothing worth saving is lost")
             self._abandoning = asyncio.ensure_future(self._abandon())
             return
-        self.log("warning", f"{name}: stopping {'after the running step' if self.control.stepping else 'now'}")
-        self.control.stop("signal")
-        self.wake.set()
+        run.log("warning", f"{name}: stopping {'after the running step' if run.control.stepping else 'now'}")
+        run.control.stop("signal")
+        run.wake.set()
 
     async def _abandon(self) -> None:
         """Exit without waiting for the MLX thread; the store never saw the unfinished step."""
-        await self._finish_store("stopped")
-        self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status="stopped"))
-        self.emitter.close()
-        os._exit(self.exit_code)
+        run = self.training
+        await run.finish_store("stopped")
+        run.emit(m.Complete(total_steps=run.step, seconds=time.time() - run.started, status="stopped"))
+        run.emitter.close()
+        os._exit(run.exit_code)
 
-    def _start_input(self, loop: asyncio.AbstractEventLoop) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
         # A thread, not loop.connect_read_pipe: stdin may be a file, /dev/null or a tty. Raw
         # os.read, not sys.stdin: a thread blocked inside a buffered reader aborts interpreter exit.
         def read() -> None:
@@ -94,22 +100,12 @@ class Worker(TrainingLoop):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.on_signal, sig)
 
-    # ------------------------------------------------------------ the run
 
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        self._start_input(loop)
-        try:
-            if not await self._start():
-                return 2
-            return await self._train()
-        except Exception as exc:  # noqa: BLE001 - anything else is a crash, reported once
-            return await self._crash(exc)
-        finally:
-            if self.store is not None:
-                await self.store.close()
-            await self.mlx(release_mlx_streams)
-            self.executor.shutdown(wait=True)
+async def run_worker(config: Config, emitter: Emitter, plain: bool) -> int:
+    """The training loop with its inputs, until the ``complete`` frame."""
+    training = TrainingLoop(config, emitter, plain=plain)
+    Inputs(training).start(asyncio.get_running_loop())
+    return await training.run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", help="path to config.toml")
     parser.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
     parser.add_argument(
-        "--resume", metavar="WHERE", default=os.environ.get(RESUME_OVERRIDE),
+        "--resume", metavar="WHERE", default=None,
         help='override checkpoint.resume: "latest", a checkpoint path, or "false" (the dashboard '
-        f"restarts a crashed worker with {RESUME_OVERRIDE}=latest)",
+        "restarts a crashed worker with --resume latest)",
     )
     args = parser.parse_args(argv)
     try:
@@ -137,17 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         if config is None:
             emitter.emit(m.Error(message=f"config error: {problem}", fatal=True))
             return 2
-        return asyncio.run(Worker(config, emitter, plain=args.plain).run())
+        return asyncio.run(run_worker(config, emitter, args.plain))
     finally:
         release_mlx_streams()
         emitter.close()
 
 
-RESUME_OVERRIDE = "GRPO_TUI_RESUME"
-
-
 def resume_setting(value: str) -> str | bool:
-    """``--resume`` / GRPO_TUI_RESUME as a ``checkpoint.resume`` value."""
+    """``--resume`` as a ``checkpoint.resume`` value."""
     if value.lower() in ("false", "no", "none", "off"):
         return False
     if value == "latest":
@@ -157,10 +150,3 @@ def resume_setting(value: str) -> str | bool:
         raise ConfigError("checkpoint.resume", f"{value!r} (from --resume) is not a checkpoint folder")
     return path
 
-
-def release_mlx_streams() -> None:
-    """Destroy the MLX streams of the calling thread. MLX aborts the process at exit, now and then,
-    when streams made on a thread outlive it (ml-explore/mlx#3126); each thread clears its own."""
-    mx = sys.modules.get("mlx.core")
-    if mx is not None and hasattr(mx, "clear_streams"):
-        mx.clear_streams()

@@ -1,9 +1,14 @@
-"""What one training step hands to the worker loop: the contract between the engine
-(``trainer``) and the process around it (``main``, ``store``, ``checkpoint``)."""
+"""The contract between the engine (``engine.trainer``) and the process around it (``loop``,
+``store``, ``checkpoint``): what a trainer offers and what one training step hands back
+(docs/architecture.md, "Processes"). No MLX here: the process side imports this.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol, runtime_checkable
 
 from grpo_tui.protocol.messages import Sample, Step, ToolCall
 
@@ -48,3 +53,33 @@ class StepOutput:
 
     metrics: Step
     generations: list[Generation]
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What the worker loop uses of a trainer: ``engine.trainer.Trainer``, or a test fake loaded
+    with ``GRPO_TUI_TRAINER``. Built as ``Trainer(config, log)`` on the MLX thread."""
+
+    model_name: str
+    dataset_size: int
+    dataset_hash: str
+    steps_per_epoch: int
+    num_epochs: int
+    total_steps: int
+
+    def batch(self, step: int) -> tuple[int, int, list[int]]:
+        """(epoch, step_in_epoch, dataset indices) of ``step`` (1-based): a pure function of it."""
+        ...
+
+    def train_step(self, step: int, on_phase: Callable[[str], None] = ...) -> StepOutput: ...
+
+    def save_model(self, directory: Path) -> None: ...
+
+    def save_optimizer(self, path: Path) -> None: ...
+
+    def load_checkpoint(self, directory: Path) -> None: ...
+
+
+def finite(value: float | None) -> float | None:
+    """``value``, or None for a missing, NaN or infinite one (JSON and SQLite have no NaN)."""
+    return value if value is not None and math.isfinite(value) else None

@@ -21,7 +21,7 @@ import aiosqlite
 from grpo_tui.protocol.messages import Aggregates, StepSummary
 from grpo_tui.protocol.schema import migrate, step_row
 
-from .records import Generation, StepOutput
+from .records import Generation, StepOutput, finite
 
 _HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
 
@@ -148,8 +148,8 @@ class Store:
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id, step, gen.prompt_index, gen.group_index, gen.prompt, gen.completion,
-                gen.raw_completion, gen.thinking, _finite(gen.reward), json.dumps(gen.reward_details),
-                _finite(gen.advantage), gen.num_tokens, gen.finish_reason, now,
+                gen.raw_completion, gen.thinking, finite(gen.reward), json.dumps(gen.reward_details),
+                finite(gen.advantage), gen.num_tokens, gen.finish_reason, now,
             ),
         )  # fmt: skip
         if gen.tool_calls:
@@ -201,7 +201,3 @@ class Store:
 def _json_or_null(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
-
-def _finite(value: float | None) -> float | None:
-    """SQLite has no NaN (it stores NULL); say so explicitly."""
-    return value if value is not None and value == value and abs(value) != float("inf") else None

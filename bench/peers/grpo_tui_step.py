@@ -2,7 +2,7 @@
 
 Drives ``worker.trainer.Trainer.train_step`` exactly as the worker does, on the spec's rows. When
 the spec asks for it, also measures, in the same process and with the same BLAS:
-- rollout tokens/s of ``worker.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
+- rollout tokens/s of ``worker.engine.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
   on a stock ``mlx_lm.load`` of the same model (same prompts, same sampler, same number of
   concurrent sequences, fixed length);
 - the sgemm peak (float32 square matmuls) the training phase's model-FLOPs utilisation is
@@ -27,8 +27,8 @@ from mlx_lm.generate import batch_generate  # noqa: E402
 
 from grpo_tui.protocol.blas import active_blas  # noqa: E402
 from grpo_tui.protocol.config import parse_config  # noqa: E402
-from grpo_tui.worker import rollout  # noqa: E402
-from grpo_tui.worker.trainer import Trainer  # noqa: E402
+from grpo_tui.worker.engine import rollout  # noqa: E402
+from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
 
 CONFIG = """
 [model]
@@ -107,7 +107,8 @@ def rollout_vs_batch_generate(trainer: Trainer, spec: dict, repeats: int) -> dic
     flat = [p for p in prompts for _ in range(G)]
     stock, _ = load(spec["model"])  # raw mlx-lm: its own model, without the engine's layer patches
     def run_ours() -> int:
-        completions = rollout.generate(trainer.model, trainer.tokenizer, prompts, G, gen, logprobs=False)
+        completions = rollout.generate(trainer.model, trainer.tokenizer, prompts, G, gen, logprobs=False,
+                                       plan=trainer.plan, decode=trainer.decode)
         return sum(len(c.token_ids) for c in completions)
 
     def run_raw() -> int:

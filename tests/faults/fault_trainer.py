@@ -25,7 +25,7 @@ from pathlib import Path
 
 from grpo_tui.worker import checkpoint as ckpt
 from grpo_tui.worker.store import Store
-from grpo_tui.worker.trainer import Trainer
+from grpo_tui.worker.engine.trainer import Trainer
 
 POINT, _, STEP = os.environ.get("FAULT_HOLD", "").partition("@")
 HOLD_STEP = int(STEP) if STEP else -1

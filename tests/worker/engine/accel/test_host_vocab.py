@@ -1,0 +1,82 @@
+"""The vocabulary log-softmax on the host (numpy) gives MLX's log-probs, entropy and gradients."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from grpo_tui.protocol.config import ModelConfig, parse_config
+from grpo_tui.worker.engine import loss as loss_step, model as model_io
+from grpo_tui.worker.engine.accel import host_vocab
+from grpo_tui.worker.engine.logps import _logps_entropy
+from grpo_tui.worker.engine.grpo import LossSettings
+from tests.worker.engine.accel.test_two_cores import CONFIG, _batch
+from tests.tiny_model import build_tiny_model
+
+
+def _reference(x: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = x.astype(np.float64)
+    logp = x - x.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    return logp[np.arange(len(x)), targets], -(np.exp(logp) * logp).sum(1)
+
+
+def test_logps_and_entropy_match_float64_and_the_gradient_matches_mlx():
+    x = mx.random.normal((7, 9000), key=mx.random.key(0)) * 3
+    targets = mx.random.randint(0, 9000, (7,), key=mx.random.key(1))
+    weights = mx.random.normal((7,), key=mx.random.key(2))
+    logps, entropy = host_vocab.logps_entropy(x, targets)
+    want_logps, want_entropy = _reference(np.array(x), np.array(targets))
+    np.testing.assert_allclose(np.array(logps), want_logps, atol=2e-5)
+    np.testing.assert_allclose(np.array(entropy), want_entropy, atol=1e-4)
+
+    def loss(fn):
+        return lambda x: mx.sum(fn(x, targets)[0] * weights)
+
+    np.testing.assert_allclose(np.array(mx.grad(loss(host_vocab.logps_entropy))(x)),
+                               np.array(mx.grad(loss(_logps_entropy))(x)), atol=1e-5)
+
+
+def test_gradients_built_before_evaluation_keep_their_own_values():
+    """The host buffer is reused between calls; each gradient must own its numbers."""
+    targets = mx.array([1, 2, 3])
+    xs = [mx.random.normal((3, 500), key=mx.random.key(k)) for k in range(3)]
+    host = [mx.grad(lambda x: mx.sum(host_vocab.logps_entropy(x, targets)[0]))(x) for x in xs]
+    plain = [mx.grad(lambda x: mx.sum(_logps_entropy(x, targets)[0]))(x) for x in xs]
+    mx.eval(host, plain)
+    for h, p in zip(host, plain):
+        np.testing.assert_allclose(np.array(h), np.array(p), atol=1e-6)
+
+
+def test_the_host_buffer_is_kept_between_steps():
+    first = host_vocab._scratch((4, 100))
+    assert np.shares_memory(first, host_vocab._scratch((4, 100)))
+    assert np.shares_memory(first, host_vocab._scratch((2, 50)))  # smaller shapes reuse it too
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, monkeypatch, compiled):
+    model = model_io.load(ModelConfig(path=str(build_tiny_model(tmp_path))))[0]
+    config = parse_config(CONFIG.format(loss_type="grpo"), check_paths=False)
+    batch = _batch(model.args.vocab_size, 5, 2)
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary qualifies
+    results = {}
+    for switch in ("1", "0"):  # the plan's host_vocab on and off (test_plan: the switch)
+        (loss, logps, metrics), grads = loss_step.loss_and_grad(
+            model, batch, LossSettings.from_config(config), config.generation.temperature, 40.0, 1,
+            compiled=compiled, host=switch == "1")
+        mx.eval(loss, logps, metrics, grads)
+        results[switch] = (loss.item(), np.array(logps), metrics["entropy"].item(), dict(tree_flatten(grads)))
+    host, plain = results["1"], results["0"]
+    assert host[0] == pytest.approx(plain[0], rel=1e-5, abs=1e-7)
+    np.testing.assert_allclose(host[1], plain[1], atol=1e-5)
+    assert host[2] == pytest.approx(plain[2], rel=1e-4)
+    for name, g in plain[3].items():
+        np.testing.assert_allclose(np.array(host[3][name]), np.array(g), atol=1e-6, rtol=1e-4, err_msg=name)
+
+
+def test_very_many_logits_stay_with_mlx(monkeypatch):
+    small = mx.zeros((4, 9000))
+    assert host_vocab.fits(small)
+    monkeypatch.setattr(host_vocab, "MAX_LOGITS", 4 * 9000 - 1)
+    assert not host_vocab.fits(small)

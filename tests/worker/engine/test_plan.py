@@ -1,0 +1,105 @@
+"""The engine plan: every switch turns its path off, and the log line (``describe``) says so."""
+
+import ast
+
+import pytest
+
+from grpo_tui.protocol.config import GenerationConfig, ModelConfig, parse_config
+from grpo_tui.worker.engine import model as model_io, plan as engine_plan, rollout, update
+from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_vocab, memory
+from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
+from tests.tiny_model import build_tiny_model
+from tests.worker.engine.accel.test_two_cores import CONFIG, _batch
+
+CONFIG_DAPO = CONFIG.format(loss_type="dapo")
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    return model_io.load(ModelConfig(path=str(build_tiny_model(tmp_path_factory.mktemp("tiny")))))
+
+
+def _plan(model, off=(), **env):
+    environ = {engine_plan.SWITCHES[name]: "0" for name in off} | env
+    return engine_plan.decide(model, parse_config(CONFIG_DAPO, check_paths=False), environ=environ)
+
+
+@pytest.mark.parametrize("name", ["fast_rollout", "shared_prompt", "compiled_loss", "two_streams", "cpu_kernels"])
+def test_each_switch_turns_its_path_off_and_the_log_says_so(loaded, name):
+    on, off = _plan(loaded[0]), _plan(loaded[0], off=[name])
+    if name == "cpu_kernels" and not cpu_fast.enabled():
+        pytest.skip("the x86 CPU kernels apply to x86-64 CPUs only")
+    assert getattr(on, name) and not getattr(off, name)
+    assert on.describe() != off.describe()
+
+
+def test_the_host_vocabulary_switch(loaded, monkeypatch):
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    on, off = _plan(loaded[0], off=["compiled_loss"]), _plan(loaded[0], off=["compiled_loss", "host_vocab"])
+    assert on.host_vocab and not off.host_vocab
+    assert "numpy" in on.describe() and "64M logits" in on.describe() and "numpy" not in off.describe()
+
+
+def test_without_the_shared_prompt_there_is_no_compiled_loss(loaded):
+    plan = _plan(loaded[0], off=["shared_prompt"])
+    assert not plan.compiled_loss and "compiled loss" not in plan.describe()
+    batch = pack([[5, 6, 7]] * 4, [[8, 9]] * 4, [0.0] * 4, [True] * 4, group=plan.pack_group(4))
+    assert batch.prompts is None
+    assert pack([[5, 6, 7]] * 4, [[8, 9]] * 4, [0.0] * 4, [True] * 4, group=_plan(loaded[0]).pack_group(4)).prompts is not None
+
+
+@pytest.mark.parametrize("off", [(), ("fast_rollout",), ("cpu_kernels",)])
+def test_the_rollout_takes_the_planned_path(loaded, monkeypatch, off):
+    model, tokenizer = loaded
+    plan = _plan(model, off=off)
+    calls = []
+    real_fast, real_slow = fastgen.generate_tokens, rollout._batch_generator
+    monkeypatch.setattr(fastgen, "generate_tokens", lambda *a, **k: calls.append(("fast", k["fast_exp"])) or real_fast(*a, **k))
+    monkeypatch.setattr(rollout, "_batch_generator", lambda *a, **k: calls.append(("slow", None)) or real_slow(*a, **k))
+    rollout.generate(model, tokenizer, [[5, 6, 7]], 2, GenerationConfig(max_completion_length=4), plan=plan)
+    assert calls == ([("slow", None)] if "fast_rollout" in off else [("fast", plan.cpu_kernels)])
+
+
+@pytest.mark.parametrize("off", [("compiled_loss",), ("compiled_loss", "two_streams"), ("compiled_loss", "host_vocab")])
+def test_the_update_takes_the_planned_path(loaded, monkeypatch, off):
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    model = loaded[0]
+    plan = _plan(model, off=off)
+    config = parse_config(CONFIG_DAPO, check_paths=False)
+    seen = []
+    real = update.loss_and_grad
+    monkeypatch.setattr(update, "loss_and_grad", lambda *a, **k: seen.append((k["compiled"], k["host"], k["whole"] is not None)) or real(*a, **k))
+    optimize_pass(model, make_optimizer(config), [_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
+    assert {s[0] for s in seen} == {False}
+    assert {s[1] for s in seen} == {plan.host_vocab} == {"host_vocab" not in off}
+    assert {s[2] for s in seen} == {plan.two_streams} == {"two_streams" not in off}
+
+
+def test_the_compiled_loss_runs_when_planned(loaded, monkeypatch):
+    model = loaded[0]
+    plan = _plan(model)
+    config = parse_config(CONFIG_DAPO, check_paths=False)
+    seen = []
+    real = update.loss_and_grad
+    monkeypatch.setattr(update, "loss_and_grad", lambda *a, **k: seen.append(k["compiled"]) or real(*a, **k))
+    optimize_pass(model, make_optimizer(config), [_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
+    assert plan.compiled_loss and set(seen) == {True} and "compiled loss" in plan.describe()
+
+
+def test_the_freed_memory_switch_never_calls_mallopt(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "keep_freed_memory", lambda: calls.append(1) or True)
+    assert engine_plan.prepare_process({"GRPO_TUI_KEEP_FREED_MEMORY": "0"}) is False and calls == []
+    assert engine_plan.prepare_process({}) is True and calls == [1]
+
+
+def test_switches_are_read_only_by_the_plan(root):
+    for file in (root / "worker").rglob("*.py"):
+        if file.name == "plan.py":
+            continue
+        tree = ast.parse(file.read_text())
+        names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert not names & set(engine_plan.SWITCHES.values()), file
+        environ = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "environ"]
+        assert not environ or file.name == "loop.py", file  # loop: GRPO_TUI_TRAINER, for tests only

@@ -1,0 +1,214 @@
+"""The Trainer contract on a tiny random Qwen3 model: step metrics, replay, accumulation,
+the NaN guard, LoRA / full saving and checkpoint restore."""
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm import generate as mlx_generate, load
+
+from grpo_tui.protocol.config import load_config
+from grpo_tui.worker.engine import loss as loss_step
+from grpo_tui.worker import records
+from grpo_tui.worker.engine.trainer import Trainer
+from tests.tiny_model import build_tiny_model, write_config
+
+BASE = """
+[grpo]
+group_size = 4
+[generation]
+max_completion_length = 8
+[training]
+batch_size = 4
+learning_rate = 1e-2
+"""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def make(tmp_path, model_dir, extra=BASE):
+    return Trainer(load_config(write_config(tmp_path, model_dir, extra)), log=lambda level, msg: None)
+
+
+def test_the_trainer_is_what_the_worker_loop_expects(tmp_path, model_dir):
+    assert isinstance(make(tmp_path, model_dir), records.Trainer)
+
+
+def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
+    lines = []
+    Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
+    engine = next(line for line in lines if line.startswith("engine: "))
+    assert "rollout: compiled loop, one prefill per prompt" in engine
+    assert "training: prompt once per group" in engine and "compiled loss" in engine
+    assert "batch halves on two CPU streams" in engine
+    lines.clear()
+    Trainer(load_config(write_config(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\nrepetition_penalty = 1.1"))),
+            log=lambda level, msg: lines.append(msg))
+    assert "rollout: mlx-lm BatchGenerator" in next(line for line in lines if line.startswith("engine: "))
+
+
+def test_the_log_says_when_the_vocabulary_goes_to_numpy(tmp_path, model_dir, monkeypatch):
+    from grpo_tui.worker.engine import plan as engine_plan
+    from grpo_tui.worker.engine.accel import host_vocab
+
+    monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 10)  # a "large" model: eager loss
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    lines = []
+    Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
+    engine = next(line for line in lines if line.startswith("engine: "))
+    assert "vocabulary log-softmax in numpy" in engine and "compiled loss" not in engine
+
+
+def weights(trainer):
+    return {k: np.array(v) for k, v in tree_flatten(trainer.model.trainable_parameters())}
+
+
+def test_batches_are_a_seeded_shuffle_of_each_epoch(tmp_path, model_dir):
+    t = make(tmp_path, model_dir, BASE + "num_epochs = 2\nmax_steps = 7\n")
+    assert (t.dataset_size, t.steps_per_epoch, t.total_steps) == (16, 4, 7)
+    epoch0 = [t.batch(s) for s in range(1, 5)]
+    assert [e[:2] for e in epoch0] == [(0, 1), (0, 2), (0, 3), (0, 4)]
+    assert sorted(i for _, _, idx in epoch0 for i in idx) == list(range(16))
+    assert [i for _, _, idx in epoch0 for i in idx] != list(range(16))
+    assert t.batch(5)[:2] == (1, 1) and t.batch(5)[2] != t.batch(1)[2]
+    assert t.batch(3) == t.batch(3)
+
+
+def test_a_step_reports_every_metric_and_generation(tmp_path, model_dir):
+    t = make(tmp_path, model_dir)
+    phases = []
+    before = weights(t)
+    out = t.train_step(1, phases.append)
+    m = out.metrics
+    assert phases == ["generating", "scoring", "training"]
+    assert len(out.generations) == 16
+    assert [(g.prompt_index, g.group_index) for g in out.generations[:5]] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+    assert set(m.rewards) == {"accuracy", "length"}
+    for name in ("loss", "reward", "reward_std", "frac_reward_zero_std", "advantage_std", "entropy",
+                 "completion_mean_length", "completion_clipped_ratio", "generation_ms", "scoring_ms",
+                 "training_ms", "generation_tokens_per_s", "training_tokens_per_s", "grad_norm",
+                 "learning_rate", "peak_memory_mb", "active_memory_mb"):
+        assert getattr(m, name) is not None and math.isfinite(getattr(m, name)), name
+    assert m.kl is None  # beta = 0
+    assert m.num_tokens > 16 * 1 and m.gradients_applied and m.skipped_reason is None
+    g = out.generations[0]
+    assert g.prompt.startswith("<|im_start|>user") and g.reward_details.keys() == {"accuracy", "length"}
+    assert g.reward == pytest.approx(sum(v * w for v, w in zip(g.reward_details.values(), (1.0, 0.1))))
+    # Advantages are centred per group.
+    adv = np.array([g.advantage for g in out.generations]).reshape(4, 4)
+    np.testing.assert_allclose(adv.sum(axis=1), 0, atol=1e-4)
+    if m.grad_norm > 0:
+        assert any(not np.array_equal(before[k], v) for k, v in weights(t).items())
+
+
+def test_a_step_replays_exactly_from_the_same_state(tmp_path, model_dir):
+    a, b = make(tmp_path / "a", model_dir), make(tmp_path / "b", model_dir)
+    oa, ob = a.train_step(2), b.train_step(2)
+    assert [g.raw_completion for g in oa.generations] == [g.raw_completion for g in ob.generations]
+    assert oa.metrics.loss == ob.metrics.loss
+
+
+def test_accumulation_gives_the_same_update_as_one_batch(tmp_path, model_dir):
+    """dapo normalises by the whole batch's tokens, so two micro-batches = one batch."""
+    one = make(tmp_path / "one", model_dir, BASE + "max_grad_norm = 0\n")
+    two = make(tmp_path / "two", model_dir, BASE + "max_grad_norm = 0\ngradient_accumulation_steps = 2\n")
+    for step in (1, 2, 3):
+        m1, m2 = one.train_step(step).metrics, two.train_step(step).metrics
+        assert m1.loss == pytest.approx(m2.loss, abs=1e-5)
+        assert m1.grad_norm == pytest.approx(m2.grad_norm, rel=1e-3, abs=1e-6)
+    w1, w2 = weights(one), weights(two)
+    for k in w1:
+        np.testing.assert_allclose(w1[k], w2[k], atol=1e-5)
+
+
+def test_kl_and_several_iterations(tmp_path, model_dir):
+    t = make(tmp_path, model_dir, BASE.replace("group_size = 4", "group_size = 4\nbeta = 0.1\nnum_iterations = 3"))
+    metrics = [t.train_step(s).metrics for s in (1, 2, 3)]
+    assert all(m.kl is not None and m.kl >= 0 for m in metrics)
+    assert metrics[-1].kl > 0  # the policy has moved away from the frozen reference
+    assert any(m.clip_ratio.region > 0 for m in metrics)  # later passes see ratios != 1
+
+
+def test_masking_truncated_completions_removes_their_gradient(tmp_path, model_dir):
+    t = make(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\n").replace(
+        "group_size = 4", "group_size = 4\nmask_truncated_completions = true"))
+    before = weights(t)
+    m = t.train_step(1).metrics
+    assert m.completion_clipped_ratio == 1.0  # the random model never stops within 8 tokens
+    assert m.loss == 0.0 and m.grad_norm == 0.0
+    for k, v in weights(t).items():
+        np.testing.assert_array_equal(before[k], v)
+
+
+def test_non_finite_loss_skips_the_update(tmp_path, model_dir, monkeypatch):
+    t = make(tmp_path, model_dir)
+    real = loss_step.policy_loss
+    monkeypatch.setattr(loss_step, "policy_loss", lambda *a, **k: (lambda l, m: (l * mx.array(math.nan), m))(*real(*a, **k)))
+    before = weights(t)
+    m = t.train_step(1).metrics
+    assert not m.gradients_applied and "non-finite" in m.skipped_reason
+    assert m.loss is None
+    for k, v in weights(t).items():
+        np.testing.assert_array_equal(before[k], v)
+
+
+def test_full_model_saves_what_mlx_lm_loads_and_checkpoints_restore(tmp_path, model_dir):
+    t = make(tmp_path, model_dir)
+    t.train_step(1)
+    t.train_step(2)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    t.save_model(ckpt)
+    t.save_optimizer(ckpt / "optimizer.safetensors")
+    model, tokenizer = load(str(ckpt))
+    saved = dict(tree_flatten(model.parameters()))
+    for k, v in weights(t).items():
+        np.testing.assert_array_equal(np.array(saved[k]), v)
+    assert isinstance(mlx_generate(model, tokenizer, "2+3=", max_tokens=4), str)
+
+    fresh = make(tmp_path / "fresh", model_dir)
+    fresh.load_checkpoint(ckpt)
+    assert int(fresh.optimizer.state["step"]) == int(t.optimizer.state["step"]) == 2
+    a, b = t.train_step(3), fresh.train_step(3)
+    assert [g.raw_completion for g in a.generations] == [g.raw_completion for g in b.generations]
+    assert a.metrics.loss == pytest.approx(b.metrics.loss, abs=1e-6)
+    for k, v in weights(t).items():
+        np.testing.assert_allclose(weights(fresh)[k], v, atol=1e-6)
+
+
+def test_lora_trains_only_adapters_and_saves_them(tmp_path, model_dir):
+    t = make(tmp_path, model_dir, BASE + "\n[model.lora]\nrank = 4\nalpha = 8\nlayers = 1\n")
+    names = set(weights(t))
+    assert names and all(n.rsplit(".", 1)[-1] in ("lora_a", "lora_b") for n in names)
+    assert all(n.startswith("model.layers.1.") for n in names)  # only the last block
+    for step in (1, 2):
+        t.train_step(step)
+    out = tmp_path / "lora"
+    out.mkdir()
+    t.save_model(out)
+    assert {"adapters.safetensors", "adapter_config.json", "config.json", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    model, tokenizer = load(str(model_dir), adapter_path=str(out))
+    loaded = dict(tree_flatten(model.trainable_parameters())) or dict(tree_flatten(model.parameters()))
+    for k, v in weights(t).items():
+        np.testing.assert_array_equal(np.array(loaded[k]), v)
+    assert isinstance(mlx_generate(model, tokenizer, "2+3=", max_tokens=4), str)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_grpo_raises_a_dense_custom_reward_within_a_few_steps(tmp_path, model_dir, loss_type):
+    extra = BASE.replace("group_size = 4", f"group_size = 8\nloss_type = \"{loss_type}\"")
+    path = write_config(tmp_path, model_dir, extra)
+    path.write_text(path.read_text().replace('name = "accuracy"', 'function = "tests.worker.engine.test_trainer:digit_share"', 1))
+    t = Trainer(load_config(path), log=lambda level, msg: None)
+    shares = [t.train_step(step).metrics.rewards["digit_share"] for step in range(1, 9)]
+    assert shares[0] < 0.2 and min(shares[-2:]) > 0.6, shares
+
+
+def digit_share(prompts, completions, **kw):
+    """A dense custom reward for the learning check: the share of digits in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]

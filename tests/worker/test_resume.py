@@ -1,0 +1,122 @@
+"""Resume: exact continuation, SIGKILL at a random moment, explicit paths, fresh starts."""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+import mlx_lm
+import pytest
+
+from grpo_tui.protocol import messages as m
+from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
+
+__all__ = ["tiny_model"]
+
+
+def run_to_end(config, *args: str, **env) -> WorkerProcess:
+    worker = WorkerProcess(config, *args, env=env)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0, worker.stderr.decode()[-2000:]
+    return worker
+
+
+@pytest.mark.slow
+def test_three_steps_then_resume_then_three_equals_six_straight(tmp_path, tiny_model):
+    """Tolerance: bit-identical (atol = 0). Seeds per step + a pure batch order make it so."""
+    settings = dict(training={"max_steps": 6, "num_epochs": 2}, checkpoint={"save_every": 0})
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    for folder in (straight, split):
+        folder.mkdir()
+    run_to_end(write_config(straight, tiny_model, rewards=reward_config(straight, "varied"), **settings))
+
+    rewards = reward_config(split, "varied")
+    run_to_end(write_config(split, tiny_model, rewards=rewards, training={"max_steps": 3, "num_epochs": 2}))
+    resumed = run_to_end(write_config(split, tiny_model, rewards=rewards, **settings))
+    state = resumed.of(m.ResumeState)[0]
+    assert (state.step, len(state.history)) == (3, 3)
+    assert [e.step for e in resumed.of(m.Step)] == [4, 5, 6]
+
+    a = mx.load(str(straight / "out" / "final" / "model.safetensors"))
+    b = mx.load(str(split / "out" / "final" / "model.safetensors"))
+    start = mx.load(str(tiny_model / "model.safetensors"))
+    assert a.keys() == b.keys()
+    assert max(mx.abs(a[k] - b[k]).max().item() for k in a) == 0.0
+    assert max(mx.abs(a[k] - start[k]).max().item() for k in a) > 1e-4  # training did move the weights
+    one, two = (query(f / "out" / "outputs.db", "SELECT step, loss, reward FROM steps ORDER BY step") for f in (straight, split))
+    assert one == two
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_keeps_every_step_once(tmp_path, tiny_model, kill_after_step=5, delay_s=0.05):
+    config = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+        training={"max_steps": 0, "num_epochs": 3}, checkpoint={"save_every": 4, "keep_last": 1},
+    )  # fmt: skip
+    env = {"SLOW_REWARD_S": "0.1"}
+    worker = WorkerProcess(config, env=env)
+    worker.wait_for(m.Step, lambda e: e.step == kill_after_step)
+    time.sleep(delay_s)
+    worker.kill()
+
+    db, out = tmp_path / "out" / "outputs.db", tmp_path / "out"
+    committed = query(db, "SELECT step, count(*) FROM steps GROUP BY step ORDER BY step")
+    last = committed[-1][0]
+    assert [s for s, n in committed] == list(range(1, last + 1)) and all(n == 1 for _, n in committed)
+    assert query(db, "SELECT max(step) FROM generations") == [(last,)]
+    assert query(db, "SELECT status FROM runs") == [("running",)]
+
+    resumed = run_to_end(config, **env)
+    state = resumed.of(m.ResumeState)[0]
+    assert state.step == 4 and [h.step for h in state.history] == [1, 2, 3, 4]
+    assert resumed.of(m.Step)[0].step == 5  # steps 5..last are redone: the kill cost last - 4 steps
+    rows = query(db, "SELECT step, count(*) FROM steps GROUP BY step ORDER BY step")
+    assert rows == [(s, 1) for s in range(1, 13)]
+    assert query(db, "SELECT step, count(*) FROM generations GROUP BY step") == [(s, 4) for s in range(1, 13)]
+    assert query(db, "SELECT count(*) FROM generations_fts") == [(48,)]
+    assert query(db, "SELECT id, status FROM runs") == [(1, "completed")]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint-8", "final"]
+    assert mlx_lm.load(str(out / "checkpoint-8"))[0] is not None
+
+
+def test_resume_from_an_explicit_path_warns_when_the_dataset_changed(tmp_path, tiny_model):
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"keep_last": 0}))
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"resume": str(checkpoint)})
+    with open(tmp_path / "data.jsonl", "a") as f:  # write_config rewrote it; change it after
+        f.write('{"prompt": "What is 8 + 8?", "answer": "16"}\n')
+    worker = run_to_end(config)
+    assert worker.of(m.ResumeState)[0].step == 2
+    assert any(e.level == "warning" and "dataset changed" in e.message for e in worker.of(m.Log))
+
+
+def test_resume_false_starts_a_new_run_and_sets_old_checkpoints_aside(tmp_path, tiny_model):
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards))
+    worker = run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"resume": False}))
+    assert not worker.of(m.ResumeState) and worker.of(m.DatabasePath)[0].run_id == 2
+    out = tmp_path / "out"
+    aside = [p for p in out.iterdir() if p.name.startswith("previous-")]
+    assert len(aside) == 1 and (aside[0] / "final" / "training_state.json").exists()
+    assert query(out / "outputs.db", "SELECT id, status FROM runs") == [(1, "completed"), (2, "completed")]
+
+
+def test_the_dashboards_restart_override_resumes_even_when_the_config_says_false(tmp_path, tiny_model):
+    """After a crash the dashboard restarts the worker with --resume latest: the run must
+    continue from its checkpoint, not start over, whatever checkpoint.resume says."""
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2}))
+    config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"resume": False})
+    worker = run_to_end(config, "--resume", "latest")
+    assert worker.of(m.ResumeState)[0].step == 2
+    assert [s.step for s in worker.of(m.Step)] == [3, 4]
+
+
+def test_resume_flag_false_overrides_the_config(tmp_path, tiny_model):
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2}))
+    worker = WorkerProcess(write_config(tmp_path, tiny_model, rewards=rewards), "--resume", "false")
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert not worker.of(m.ResumeState) and [s.step for s in worker.of(m.Step)] == [1, 2, 3, 4]

@@ -1,0 +1,124 @@
+"""A micro-batch of the training phase: the rollout packed into arrays, and its two halves.
+
+Two layouts. The plain one holds right-padded prompt+completion sequences (padding after the text,
+so a causal mask needs no attention mask). The shared-prompt one (``accel.shared_prompt``) holds
+each group's prompt once, left-padded, and the completions alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .accel import shared_prompt
+
+# The shared-prompt widths are rounded up to a multiple of this, so that the compiled loss sees
+# few distinct shapes (each new shape is one more trace).
+BUCKET = 8
+
+
+@dataclass
+class MicroBatch:
+    """Sliced to the completion region: ``targets[:, t]`` is predicted from position ``start + t``
+    of ``inputs``. In the shared-prompt layout ``targets`` are the completions and ``inputs`` is
+    unused."""
+
+    inputs: mx.array  # (B, L) token ids, the last token dropped
+    targets: mx.array  # (B, T) next tokens from position ``start`` on
+    mask: mx.array  # (B, T) 1.0 on completion tokens that count in the loss
+    advantages: mx.array  # (B,)
+    old_logps: mx.array | None = None
+    ref_logps: mx.array | None = None
+    prompts: mx.array | None = None  # (B / group, W), shared-prompt layout only
+    prompt_pad: mx.array | None = None  # (B / group,)
+    start: int = 0
+    group: int = 1
+
+
+# The field list, written once: every array field, and those with one entry per prompt group.
+ARRAY_FIELDS = tuple(f.name for f in dataclasses.fields(MicroBatch) if f.name not in ("start", "group"))
+GROUP_FIELDS = ("prompts", "prompt_pad")
+ROW_FIELDS = tuple(name for name in ARRAY_FIELDS if name not in GROUP_FIELDS)
+
+
+def arrays(batch: MicroBatch) -> dict[str, mx.array]:
+    """The batch's arrays by field name, absent ones left out."""
+    return {name: getattr(batch, name) for name in ARRAY_FIELDS if getattr(batch, name) is not None}
+
+
+def pack(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], keep: list[bool],
+         group: int = 1) -> MicroBatch:
+    """Build a micro-batch; ``keep[i] = False`` zeroes sequence i's mask (mask_truncated_completions).
+    With ``group`` > 1 and rows in runs of ``group`` sharing a prompt, the shared-prompt layout."""
+    heads, shared = shared_prompt.group_prompts(prompts, group)
+    if shared:
+        return _pack_shared(heads, completions, advantages, keep, group)
+    seqs = [p + c for p, c in zip(prompts, completions)]
+    length = max(len(s) for s in seqs)
+    start = min(len(p) for p in prompts) - 1
+    width = length - 1 - start
+    tokens = [s + [0] * (length - len(s)) for s in seqs]
+    mask = []
+    for p, c, k in zip(prompts, completions, keep):
+        row = [0.0] * width
+        if k:
+            for t in range(len(p) - 1 - start, len(p) - 1 - start + len(c)):
+                row[t] = 1.0
+        mask.append(row)
+    ids = mx.array(tokens)
+    return MicroBatch(
+        inputs=ids[:, :-1],
+        targets=ids[:, start + 1 :],
+        mask=mx.array(mask),
+        advantages=mx.array(advantages, dtype=mx.float32),
+        start=start,
+    )
+
+
+def _bucket(n: int) -> int:
+    return -(-n // BUCKET) * BUCKET
+
+
+def _pack_shared(heads: list[list[int]], completions: list[list[int]], advantages: list[float], keep: list[bool],
+                 group: int) -> MicroBatch:
+    width = _bucket(max(len(p) for p in heads))
+    steps = _bucket(max(len(c) for c in completions))
+    targets = mx.array([c + [0] * (steps - len(c)) for c in completions])
+    mask = [[1.0 if k and t < len(c) else 0.0 for t in range(steps)] for c, k in zip(completions, keep)]
+    return MicroBatch(
+        inputs=targets,
+        targets=targets,
+        mask=mx.array(mask),
+        advantages=mx.array(advantages, dtype=mx.float32),
+        start=0,
+        prompts=mx.array([[0] * (width - len(p)) + p for p in heads]),
+        prompt_pad=mx.array([width - len(p) for p in heads]),
+        group=group,
+    )
+
+
+def _part(batch: MicroBatch, rows: slice, prompts: slice | None = None, group: int | None = None) -> MicroBatch:
+    sliced = {name: getattr(batch, name)[rows] for name in ROW_FIELDS if getattr(batch, name) is not None}
+    if prompts is not None:
+        sliced.update({name: getattr(batch, name)[prompts] for name in GROUP_FIELDS})
+    return dataclasses.replace(batch, **sliced, group=batch.group if group is None else group)
+
+
+def halves(batch: MicroBatch) -> list[MicroBatch]:
+    """The micro-batch as two parts for the two CPU streams (``accel.two_cores``): whole prompt
+    groups when there are two or more (no prompt runs twice), else the one group's completions
+    split (its prompt then runs in both), else the batch itself."""
+    rows = batch.targets.shape[0]
+    if batch.prompts is None:
+        return [_part(batch, slice(0, rows // 2)), _part(batch, slice(rows // 2, rows))] if rows >= 2 else [batch]
+    groups = batch.prompts.shape[0]
+    if groups >= 2:
+        cut = (groups + 1) // 2
+        return [_part(batch, slice(0, cut * batch.group), slice(0, cut)),
+                _part(batch, slice(cut * batch.group, rows), slice(cut, groups))]
+    if batch.group >= 2:
+        cut = batch.group // 2
+        return [_part(batch, slice(0, cut), group=cut), _part(batch, slice(cut, rows), group=rows - cut)]
+    return [batch]

@@ -1,0 +1,168 @@
+"""GRPO math (docs/architecture.md, "Step data path"): advantages and the clipped policy loss. Pure functions on ``mx.array``.
+
+The formulas follow TRL's ``GRPOTrainer`` (``_compute_loss`` and the advantage computation in
+``_generate_and_score_completions``): sample (Bessel-corrected) standard deviation, ``1e-4`` in the
+denominator, ``-min(ρA, clip(ρ)A)`` per token, the k3 KL estimator, and the four normalisations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import get_args, get_type_hints
+
+import mlx.core as mx
+
+from grpo_tui.protocol.config import Config, GrpoConfig
+
+# The config's ``loss_type`` Literal is the list; ``policy_loss`` implements each (test_names.py).
+LOSS_TYPES: tuple[str, ...] = get_args(get_type_hints(GrpoConfig)["loss_type"])
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """The loss's settings, built once from the config (hashable: a compiled trace bakes them in)."""
+
+    loss_type: str
+    epsilon: float
+    epsilon_high: float
+    beta: float = 0.0
+    importance_sampling_level: str = "token"
+    max_completion_length: int | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> "LossSettings":
+        g = config.grpo
+        return cls(
+            loss_type=g.loss_type,
+            epsilon=g.epsilon,
+            epsilon_high=float(g.epsilon_high if g.epsilon_high is not None else g.epsilon),
+            beta=g.beta,
+            importance_sampling_level=g.importance_sampling_level,
+            max_completion_length=config.generation.max_completion_length,
+        )
+
+
+@dataclass(frozen=True)
+class PartOf:
+    """These rows are a part of a micro-batch (``accel.two_cores``) of ``rows`` completions and
+    ``tokens`` completion tokens: the parts' losses must add up to the whole's."""
+
+    rows: int
+    tokens: mx.array
+
+
+def _sample_std(x: mx.array, axis: int | None = None) -> mx.array:
+    """Bessel-corrected standard deviation (``torch.std``'s default); 0 for a single element."""
+    n = x.size if axis is None else x.shape[axis]
+    return mx.sqrt(mx.var(x, axis=axis, ddof=1)) if n > 1 else mx.zeros_like(mx.mean(x, axis=axis))
+
+
+def group_std(rewards: mx.array, group_size: int) -> mx.array:
+    """Per-completion sample std of its group's rewards, shape (N,)."""
+    grouped = rewards.reshape(-1, group_size)
+    return mx.repeat(_sample_std(grouped, axis=1), group_size)
+
+
+def group_advantages(rewards: mx.array, group_size: int, scale: str = "group") -> mx.array:
+    """``A_ij = (r_ij − mean_j r_i) / (s + 1e-4)`` for rewards laid out group by group, shape (N,).
+
+    ``scale``: ``"group"`` (s = the group's sample std), ``"batch"`` (s = the whole batch's sample
+    std) or ``"none"`` (no division).
+    """
+    rewards = rewards.astype(mx.float32)
+    grouped = rewards.reshape(-1, group_size)
+    centered = grouped - mx.mean(grouped, axis=1, keepdims=True)
+    # A group of equal rewards has exactly zero advantage; float32 rounding of the mean (e.g. of
+    # eight 0.2s) would otherwise leave ~1e-8 that the 1e-4 denominator blows up to ~1e-4.
+    same = mx.max(grouped, axis=1, keepdims=True) == mx.min(grouped, axis=1, keepdims=True)
+    centered = mx.where(same, 0.0, centered).reshape(-1)
+    if scale == "none":
+        return centered
+    if scale == "group":
+        std = group_std(rewards, group_size)
+    elif scale == "batch":
+        std = _sample_std(rewards)
+    else:
+        raise ValueError(f"scale_rewards must be group, batch or none, not {scale!r}")
+    return centered / (std + 1e-4)
+
+
+def policy_loss(
+    logps: mx.array,
+    old_logps: mx.array,
+    advantages: mx.array,
+    mask: mx.array,
+    settings: LossSettings,
+    *,
+    ref_logps: mx.array | None = None,
+    num_items: float | mx.array | None = None,
+    accumulation_steps: int = 1,
+    part_of: PartOf | None = None,
+) -> tuple[mx.array, dict[str, mx.array]]:
+    """The clipped surrogate loss of one micro-batch (docs/architecture.md, "Step data path").
+
+    ``logps``, ``old_logps``, ``ref_logps``, ``mask``: (N, T) per completion token; ``advantages``:
+    (N,). ``num_items`` is the number of completion tokens in the whole accumulated batch (``dapo``;
+    defaults to this micro-batch's). ``part_of``: these rows are a part of a larger micro-batch.
+    Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
+    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
+    """
+    loss_type, epsilon, epsilon_high, beta = settings.loss_type, settings.epsilon, settings.epsilon_high, settings.beta
+    importance_sampling_level, max_completion_length = settings.importance_sampling_level, settings.max_completion_length
+    batch_rows, batch_tokens = (None, None) if part_of is None else (part_of.rows, part_of.tokens)
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {loss_type!r}")
+    mask = mask.astype(mx.float32)
+    seq_tokens = mx.sum(mask, axis=-1)
+    tokens = mx.sum(mask)
+    log_ratio = logps - old_logps
+    if importance_sampling_level == "token":
+        log_weight = log_ratio
+    elif importance_sampling_level == "sequence":
+        log_weight = (mx.sum(log_ratio * mask, axis=-1) / mx.maximum(seq_tokens, 1.0))[:, None]
+    else:
+        raise ValueError(f"importance_sampling_level must be token or sequence, not {importance_sampling_level!r}")
+
+    ratio = mx.exp(log_weight)
+    clipped = mx.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
+    adv = advantages[:, None]
+    per_token = -mx.minimum(ratio * adv, clipped * adv)
+
+    kl = mx.array(0.0)
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        delta = ref_logps - logps
+        per_token_kl = mx.exp(delta) - delta - 1.0  # k3 estimator, >= 0
+        per_token = per_token + beta * per_token_kl
+        kl = mx.sum(per_token_kl * mask) / mx.maximum(tokens, 1.0)
+
+    masked = per_token * mask
+    rows = mask.shape[0] if batch_rows is None else batch_rows
+    if loss_type == "grpo":
+        loss = mx.sum(mx.sum(masked, axis=-1) / mx.maximum(seq_tokens, 1.0)) / rows / accumulation_steps
+    elif loss_type == "bnpo":
+        denom = tokens if batch_tokens is None else mx.array(batch_tokens, dtype=mx.float32)
+        loss = mx.sum(masked) / mx.maximum(denom, 1.0) / accumulation_steps
+    elif loss_type == "dr_grpo":
+        length = max_completion_length if max_completion_length is not None else mask.shape[-1]
+        loss = mx.sum(masked) / (rows * length) / accumulation_steps
+    elif loss_type == "dapo":  # normalised by the active tokens of the whole accumulated batch
+        denom = tokens if num_items is None else mx.array(num_items, dtype=mx.float32)
+        loss = mx.sum(masked) / mx.maximum(denom, 1.0)
+    else:
+        raise NotImplementedError(f"loss_type {loss_type!r}")
+
+    # Clip statistics (TRL): a token counts as clipped only when clipping changes its gradient.
+    ratio_b = mx.broadcast_to(ratio, mask.shape)
+    low = ((ratio_b < 1.0 - epsilon) & (adv < 0)).astype(mx.float32)
+    high = ((ratio_b > 1.0 + epsilon_high) & (adv > 0)).astype(mx.float32)
+    denom = mx.maximum(tokens, 1.0)
+    metrics = {
+        "clip_ratio_low": mx.sum(low * mask) / denom,
+        "clip_ratio_high": mx.sum(high * mask) / denom,
+        "clip_ratio_region": mx.sum(mx.maximum(low, high) * mask) / denom,
+        "kl": kl,
+        "tokens": tokens,
+    }
+    return loss, metrics

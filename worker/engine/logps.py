@@ -1,0 +1,71 @@
+"""Log-probabilities of a micro-batch's completion tokens under the policy (logits / temperature).
+
+Old log-probs (docs/architecture.md, "Step data path"): with ``num_iterations == 1`` the old policy
+*is* the current one, so the loss uses ``stop_gradient(logp)`` from the same forward pass that gives
+the gradient. With ``num_iterations > 1`` the first pass over the rollout runs before any update, so
+its ``stop_gradient(logp)`` are exactly the rollout policy's log-probs; they are kept and reused as
+``old_logps`` by the later passes. (mlx-lm's sampling log-probs are on the processed distribution,
+so they are not used for the ratio.)
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .accel import host_vocab, shared_prompt, two_cores
+from .accel.llama_family import is_llama_family
+from .batch import MicroBatch
+
+
+def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.array:
+    """``model(inputs)[:, start:]`` without projecting the earlier positions onto the vocabulary
+    (most of a step's positions are prompt; the projection dominates with a large vocabulary)."""
+    if is_llama_family(model):  # logits are lm_head(model.model(x)): skip the earlier positions
+        return _head(model, model.model(inputs)[:, start:, :])
+    return model(inputs)[:, start:, :]
+
+
+def _head(model: nn.Module, hidden: mx.array) -> mx.array:
+    if model.args.tie_word_embeddings:
+        return model.model.embed_tokens.as_linear(hidden)
+    return model.lm_head(hidden)
+
+
+def batch_logits(model: nn.Module, batch: MicroBatch) -> mx.array:
+    """(B, T, vocab) logits that predict ``batch.targets``."""
+    if batch.prompts is not None:
+        return _head(model, shared_prompt.hidden_states(model, batch.prompts, batch.prompt_pad, batch.group, batch.targets))
+    return completion_logits(model, batch.inputs, batch.start)
+
+
+def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
+    # MLX's own fused reductions: on vocabulary-sized rows they beat cpu_fast's multi-pass exp.
+    lse = mx.logsumexp(logits, axis=-1)
+    probs = mx.softmax(logits, axis=-1)
+    picked = mx.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    entropy = mx.stop_gradient(lse - mx.sum(probs * logits, axis=-1))  # a metric: no gradient
+    return picked - lse, entropy
+
+
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
+                split_rows: bool = True, host: bool = False) -> tuple[mx.array, mx.array]:
+    """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
+
+    ``host`` (the plan's ``host_vocab``; eager graphs only): the vocabulary log-softmax runs in
+    numpy when the logits fit ``accel.host_vocab``'s cap. Else, with ``split_rows``, the
+    vocabulary-wide reductions run on half the rows per CPU stream."""
+    logits = batch_logits(model, batch).astype(mx.float32) / temperature
+    if host and host_vocab.fits(logits):
+        rows, steps, vocabulary = logits.shape
+        logps, entropy = host_vocab.logps_entropy(logits.reshape(rows * steps, vocabulary), batch.targets.reshape(-1))
+        return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
+    streams = two_cores.streams()
+    if not split_rows or len(streams) == 1 or logits.shape[0] < 2:
+        return _logps_entropy(logits, batch.targets)
+    half = logits.shape[0] // 2
+    parts = []
+    for stream, rows in zip(streams, (slice(0, half), slice(half, None))):
+        with mx.stream(stream):
+            parts.append(_logps_entropy(logits[rows], batch.targets[rows]))
+    return mx.concatenate([parts[0][0], parts[1][0]]), mx.concatenate([parts[0][1], parts[1][1]])

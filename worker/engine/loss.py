@@ -1,0 +1,87 @@
+"""One micro-batch's GRPO loss and its gradient, eager or compiled.
+
+On a small model a step is thousands of tiny MLX ops whose dispatch and separate passes over memory
+cost more than the arithmetic on CPU, so ``mx.compile`` traces the loss-and-gradient graph once and
+replays it fused (docs/architecture.md, "Engine plan" says for which models). A trace needs stable
+shapes: ``batch.pack`` rounds the shared-prompt widths up to multiples of ``batch.BUCKET``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from . import batch as batch_layout
+from .batch import MicroBatch
+from .grpo import LossSettings, PartOf, policy_loss
+from .logps import token_logps
+
+LossOutput = tuple[tuple[mx.array, mx.array, dict[str, mx.array]], Any]  # ((loss, logps, metrics), grads)
+
+
+class LossFunctions:
+    """The loss-and-gradient functions of one model, by everything their trace bakes in. Owned by
+    whoever owns the model (the trainer), so that the traces live exactly as long as it."""
+
+    def __init__(self) -> None:
+        self._functions: dict[tuple, Callable[[dict[str, mx.array]], LossOutput]] = {}
+
+    def get(self, key: tuple, build: Callable[[], Callable]) -> Callable[[dict[str, mx.array]], LossOutput]:
+        if key not in self._functions:
+            self._functions[key] = build()
+        return self._functions[key]
+
+
+def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumulation_steps: int, start: int,
+          group: int, batch_rows: int | None, compiled: bool, host: bool) -> Callable:
+    def loss_fn(arrays: dict[str, mx.array]) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
+        batch = MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k in batch_layout.ARRAY_FIELDS})
+        # A part of a micro-batch already has a stream to itself: no further split of its rows.
+        # A trace cannot hand the vocabulary to numpy (host_vocab evaluates mid-graph).
+        logps, entropy = token_logps(model, batch, temperature, split_rows=batch_rows is None,
+                                     host=host and not compiled)
+        old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
+        part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"])
+        loss, metrics = policy_loss(
+            logps, old, batch.advantages, batch.mask, settings, ref_logps=batch.ref_logps,
+            num_items=arrays["num_items"], accumulation_steps=accumulation_steps, part_of=part_of,
+        )
+        metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / mx.maximum(metrics["tokens"], 1.0)
+        return loss, mx.stop_gradient(logps), metrics
+
+    return loss_fn
+
+
+def loss_and_grad(model: nn.Module, batch: MicroBatch, settings: LossSettings, temperature: float, num_items: float,
+                  accumulation_steps: int, *, compiled: bool, host: bool = False, whole: MicroBatch | None = None,
+                  functions: LossFunctions | None = None) -> LossOutput:
+    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, or of a part of the
+    micro-batch ``whole`` (normalised as a part of it). Runs on the current default stream.
+    ``host``: the plan's host-vocabulary log-softmax (eager only). ``functions`` keeps the built
+    functions between calls (a fresh set without it)."""
+    arrays = batch_layout.arrays(batch)
+    arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
+    batch_rows = None
+    if whole is not None:
+        batch_rows = whole.targets.shape[0]
+        arrays["batch_tokens"] = mx.sum(whole.mask)
+    # Everything the trace bakes in (which arrays exist, Python values, the settings, the stream
+    # its ops run on) is in the key.
+    stream = str(mx.default_stream(mx.default_device()))
+    key = (settings, temperature, tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, host,
+           model.training, batch_rows, stream)
+
+    def build() -> Callable:
+        fn = nn.value_and_grad(model, _loss(model, settings, temperature, accumulation_steps, batch.start, batch.group,
+                                            batch_rows, compiled, host))
+        if compiled:
+            # The parameters are inputs (current weights every call) and outputs (value_and_grad
+            # swaps traced arrays into the model while tracing); so is the random state, or LoRA
+            # dropout would replay the mask it drew while tracing on every step.
+            state = [model.state, mx.random.state]
+            fn = mx.compile(fn, inputs=state, outputs=state)
+        return fn
+
+    return (functions or LossFunctions()).get(key, build)(arrays)

@@ -1,0 +1,124 @@
+"""The engine plan: which fast paths run for this model, decided once (docs/architecture.md,
+"Engine plan").
+
+Every acceleration is optional, and every switch that turns one off is read here and nowhere else
+(``GRPO_TUI_<NAME>=0``). The code paths consult the plan instead of deciding again, and the
+worker's ``engine:`` log line is ``describe()``, so the log says what runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from grpo_tui.protocol.config import Config
+
+from .accel import cpu_fast, fastgen, host_vocab, memory, patches, shared_prompt, two_cores
+
+# Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs
+# more than the compiled loss saves. The one place this limit is written.
+SMALL_MODEL_PARAMETERS = 50_000_000
+
+SWITCHES = {
+    "fast_rollout": "GRPO_TUI_FAST_ROLLOUT",
+    "shared_prompt": "GRPO_TUI_SHARED_PROMPT",
+    "compiled_loss": "GRPO_TUI_COMPILED_LOSS",
+    "host_vocab": "GRPO_TUI_HOST_VOCAB",
+    "two_streams": "GRPO_TUI_TWO_STREAMS",
+    "cpu_kernels": "GRPO_TUI_CPU_KERNELS",
+    "keep_freed_memory": "GRPO_TUI_KEEP_FREED_MEMORY",
+}
+# MLX orders a graph breadth-first across at most this many branches (its default: 20), read once
+# at its first evaluation. A wider order lets the two CPU streams' ops interleave.
+BFS_WIDTH_VARIABLE, BFS_WIDTH = "MLX_BFS_MAX_WIDTH", "200"
+
+
+def _on(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(SWITCHES[name], "1") != "0"
+
+
+def prepare_process(environ: Mapping[str, str] | None = None) -> bool:
+    """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
+    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins) and malloc keeping freed memory. Returns
+    whether malloc keeps freed memory (glibc only, so the answer comes from trying)."""
+    env = os.environ if environ is None else environ
+    if environ is None:
+        os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)
+    return _on(env, "keep_freed_memory") and memory.keep_freed_memory()
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    """Which paths run for one model."""
+
+    device: str
+    parameters: int
+    vocabulary: int
+    fast_rollout: bool  # accel.fastgen: compiled decode loop, one prefill per prompt
+    shared_prompt: bool  # accel.shared_prompt: each group's prompt once in the training forward
+    compiled_loss: bool  # loss.py under mx.compile (small models, shared-prompt layout)
+    host_vocab: bool  # accel.host_vocab: eager vocabulary log-softmax in numpy, up to MAX_LOGITS
+    two_streams: bool  # accel.two_cores: each micro-batch's halves on two CPU streams
+    cpu_kernels: bool  # accel.cpu_fast via accel.patches: x86 exp/SwiGLU/attention/RoPE
+    keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
+    evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
+
+    def pack_group(self, group_size: int) -> int:
+        """The ``group`` to pack micro-batches with: the shared-prompt layout, or plain rows."""
+        return group_size if self.shared_prompt else 1
+
+    def describe(self) -> str:
+        """The worker log's ``engine:`` line."""
+        paths = ["rollout: compiled loop, one prefill per prompt" if self.fast_rollout
+                 else "rollout: mlx-lm BatchGenerator"]
+        paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
+        if self.compiled_loss:
+            paths.append("compiled loss")
+        if self.host_vocab:
+            where = " (reference model)" if self.compiled_loss else ""
+            paths.append(f"vocabulary log-softmax in numpy{where}, up to {host_vocab.MAX_LOGITS // 2**20}M logits")
+        if self.two_streams:
+            paths.append("batch halves on two CPU streams")
+        if self.cpu_kernels:
+            paths.append("x86 CPU exp/SwiGLU/attention/RoPE")
+        if self.keep_freed_memory:
+            paths.append("malloc keeps freed memory")
+        if self.evaluation_width:
+            paths.append(f"evaluation order width {self.evaluation_width}")
+        paths.append(f"{self.device}, {self.parameters:,} parameters, vocabulary {self.vocabulary:,}")
+        return "; ".join(paths)
+
+
+def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False,
+           environ: Mapping[str, str] | None = None) -> EnginePlan:
+    """The plan for ``model`` (loaded, LoRA added, not yet patched) trained with ``config``."""
+    env = os.environ if environ is None else environ
+    cpu = mx.default_device() == mx.cpu
+    parameters = sum(v.size for _, v in tree_flatten(model.parameters()))
+    vocabulary = int(getattr(getattr(model, "args", None), "vocab_size", 0) or 0)
+    small = parameters <= SMALL_MODEL_PARAMETERS
+    shared = _on(env, "shared_prompt") and shared_prompt.supports(model) and config.grpo.group_size >= 2
+    compiled = _on(env, "compiled_loss") and shared and small
+    # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it; the reference
+    # model's eager log-probs (beta > 0) still can.
+    host = (_on(env, "host_vocab") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY
+            and (not compiled or config.grpo.beta > 0))
+    two = _on(env, "two_streams") and (os.cpu_count() or 1) >= 2 and len(two_cores.streams()) >= 2 and small
+    return EnginePlan(
+        device="cpu" if cpu else "gpu",
+        parameters=parameters,
+        vocabulary=vocabulary,
+        fast_rollout=_on(env, "fast_rollout") and fastgen.supports(model, config.generation.repetition_penalty),
+        shared_prompt=shared,
+        compiled_loss=compiled,
+        host_vocab=host,
+        two_streams=two,
+        cpu_kernels=_on(env, "cpu_kernels") and cpu_fast.enabled() and patches.can_patch(model),
+        keep_freed_memory=keeps_freed_memory,
+        evaluation_width=env.get(BFS_WIDTH_VARIABLE),
+    )

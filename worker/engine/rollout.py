@@ -1,0 +1,162 @@
+"""Rollouts: ``n`` sampled completions per prompt.
+
+When the plan says ``fast_rollout`` (llama-family models without a repetition penalty), rollouts go
+through ``accel.fastgen``: one prefill per prompt and a compiled fixed-shape decode step. Everything else drives mlx-lm's continuous-batching
+``BatchGenerator`` directly (not ``batch_generate``: we need each completion's finish reason and
+its stop token, which is part of what the policy chose and is trained on). Either way token ids come
+straight from the sampler, never from re-tokenizing text.
+
+Log-probs: both report the log-prob of each sampled token under the *processed* distribution
+(after any repetition penalty, before temperature / top-p / top-k / min-p), which is not the
+distribution the loss uses (logits / temperature; docs/architecture.md, "Step data path"). They are kept on the completion for
+inspection only; the trainer takes its "old" log-probs from its own first forward pass on the
+rollout, before any update (see ``logps``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from grpo_tui.protocol.config import GenerationConfig
+
+from .accel import fastgen
+from .plan import EnginePlan
+
+# A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
+# MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".
+MAX_PERIOD = 32
+MIN_REPEATS = 3
+MIN_SPAN = 8
+
+
+@dataclass
+class Completion:
+    prompt_index: int
+    token_ids: list[int]  # generated ids, the stop token included when finish_reason == "stop"
+    text: str  # decoded ids without the stop token
+    finish_reason: str  # stop | length | repetition
+    sampling_logprobs: list[float] = field(default_factory=list)
+
+
+def repetition_period(tokens: list[int], max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS,
+                      min_span: int = MIN_SPAN) -> int | None:
+    """The smallest period p such that the last ``max(min_repeats·p, min_span)`` tokens repeat with
+    period p (``tokens[-i] == tokens[-i-p]``), or ``None``: the signature of a model looping."""
+    n = len(tokens)
+    for p in range(1, max_period + 1):
+        span = max(min_repeats * p, min_span)
+        if span > n:
+            break
+        tail = tokens[n - span :]
+        if all(tail[i] == tail[i - p] for i in range(p, span)):
+            return p
+    return None
+
+
+def finish_reason(tokens: list[int], stopped: bool) -> str:
+    if stopped:
+        return "stop"
+    return "repetition" if repetition_period(tokens) is not None else "length"
+
+
+def make_sampling(gen: GenerationConfig, greedy: bool = False) -> tuple[Any, list[Any]]:
+    """(sampler, logits processors) for the generation config; greedy decoding when ``greedy``."""
+    sampler = make_sampler(
+        temp=0.0 if greedy else gen.temperature,
+        top_p=gen.top_p if gen.top_p < 1.0 else 0.0,
+        min_p=gen.min_p,
+        top_k=gen.top_k,
+    )
+    processors = make_logits_processors(
+        repetition_penalty=gen.repetition_penalty if gen.repetition_penalty != 1.0 else None
+    )
+    return sampler, processors
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    n: int,
+    gen: GenerationConfig,
+    *,
+    greedy: bool = False,
+    logprobs: bool = True,
+    plan: EnginePlan | None = None,
+    decode: fastgen.DecodeStep | None = None,
+) -> list[Completion]:
+    """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j].
+    ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them). The
+    trainer passes its ``plan`` and compiled ``decode`` step; without a plan (tests, benchmarks)
+    the compiled loop runs wherever it can, with MLX's own kernels."""
+    sampler, processors = make_sampling(gen, greedy)
+    stop_ids = set(tokenizer.eos_token_ids)
+    fast = plan.fast_rollout if plan is not None else fastgen.supports(model, gen.repetition_penalty)
+    if fast:
+        # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
+        # sampling do not care about a constant shift of the logits.
+        normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
+        tokens, stopped, sampled = fastgen.generate_tokens(
+            model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
+            fast_exp=plan is not None and plan.cpu_kernels, decode=decode,
+        )
+    else:
+        tokens, stopped, sampled = _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs)
+    out = []
+    for i, ids in enumerate(tokens):
+        body = ids[:-1] if stopped[i] else ids
+        out.append(
+            Completion(
+                prompt_index=i // n,
+                token_ids=ids,
+                text=tokenizer.decode(body),
+                finish_reason=finish_reason(body, stopped[i]),
+                sampling_logprobs=sampled[i],
+            )
+        )
+    return out
+
+
+def _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs):
+    """mlx-lm's continuous batching: any architecture, any logits processor."""
+    total = len(prompts) * n
+    generator = BatchGenerator(
+        model,
+        max_tokens=gen.max_completion_length,
+        stop_tokens=[[t] for t in sorted(stop_ids)],
+        sampler=sampler,
+        logits_processors=processors,
+        completion_batch_size=total,
+        prefill_batch_size=total,
+    )
+    flat = [p for p in prompts for _ in range(n)]
+    uids = generator.insert(flat)
+    slot = {uid: i for i, uid in enumerate(uids)}
+    tokens: list[list[int]] = [[] for _ in flat]
+    picked: list[tuple[list[int], mx.array]] = []  # (rows, their sampled tokens' log-probs) per decode step
+    stopped = [False] * total
+    try:
+        while responses := generator.next_generated():
+            rows = [slot[r.uid] for r in responses]
+            if logprobs:
+                # One small array per decode step, evaluated right away: holding every token's
+                # (vocabulary-sized) log-prob row until the end cost memory and one eval per completion.
+                step_lps = mx.stack([r.logprobs[r.token] for r in responses])
+                mx.async_eval(step_lps)
+                picked.append((rows, step_lps))
+            for i, r in zip(rows, responses):
+                tokens[i].append(r.token)
+                if r.finish_reason == "stop":
+                    stopped[i] = True
+    finally:
+        generator.close()
+
+    sampled: list[list[float]] = [[] for _ in flat]
+    for rows, step_lps in picked:
+        for i, value in zip(rows, step_lps.tolist()):
+            sampled[i].append(value)
+    return tokens, stopped, sampled

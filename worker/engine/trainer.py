@@ -1,0 +1,260 @@
+"""The GRPO step: rollout -> rewards -> advantages -> accumulated loss/gradients -> clip -> AdamW.
+
+``Trainer`` is the engine's side of the contract with the worker process (``records.Trainer``): it
+owns the model, tokenizer, dataset, reward functions, optimizer, the engine plan and the compiled
+functions, and ``train_step`` returns a ``StepOutput`` with every ``protocol.messages.Step`` metric
+(TRL's names) and every generation.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten, tree_unflatten
+
+from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.messages import ClipRatio, Step
+
+from ..records import Generation, StepOutput, finite
+from . import data, model as model_io, plan as engine_plan, rollout
+from .accel import fastgen, patches
+from .batch import MicroBatch, pack
+from .grpo import group_advantages, group_std
+from .logps import token_logps
+from .loss import LossFunctions
+from .parsing import parse_tool_calls, split_thinking
+from .rewards import RewardError, load_rewards, score
+from .update import make_optimizer, optimize_pass
+
+__all__ = ["Trainer", "RewardError", "default_log"]
+
+MB = 1024 * 1024
+
+
+def default_log(level: str, message: str) -> None:
+    print(f"[{level}] {message}", file=sys.stderr)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
+
+
+class Trainer:
+    def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
+        keeps_freed_memory = engine_plan.prepare_process()  # before MLX evaluates or allocates anything
+        self.config = config
+        self.log = log
+        self.model_name = model_io.display_name(config.model.path)
+        log("info", f"loading {config.model.path}")
+        self.model, self.tokenizer = model_io.load(config.model)
+        self.plan = engine_plan.decide(self.model, config, keeps_freed_memory=keeps_freed_memory)
+        self.ref_model = model_io.load_reference(config.model) if config.grpo.beta > 0 else None
+        for model in (self.model, self.ref_model):
+            if model is not None and self.plan.cpu_kernels:
+                patches.patch_model(model)
+        # Compiled functions live as long as the model they were traced for.
+        self.losses = LossFunctions()
+        self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
+
+        self.dataset = data.read_jsonl(config.data.path, config.data)
+        data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
+        self.eval_dataset = None
+        if config.data.eval_path:
+            self.eval_dataset = data.read_jsonl(config.data.eval_path, config.data)
+            data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
+        self.dataset_size = len(self.dataset)
+        self.dataset_hash = data.file_hash(config.data.path)
+        self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
+        self.num_epochs = config.training.num_epochs
+        total = self.steps_per_epoch * self.num_epochs
+        self.total_steps = min(total, config.training.max_steps) if config.training.max_steps > 0 else total
+
+        self.rewards = load_rewards(config.rewards)
+        self.optimizer = make_optimizer(config)
+        n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
+        log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
+        log("info", "engine: " + self.plan.describe())
+
+    # ------------------------------------------------------------ data order
+
+    def batch(self, step: int) -> tuple[int, int, list[int]]:
+        d, t = self.config.data, self.config.training
+        return data.batch_indices(step, self.dataset_size, t.batch_size, shuffle=d.shuffle, seed=d.seed)
+
+    # ------------------------------------------------------------ the step
+
+    def train_step(self, step: int, on_phase: Callable[[str], None] = lambda p: None) -> StepOutput:
+        cfg = self.config
+        G = cfg.grpo.group_size
+        mx.random.seed((cfg.training.seed * 1_000_003 + step) % 2**32)
+        mx.reset_peak_memory()
+        epoch, _, indices = self.batch(step)
+        examples = [self.dataset[i] for i in indices]
+
+        on_phase("generating")
+        t0 = time.perf_counter()
+        self.model.eval()  # no LoRA dropout while sampling
+        prompts = [e.prompt_ids for e in examples]
+        completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False,
+                                       plan=self.plan, decode=self.decode)
+        generation_s = time.perf_counter() - t0
+
+        on_phase("scoring")
+        t0 = time.perf_counter()
+        owners = [examples[c.prompt_index] for c in completions]
+        totals, per_fn = self._score(owners, completions)
+        rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
+        advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
+        stds = group_std(rewards, G)
+        mx.eval(advantages, stds)
+        scoring_s = time.perf_counter() - t0
+
+        on_phase("training")
+        t0 = time.perf_counter()
+        batches = self._micro_batches(examples, completions, advantages.tolist())
+        self.model.train()
+        passes = [
+            optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
+                          record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses)
+            for k in range(cfg.grpo.num_iterations)
+        ]
+        self.model.eval()
+        training_s = time.perf_counter() - t0
+
+        lengths = [len(c.token_ids) for c in completions]
+        prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
+        n = len(passes)
+        skipped = [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
+                   for i, p in enumerate(passes) if not p.applied]
+        stats = {k: float(np.mean([p.stats.get(k, 0.0) for p in passes])) for k in passes[0].stats}
+        group_stds = np.array(stds.tolist())[::G]
+        metrics = Step(
+            step=step,
+            epoch=epoch,
+            loss=finite(float(np.mean([p.loss for p in passes]))),
+            reward=_mean(totals),
+            reward_std=float(group_stds.mean()),
+            frac_reward_zero_std=float(np.mean(np.isclose(group_stds, 0.0))),
+            rewards={label: _mean(values) for label, values in per_fn.items()},
+            advantage_std=float(np.std(advantages.tolist())),
+            kl=finite(stats.get("kl")) if cfg.grpo.beta > 0 else None,
+            entropy=finite(stats.get("entropy")),
+            clip_ratio=ClipRatio(
+                low=stats.get("clip_ratio_low"), high=stats.get("clip_ratio_high"), region=stats.get("clip_ratio_region")
+            ),
+            completion_mean_length=float(np.mean(lengths)),
+            completion_clipped_ratio=float(np.mean([c.finish_reason != "stop" for c in completions])),
+            num_tokens=prompt_tokens + sum(lengths),
+            generation_ms=generation_s * 1000,
+            scoring_ms=scoring_s * 1000,
+            training_ms=training_s * 1000,
+            generation_tokens_per_s=sum(lengths) / max(generation_s, 1e-9),
+            training_tokens_per_s=(prompt_tokens + sum(lengths)) * len(passes) / max(training_s, 1e-9),
+            grad_norm=finite(passes[-1].grad_norm),
+            learning_rate=float(self.optimizer.learning_rate.item()),
+            peak_memory_mb=mx.get_peak_memory() / MB,
+            active_memory_mb=mx.get_active_memory() / MB,
+            gradients_applied=not skipped,
+            skipped_reason="; ".join(skipped) or None,
+        )
+        if skipped:
+            self.log("warning", f"step {step}: {metrics.skipped_reason}")
+        generations = self._generations(owners, completions, totals, per_fn, advantages.tolist())
+        return StepOutput(metrics=metrics, generations=generations)
+
+    def _score(self, owners: list[data.Example], completions: list[rollout.Completion]):
+        extras = {
+            "num_tokens": [len(c.token_ids) for c in completions],
+            "max_completion_length": self.config.generation.max_completion_length,
+        }
+        return score(
+            self.rewards,
+            [e.prompt for e in owners],
+            [c.text for c in completions],
+            data.columns_for(owners),
+            extras,
+            lambda message: self.log("warning", message),
+        )
+
+    def _micro_batches(self, examples, completions, advantages: list[float]) -> list[MicroBatch]:
+        cfg = self.config
+        G, steps = cfg.grpo.group_size, cfg.training.gradient_accumulation_steps
+        per = len(examples) // steps * G  # completions per micro-batch (whole groups)
+        batches = []
+        for k in range(steps):
+            part = completions[k * per : (k + 1) * per]
+            keep = [not (cfg.grpo.mask_truncated_completions and c.finish_reason != "stop") for c in part]
+            batch = pack(
+                [examples[c.prompt_index].prompt_ids for c in part],
+                [c.token_ids for c in part],
+                advantages[k * per : (k + 1) * per],
+                keep,
+                group=self.plan.pack_group(G),
+            )
+            if self.ref_model is not None:
+                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab)
+                batch.ref_logps = mx.stop_gradient(logps)
+                mx.eval(batch.ref_logps)
+            batches.append(batch)
+        return batches
+
+    def _generations(self, owners, completions, totals, per_fn, advantages) -> list[Generation]:
+        G = self.config.grpo.group_size
+        out = []
+        for i, (ex, c) in enumerate(zip(owners, completions)):
+            thinking, answer = split_thinking(c.text)
+            out.append(
+                Generation(
+                    prompt_index=c.prompt_index,
+                    group_index=i % G,
+                    prompt=ex.prompt_text,
+                    completion=answer,
+                    raw_completion=c.text,
+                    thinking=thinking,
+                    reward=totals[i],
+                    reward_details={label: values[i] for label, values in per_fn.items()},
+                    advantage=advantages[i],
+                    num_tokens=len(c.token_ids),
+                    finish_reason=c.finish_reason,
+                    tool_calls=parse_tool_calls(answer),
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------ evaluation
+
+    def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:
+        """Mean score of each reward function on the eval split (greedy, one completion per prompt)."""
+        examples = (self.eval_dataset or self.dataset)[:limit]
+        self.model.eval()
+        completions = rollout.generate(
+            self.model, self.tokenizer, [e.prompt_ids for e in examples], 1, self.config.generation, greedy=greedy,
+            plan=self.plan, decode=self.decode,
+        )
+        _, per_fn = self._score(examples, completions)
+        return {label: _mean(values) for label, values in per_fn.items()}
+
+    # ------------------------------------------------------------ checkpoints
+
+    def save_model(self, directory: Path) -> None:
+        model_io.save(self.model, self.tokenizer, self.config.model, Path(directory))
+
+    def save_optimizer(self, path: Path) -> None:
+        state = dict(tree_flatten(self.optimizer.state))
+        mx.save_safetensors(str(path), state)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        directory = Path(directory)
+        model_io.load_weights(self.model, self.config.model, directory)
+        path = directory / "optimizer.safetensors"
+        if path.exists():
+            self.optimizer.state = tree_unflatten(list(mx.load(str(path)).items()))
+            self.optimizer.learning_rate = self.config.training.learning_rate
+            mx.eval(self.optimizer.state)
+

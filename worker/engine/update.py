@@ -1,0 +1,145 @@
+"""The update half of the training phase: accumulate each micro-batch's gradient, clip, guard
+against non-finite values and apply AdamW (a fused kernel per parameter)."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+from mlx.utils import tree_flatten, tree_map
+
+from grpo_tui.protocol.config import Config
+
+from .accel import two_cores
+from .batch import MicroBatch, halves
+from .grpo import LossSettings
+from .loss import LossFunctions, loss_and_grad
+from .plan import EnginePlan
+
+
+@dataclass
+class PassResult:
+    """One optimiser update over the accumulated micro-batches."""
+
+    loss: float
+    grad_norm: float
+    applied: bool
+    skipped_reason: str | None
+    stats: dict[str, float] = field(default_factory=dict)  # token-weighted means
+
+
+@partial(mx.compile, shapeless=True)
+def _adamw_kernel(parameter, gradient, m, v, lr, scale, b1: float, b2: float, eps: float, decay: float):
+    gradient = gradient * scale
+    m = b1 * m + (1 - b1) * gradient
+    v = b2 * v + (1 - b2) * mx.square(gradient)
+    parameter = parameter * (1 - lr * decay)
+    return parameter - lr * m / (mx.sqrt(v) + eps), m, v
+
+
+class FusedAdamW(optim.AdamW):
+    """mlx's AdamW (same state layout, same maths) with each parameter's update compiled into one
+    fused kernel, and the gradient-clipping scale folded in: on CPU, MLX runs every elementwise op
+    as its own pass over memory (the weights' gradients must share their layout, see
+    ``accel.patches.row_major_weight_grads``)."""
+
+    grad_scale: mx.array = mx.array(1.0)
+    _calls = 0
+
+    def _next_stream(self) -> Any:
+        """Alternate the parameters between the CPU streams: two kernels at a time."""
+        streams = two_cores.streams()
+        self._calls += 1
+        return streams[self._calls % len(streams)]
+
+    def apply_single(self, gradient: mx.array, parameter: mx.array, state: dict) -> mx.array:
+        if self.bias_correction:
+            return super().apply_single(gradient * self.grad_scale.astype(gradient.dtype), parameter, state)
+        dtype = gradient.dtype
+        b1, b2 = self.betas
+        with mx.stream(self._next_stream()):
+            new, state["m"], state["v"] = _adamw_kernel(
+                parameter, gradient, state["m"], state["v"], self.learning_rate.astype(dtype),
+                self.grad_scale.astype(dtype), b1, b2, self.eps, self.weight_decay,
+            )
+        return new
+
+
+def make_optimizer(config: Config) -> optim.Optimizer:
+    return FusedAdamW(learning_rate=config.training.learning_rate, weight_decay=config.training.weight_decay)
+
+
+def _sum_of_squares(g: mx.array) -> mx.array:
+    flat = g.reshape(-1).astype(mx.float32)
+    return mx.inner(flat, flat)  # a BLAS dot product: one pass, unlike mx.sum(g ** 2)
+
+
+def _global_norm(grads: Any) -> mx.array:
+    return mx.sqrt(sum(_sum_of_squares(g) for _, g in tree_flatten(grads)))
+
+
+def optimize_pass(
+    model: nn.Module,
+    optimizer: optim.Optimizer,
+    batches: list[MicroBatch],
+    config: Config,
+    plan: EnginePlan,
+    *,
+    record_old: bool,
+    functions: LossFunctions | None = None,
+) -> PassResult:
+    """Accumulate gradients over ``batches``, clip, and apply one AdamW update unless something is
+    non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``.
+    Which paths run is the ``plan``'s; ``functions`` keeps the loss functions between passes."""
+    num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
+    settings = LossSettings.from_config(config)
+    # The compiled loss is written for the shared-prompt layout, which the plan's batches have.
+    compiled = plan.compiled_loss and all(b.prompts is not None for b in batches)
+    parallel = plan.two_streams
+    total_loss, grads = 0.0, None
+    sums: dict[str, float] = {}
+    for batch in batches:
+        parts = halves(batch) if parallel else [batch]
+        results = []
+        for part, stream in zip(parts, two_cores.streams()):
+            with mx.stream(stream):
+                results.append(loss_and_grad(
+                    model, part, settings, config.generation.temperature, num_items, len(batches),
+                    compiled=compiled, host=plan.host_vocab, whole=batch if len(parts) > 1 else None,
+                    functions=functions,
+                ))
+        with two_cores.half_the_blas_threads() if len(parts) > 1 else nullcontext():
+            mx.eval(results)
+        if record_old:
+            batch.old_logps = mx.concatenate([logps for (_, logps, _), _ in results])
+        for (loss, _, metrics), part_grads in results:
+            grads = part_grads if grads is None else tree_map(mx.add, grads, part_grads)
+            total_loss += loss.item()
+            tokens = metrics.pop("tokens").item()
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v.item() * tokens
+            sums["tokens"] = sums.get("tokens", 0.0) + tokens
+    stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k != "tokens"}
+
+    norm = _global_norm(grads)
+    mx.eval(norm)
+    grad_norm = norm.item()
+    finite = bool(mx.isfinite(mx.array(total_loss)).item()) and bool(mx.isfinite(norm).item())
+    if not finite:
+        what = "loss" if not bool(mx.isfinite(mx.array(total_loss)).item()) else "gradient norm"
+        return PassResult(total_loss, grad_norm, False, f"non-finite {what}; update skipped", stats)
+    scale = 1.0
+    if config.training.max_grad_norm > 0 and grad_norm > config.training.max_grad_norm:
+        scale = config.training.max_grad_norm / (grad_norm + 1e-6)
+    if isinstance(optimizer, FusedAdamW):
+        optimizer.grad_scale = mx.array(scale)  # applied inside the fused update
+    elif scale != 1.0:
+        grads = tree_map(lambda x: x * scale, grads)
+    optimizer.update(model, grads)
+    mx.eval(model.trainable_parameters(), optimizer.state)
+    return PassResult(total_loss, grad_norm, True, None, stats)
