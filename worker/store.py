@@ -1,4 +1,4 @@
-"""The run store (``<output_dir>/outputs.db``), written by the worker only.
+"""The run store (``<output_dir>/outputs.db``, docs/architecture.md, "Store"), written by the worker only.
 
 One aiosqlite connection in WAL mode. Every step is one ``BEGIN IMMEDIATE`` transaction holding
 the step row, all its generations and tool calls, and the logs queued since the previous write,
@@ -18,7 +18,8 @@ from typing import Any
 
 import aiosqlite
 
-from grpo_tui.protocol.messages import Aggregates, StepSummary
+from grpo_tui.protocol.layout import STORE_FILE
+from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
 from grpo_tui.protocol.schema import migrate, step_row
 
 from .records import Generation, StepOutput
@@ -47,6 +48,11 @@ class Store:
         # WAL + NORMAL: a committed step survives a process kill (not a power cut), cheaply.
         await conn.execute("PRAGMA synchronous=NORMAL")
         return cls(conn, path)
+
+    @classmethod
+    async def open_in(cls, output_dir: Path) -> Store:
+        """The store of the run folder ``output_dir`` (``protocol/layout.py``'s ``STORE_FILE``)."""
+        return await cls.open(output_dir / STORE_FILE)
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -148,8 +154,8 @@ class Store:
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id, step, gen.prompt_index, gen.group_index, gen.prompt, gen.completion,
-                gen.raw_completion, gen.thinking, _finite(gen.reward), json.dumps(gen.reward_details),
-                _finite(gen.advantage), gen.num_tokens, gen.finish_reason, now,
+                gen.raw_completion, gen.thinking, finite(gen.reward), json.dumps(gen.reward_details),
+                finite(gen.advantage), gen.num_tokens, gen.finish_reason, now,
             ),
         )  # fmt: skip
         if gen.tool_calls:
@@ -201,7 +207,3 @@ class Store:
 def _json_or_null(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
-
-def _finite(value: float | None) -> float | None:
-    """SQLite has no NaN (it stores NULL); say so explicitly."""
-    return value if value is not None and value == value and abs(value) != float("inf") else None
