@@ -69,11 +69,3 @@ def list_checkpoints(output_dir: str | Path, kinds: dict[str, str] | None = None
     infos = [info for p in root.iterdir() if (info := describe(p, kinds))]
     return sorted(infos, key=lambda i: (i.step is None, i.step or 0, i.kind))
 
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"

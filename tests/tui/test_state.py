@@ -3,7 +3,8 @@
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.state import RunState, ema, format_duration, format_number, log_entry_for, refusal
+from grpo_tui.tui.format import format_duration, format_number
+from grpo_tui.tui.state import RunState, ema, log_entry_for, refusal
 
 
 class Clock:

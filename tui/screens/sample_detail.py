@@ -14,7 +14,7 @@ from textual.widgets import Static
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.widgets.lean_footer import LeanFooter
-from grpo_tui.tui.state import format_number
+from grpo_tui.tui.format import format_number
 
 
 def summary(s: m.Sample) -> Text:
