@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from textual.message import Message
 
@@ -23,36 +24,32 @@ from grpo_tui.protocol import messages as m
 RESUME_LATEST = ("--resume", "latest")  # the worker argument a restart adds: continue from the newest checkpoint
 
 
+@dataclass(eq=False)
 class WorkerEvent(Message):
     """One protocol frame from the worker."""
 
-    def __init__(self, event: m.Event) -> None:
-        super().__init__()
-        self.event = event
+    event: m.Event
 
 
+@dataclass(eq=False)
 class WorkerStderr(Message):
     """One line the worker wrote to stderr."""
 
-    def __init__(self, line: str) -> None:
-        super().__init__()
-        self.line = line
+    line: str
 
 
+@dataclass(eq=False)
 class WorkerBadLine(Message):
     """A stdout line that is not a protocol frame (already described for the log)."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+    text: str
 
 
+@dataclass(eq=False)
 class WorkerExited(Message):
     """The worker is gone, after its last frame and stderr line."""
 
-    def __init__(self, code: int) -> None:
-        super().__init__()
-        self.code = code
+    code: int
 
 
 WorkerOutput = WorkerEvent | WorkerStderr | WorkerBadLine | WorkerExited
