@@ -1,4 +1,4 @@
-"""Every message of the dashboard <-> worker protocol as a msgspec Struct.
+"""Every message of the dashboard <-> worker protocol as a msgspec Struct (docs/architecture.md, "Protocol").
 
 Worker -> dashboard messages are variants of ``Event``; dashboard -> worker messages are
 variants of ``Command``. Both are tagged unions with tag field ``type`` and snake_case tags.
