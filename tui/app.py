@@ -8,6 +8,8 @@ keys and the command palette live in tui/actions.py.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import time
 from collections import deque
@@ -92,6 +94,7 @@ class GrpoApp(DashboardKeys):
         self._refused = False
         self._greeted = False
         self._pending: list[WorkerOutput] = []
+        self._worker_gone = asyncio.Event()
         self._stderr_tail: deque[str] = deque(maxlen=20)
         self._footer_status = ""
         self._last_tab: View | None = VIEWS[0]
@@ -138,6 +141,7 @@ class GrpoApp(DashboardKeys):
     async def _spawn(self, *, resume_latest: bool = False) -> None:
         """Start the worker; a restart adds ``--resume latest``, whatever the config says."""
         self._greeted = False
+        self._worker_gone = asyncio.Event()  # set once its WorkerExited (after its last frame) is buffered
         argv = self.worker_argv + (list(RESUME_LATEST) if resume_latest else [])
         # Preload the fast BLAS here so the worker need not re-execute itself to get it.
         self.proc = WorkerProcess(argv, env=child_env(self.config.runtime.blas), post=self.post_message)
@@ -176,6 +180,7 @@ class GrpoApp(DashboardKeys):
 
     def on_worker_exited(self, message: WorkerExited) -> None:
         self._pending.append(message)
+        self._worker_gone.set()
 
     def _on_timer(self, dirty: set[Part] | None = None) -> None:
         try:
@@ -320,6 +325,8 @@ class GrpoApp(DashboardKeys):
             self._log([LogEntry("warning", f"the worker did not stop within {self.stop_timeout_s:g} s; killing it", "dashboard")])
             self.proc.kill()
             await self.proc.wait(5.0)
+        with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first
+            await asyncio.wait_for(self._worker_gone.wait(), 10.0)
         self.flush()
         self.exit(0)
 
