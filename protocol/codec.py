@@ -1,4 +1,5 @@
-"""Line codec: one JSON object per line, one reused encoder/decoder per direction.
+"""Line codec (docs/architecture.md, "Protocol"): one JSON object per line, one reused encoder/decoder
+per direction.
 
 Decoding never raises anything but ``ProtocolError``, so a reader can catch one type,
 show the bad line and go on.

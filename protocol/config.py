@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from grpo_tui.protocol.messages import SampleDisplay
+
 BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema")
 _SEP = "\x1f"  # separates "field" from "message" in errors raised by __post_init__
 
@@ -204,7 +206,7 @@ class StoreConfig(_Section):
 
 
 class DisplayConfig(_Section):
-    sample_display: Literal["all", "best_worst", "random"] = "best_worst"
+    sample_display: SampleDisplay = "best_worst"  # the protocol's modes (protocol/messages.py)
     restart_on_crash: bool = True
     restart_delay_s: float = 5.0
     max_restarts: int = 3

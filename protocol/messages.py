@@ -1,4 +1,4 @@
-"""Every message of the dashboard <-> worker protocol as a msgspec Struct.
+"""Every message of the dashboard <-> worker protocol as a msgspec Struct (docs/architecture.md, "Protocol").
 
 Worker -> dashboard messages are variants of ``Event``; dashboard -> worker messages are
 variants of ``Command``. Both are tagged unions with tag field ``type`` and snake_case tags.
@@ -7,6 +7,7 @@ Floats that can be NaN/inf are typed ``float | None``: msgspec encodes NaN/inf a
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal, Union
 
@@ -20,6 +21,11 @@ CheckpointKind = Literal["periodic", "manual", "final", "emergency"]
 SampleDisplay = Literal["all", "best_worst", "random"]
 FinishReason = Literal["stop", "length", "repetition"]
 ToolCallStatus = Literal["ok", "invalid_json", "missing_name"]
+
+
+def finite(value: float | None) -> float | None:
+    """``value``, or None when it is missing, NaN or infinite (what a ``float | None`` field carries)."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _snake(name: str) -> str:

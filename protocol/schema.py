@@ -1,4 +1,5 @@
-"""The SQLite store (``<output_dir>/outputs.db``): schema, version and forward migrations.
+"""The SQLite store (``<output_dir>/outputs.db``; docs/architecture.md, "Store"): schema, version and
+forward migrations.
 
 The worker is the only writer; the dashboard reads through ``file:…?mode=ro``. Both use this
 module so the two sides can never disagree about a column.

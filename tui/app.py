@@ -1,37 +1,40 @@
 """The dashboard: starts the worker, folds its frames into ``RunState``, steers it from the keyboard.
 
-Frames arrive from ``WorkerProcess`` callbacks into a plain list; a timer flushes that list a few
-times a second, folding every event into the state and refreshing each changed widget once.
+The worker's output arrives as typed messages (``WorkerEvent`` and friends, tui/worker_proc.py)
+that are buffered in order; a timer flushes the buffer a few times a second, folding every event
+into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard"). The
+keys and the command palette live in tui/actions.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import assert_never
 
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
+from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
-from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
+from grpo_tui.tui.actions import DashboardKeys
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen
-from grpo_tui.tui.screens.group_view import GroupScreen
-from grpo_tui.tui.screens.help import HelpScreen
-from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
-from grpo_tui.tui.state import METRICS, LogEntry, RunState, group_of, log_entry_for, refusal
+from grpo_tui.tui.state import METRICS, LogEntry, RunState, log_entry_for, refusal
+from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
 from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.lean_footer import LeanFooter
@@ -42,23 +45,20 @@ from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.run_header import RunHeader
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 from grpo_tui.tui.widgets.stats_panel import StatsPanel
-from grpo_tui.tui.worker_proc import WorkerProcess
+from grpo_tui.tui.worker_proc import (
+    RESUME_LATEST,
+    WorkerBadLine,
+    WorkerEvent,
+    WorkerExited,
+    WorkerOutput,
+    WorkerProcess,
+    WorkerStderr,
+)
 
-TABS = ("samples", "logs", "config", "database")
-DISPLAY_MODES = ("all", "best_worst", "random")
 FLUSH_INTERVAL_S = 0.2
 ZERO_STD_NOTE = (
     "⚠ loss is 0: every group got identical rewards (frac_reward_zero_std = 1), so no advantage and no "
     "learning signal this step. Try a larger group, a higher temperature or harder prompts."
-)
-
-# (action, palette title, palette help) — the command palette offers the same actions as the keys.
-PALETTE: tuple[tuple[str, str, str], ...] = (
-    ("pause", "Pause training", "Pause at the next step boundary (p)"),
-    ("resume", "Resume training", "Continue a paused run (r)"),
-    ("save", "Save checkpoint", "Write a checkpoint now (s)"),
-    ("cycle_display", "Cycle sample display", "all · best_worst · random (m)"),
-    ("help", "Show keys", "All key bindings (?)"),
 )
 
 
@@ -68,24 +68,9 @@ class CheckpointsScanned(Message):
         self.infos = infos
 
 
-class GrpoApp(App[int]):
+class GrpoApp(DashboardKeys):
     CSS_PATH = "app.tcss"
     TITLE = "grpo-tui"
-    BINDINGS = [
-        Binding("p", "pause", "pause"),
-        Binding("r", "resume", "resume"),
-        Binding("s", "save", "save ckpt"),
-        Binding("m", "cycle_display", "display"),
-        *(Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(TABS)),
-        Binding("tab", "next_tab(1)", "next tab", show=False, priority=True),
-        Binding("shift+tab", "next_tab(-1)", "previous tab", show=False, priority=True),
-        Binding("enter", "open_sample", "open sample", show=False),
-        Binding("left_square_bracket", "smoothing(-1)", "less smoothing", show=False),
-        Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
-        Binding("l", "log_level", "log level"),
-        Binding("question_mark", "help", "help"),
-        Binding("q", "quit", "quit"),
-    ]
 
     def __init__(
         self,
@@ -102,16 +87,17 @@ class GrpoApp(App[int]):
         self.worker_argv = list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path])
         self.stop_timeout_s, self.flush_interval_s = stop_timeout_s, flush_interval_s
         self.state = RunState(clock=clock, run_name=config.run_name)
-        self.display_mode: str = config.display.sample_display
+        self.display_mode = config.display.sample_display
         self.proc: WorkerProcess | None = None
         self.restarts = 0
         self.quitting = False
         self._refused = False
         self._greeted = False
-        self._pending: list[tuple[str, object]] = []
+        self._pending: list[WorkerOutput] = []
+        self._worker_gone = asyncio.Event()
         self._stderr_tail: deque[str] = deque(maxlen=20)
         self._footer_status = ""
-        self._last_tab = "samples"
+        self._last_tab: View | None = VIEWS[0]
 
     # ------------------------------------------------------------ layout
 
@@ -126,16 +112,21 @@ class GrpoApp(App[int]):
                 yield RewardChart(id="chart")
                 yield ProgressPanel(id="progress")
                 yield StatsPanel(id="stats")
-            with TabbedContent(id="tabs", initial="samples"):
-                with TabPane("1 Samples", id="samples"):
-                    yield SamplesPanel(id="samples-panel")
-                with TabPane("2 Logs", id="logs"):
-                    yield LogsPanel(id="logs-panel")
-                with TabPane("3 Config", id="config"):
-                    yield ConfigPanel(id="config-panel")
-                with TabPane("4 Database", id="database"):
-                    yield DatabaseView(id="database-view")
+            with TabbedContent(id="tabs", initial=VIEWS[0]):
+                for i, (view, widget) in enumerate(self.tab_widgets().items()):
+                    with TabPane(f"{i + 1} {VIEW_TITLES[view]}", id=view):
+                        yield widget
         yield LeanFooter()
+
+    @staticmethod
+    def tab_widgets() -> dict[View, Widget]:
+        """The main widget of each tab, in tab order."""
+        return {
+            "samples": SamplesPanel(id="samples-panel"),
+            "logs": LogsPanel(id="logs-panel"),
+            "config": ConfigPanel(id="config-panel"),
+            "database": DatabaseView(id="database-view"),
+        }
 
     async def on_mount(self) -> None:
         self.query_one("#zero-std").display = False
@@ -143,21 +134,17 @@ class GrpoApp(App[int]):
         self.query_one("#config-panel", ConfigPanel).show_config(self.config.to_dict())
         self.set_interval(self.flush_interval_s, self._on_timer)
         self.set_interval(1.0, lambda: self._on_timer({"header"}))
-        await self._spawn({})
+        await self._spawn()
 
     # ------------------------------------------------------------ worker process
 
-    async def _spawn(self, env: dict[str, str]) -> None:
+    async def _spawn(self, *, resume_latest: bool = False) -> None:
+        """Start the worker; a restart adds ``--resume latest``, whatever the config says."""
         self._greeted = False
+        self._worker_gone = asyncio.Event()  # set once its WorkerExited (after its last frame) is buffered
+        argv = self.worker_argv + (list(RESUME_LATEST) if resume_latest else [])
         # Preload the fast BLAS here so the worker need not re-execute itself to get it.
-        blas_env = child_env(self.config.runtime.blas)
-        self.proc = WorkerProcess(
-            self.worker_argv, env={**blas_env, **env},
-            on_event=lambda e: self._pending.append(("event", e)),
-            on_stderr=lambda line: self._pending.append(("stderr", line)),
-            on_bad_line=lambda text: self._pending.append(("bad", text)),
-            on_exit=lambda code: self._pending.append(("exit", code)),
-        )
+        self.proc = WorkerProcess(argv, env=child_env(self.config.runtime.blas), post=self.post_message)
         try:
             await self.proc.start()
         except OSError as exc:
@@ -169,10 +156,6 @@ class GrpoApp(App[int]):
         self._log([LogEntry("error", message, "dashboard")])
         self.notify(clean(message, single_line=True), severity="error", timeout=10, markup=False)  # may quote stderr
         self._render({"header", "bindings"})
-
-    async def _send(self, command: m.Command) -> None:
-        if not self.proc or not await self.proc.send(command):
-            self.notify("the worker is not running", severity="warning")
 
     def _check_hello(self, event: m.Event) -> bool:
         self._greeted = True
@@ -186,7 +169,20 @@ class GrpoApp(App[int]):
 
     # ------------------------------------------------------------ the flush loop
 
-    def _on_timer(self, dirty: set[str] | None = None) -> None:
+    def on_worker_event(self, message: WorkerEvent) -> None:
+        self._pending.append(message)
+
+    def on_worker_stderr(self, message: WorkerStderr) -> None:
+        self._pending.append(message)
+
+    def on_worker_bad_line(self, message: WorkerBadLine) -> None:
+        self._pending.append(message)
+
+    def on_worker_exited(self, message: WorkerExited) -> None:
+        self._pending.append(message)
+        self._worker_gone.set()
+
+    def _on_timer(self, dirty: set[Part] | None = None) -> None:
         try:
             self._render(dirty) if dirty else self.flush()
         except NoMatches:  # a tick that lands while the app is tearing down its widgets
@@ -197,27 +193,30 @@ class GrpoApp(App[int]):
         if not self._pending:
             return
         batch, self._pending = self._pending, []
-        dirty: set[str] = set()
+        dirty: set[Part] = set()
         logs: list[LogEntry] = []
-        for kind, item in batch:
-            if kind == "event" and not self._refused:
-                if not self._greeted and not self._check_hello(item):  # type: ignore[arg-type]
-                    continue
-                dirty |= self.state.apply(item)  # type: ignore[arg-type]
-                if entry := log_entry_for(item):  # type: ignore[arg-type]
-                    logs.append(entry)
-            elif kind == "stderr":
-                line = str(item)
-                self._stderr_tail.append(line)
-                logs.append(LogEntry("error" if "Traceback" in line or "Error" in line else "info", line, "stderr"))
-            elif kind == "bad":
-                logs.append(LogEntry("warning", str(item), "dashboard"))
-            elif kind == "exit":
-                self._log(logs)
-                logs = []
-                self._render(dirty)
-                dirty = set()
-                self._worker_exited(int(item))  # type: ignore[call-overload]
+        for item in batch:
+            match item:
+                case WorkerEvent(event=event):
+                    if self._refused or (not self._greeted and not self._check_hello(event)):
+                        continue
+                    dirty |= self.state.apply(event)
+                    if entry := log_entry_for(event):
+                        logs.append(entry)
+                case WorkerStderr(line=line):
+                    self._stderr_tail.append(line)
+                    level = "error" if "Traceback" in line or "Error" in line else "info"
+                    logs.append(LogEntry(level, line, "stderr"))
+                case WorkerBadLine(text=text):
+                    logs.append(LogEntry("warning", text, "dashboard"))
+                case WorkerExited(code=code):
+                    self._log(logs)
+                    logs = []
+                    self._render(dirty)
+                    dirty = set()
+                    self._worker_exited(code)
+                case _:
+                    assert_never(item)
         self._log(logs)
         self._render(dirty)
 
@@ -225,7 +224,7 @@ class GrpoApp(App[int]):
         if entries:
             self.query_one("#logs-panel", LogsPanel).add(entries)
 
-    def _render(self, dirty: Iterable[str]) -> None:
+    def _render(self, dirty: Iterable[Part]) -> None:
         dirty, s = set(dirty), self.state
         if "header" in dirty:
             self.query_one(RunHeader).show(s)
@@ -248,9 +247,7 @@ class GrpoApp(App[int]):
         if "config" in dirty or "checkpoints" in dirty:
             self.scan_checkpoints()
         if "database" in dirty and s.database:
-            view = self.query_one("#database-view")
-            if hasattr(view, "set_database"):
-                view.set_database(s.database.path, s.database.run_id)
+            self.query_one("#database-view", DatabaseView).set_store(s.database.path, s.database.run_id)
         if "bindings" in dirty or s.status != self._footer_status:
             self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
             self.refresh_bindings()
@@ -298,84 +295,9 @@ class GrpoApp(App[int]):
         s.status, s.complete, s.error, s.ended_at = "restarting", None, "", None
         s.phase, s.phase_message = "loading", f"restart {self.restarts}: resuming from the latest checkpoint"
         self._render({"header", "bindings"})
-        await self._spawn({"GRPO_TUI_RESUME": "latest"})  # resume = latest, whatever the config says
+        await self._spawn(resume_latest=True)
 
-    # ------------------------------------------------------------ actions
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        status = self.state.status
-        if action == "pause":
-            return status == "running"
-        if action == "resume":
-            return status == "paused"
-        if action in ("save", "cycle_display"):
-            return status in ("running", "paused")
-        if action in ("next_tab", "show_tab", "open_sample", "smoothing", "log_level"):
-            if self.screen is not self.screen_stack[0]:
-                return False
-            if action == "log_level":  # only where it shows: the footer offers it on the Logs tab
-                return self.query_one(TabbedContent).active == "logs"
-        return True
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        for action, title, help_text in PALETTE:
-            if self.check_action(action, ()):
-                yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
-
-    async def action_pause(self) -> None:
-        await self._send(m.Pause())
-
-    async def action_resume(self) -> None:
-        await self._send(m.Resume())
-
-    async def action_save(self) -> None:
-        await self._send(m.SaveCheckpoint())
-        self.notify("checkpoint requested")
-
-    async def action_cycle_display(self) -> None:
-        self.display_mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
-        await self._send(m.SetSampleDisplay(mode=self.display_mode))  # type: ignore[arg-type]
-        self._render({"samples"})
-
-    def action_show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
-
-    def action_next_tab(self, direction: int) -> None:
-        tabs = self.query_one(TabbedContent)
-        tabs.active = TABS[(TABS.index(tabs.active) + direction) % len(TABS)]
-
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        # keys act on what you see: focus the tab's main widget, and show the tab's own keys
-        if not self.screen_stack:  # activated while the app tears down
-            return
-        target = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table"}.get(
-            event.pane.id or ""
-        )
-        for widget in self.query(target) if target else ():
-            widget.focus()
-        if "logs" in (event.pane.id, self._last_tab):  # the log-level key shows on the Logs tab only
-            self.refresh_bindings()
-        self._last_tab = event.pane.id or ""
-
-    def action_log_level(self) -> None:
-        self.query_one(LogsPanel).cycle_level()
-
-    def action_smoothing(self, direction: int) -> None:
-        value = self.query_one(RewardChart).change_smoothing(direction)
-        self.notify(f"chart smoothing (EMA) {value:g}", timeout=2)
-
-    def action_open_sample(self) -> None:
-        if sample := self.query_one(SamplesPanel).selected():
-            self.on_samples_panel_open(SamplesPanel.Open(sample, group=False))
-
-    def on_samples_panel_open(self, message: SamplesPanel.Open) -> None:
-        group = group_of(self.state.samples, message.sample.group)
-        size = (self.state.config.get("grpo") or {}).get("group_size") or self.config.grpo.group_size
-        self.push_screen(GroupScreen(group, size) if message.group else SampleDetailScreen(message.sample, group, size))
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+    # ------------------------------------------------------------ quitting
 
     async def action_quit(self) -> None:
         """q: ask while training; then stop, wait for the final checkpoint, exit. q again: kill now."""
@@ -403,6 +325,8 @@ class GrpoApp(App[int]):
             self._log([LogEntry("warning", f"the worker did not stop within {self.stop_timeout_s:g} s; killing it", "dashboard")])
             self.proc.kill()
             await self.proc.wait(5.0)
+        with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first
+            await asyncio.wait_for(self._worker_gone.wait(), 10.0)
         self.flush()
         self.exit(0)
 

@@ -1,14 +1,18 @@
-"""The run's checkpoints on disk, described from safetensors headers (no MLX, no tensor loads)."""
+"""The run's checkpoints on disk, described from safetensors headers (no MLX, no tensor loads).
+
+Folder names and ``training_state.json`` follow ``protocol/layout.py`` (docs/architecture.md,
+"Checkpoints").
+"""
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
 
 from safetensors import safe_open
+
+from grpo_tui.protocol.layout import OPTIMIZER_FILE, parse_checkpoint_dir_name, read_step
 
 
 @dataclass(frozen=True)
@@ -22,18 +26,16 @@ class CheckpointInfo:
 
 
 def _kind_and_step(folder: Path) -> tuple[str, int | None] | None:
-    if folder.name == "final":
-        return "final", None
-    if m := re.fullmatch(r"checkpoint-(\d+)", folder.name):
-        return "periodic", int(m.group(1))
-    if m := re.fullmatch(r"emergency-(\d+)(?:-.*)?", folder.name):
-        return "emergency", int(m.group(1))
-    return None
+    found = parse_checkpoint_dir_name(folder.name)
+    if found is None or found[0] == "last_good":  # a kept copy of a listed checkpoint: not listed again
+        return None
+    return found
 
 
 def _weights(folder: Path) -> list[Path]:
     # optimizer state is not part of the model; everything else in safetensors is
-    return sorted(p for p in folder.glob("*.safetensors") if not p.name.startswith("optimizer"))
+    optimizer = OPTIMIZER_FILE.split(".")[0]
+    return sorted(p for p in folder.glob("*.safetensors") if not p.name.startswith(optimizer))
 
 
 def describe(folder: Path, kinds: dict[str, str] | None = None) -> CheckpointInfo | None:
@@ -42,12 +44,8 @@ def describe(folder: Path, kinds: dict[str, str] | None = None) -> CheckpointInf
     if found is None or not folder.is_dir():
         return None
     kind, step = found
-    state = folder / "training_state.json"
-    if state.is_file():
-        try:
-            step = int(json.loads(state.read_text()).get("step", step))
-        except (ValueError, OSError, AttributeError, TypeError):
-            pass
+    if (saved := read_step(folder)) is not None:  # the state's step; the name's when there is none
+        step = saved
     params, dtypes = 0, set()
     for file in _weights(folder):
         try:
@@ -64,17 +62,10 @@ def describe(folder: Path, kinds: dict[str, str] | None = None) -> CheckpointInf
 
 
 def list_checkpoints(output_dir: str | Path, kinds: dict[str, str] | None = None) -> list[CheckpointInfo]:
+    """Every checkpoint folder directly under ``output_dir``, by step (``final`` last)."""
     root = Path(output_dir)
     if not root.is_dir():
         return []
     infos = [info for p in root.iterdir() if (info := describe(p, kinds))]
     return sorted(infos, key=lambda i: (i.step is None, i.step or 0, i.kind))
 
-
-def human_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpo_tui.protocol import __version__
 from grpo_tui.protocol.config import Config, ConfigError, load_config
+from grpo_tui.protocol.layout import STORE_FILE
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -53,24 +54,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 2
-    try:
-        from grpo_tui.tui.app import run_dashboard
-    except ImportError as exc:
-        if "grpo_tui.tui.app" not in str(exc):
-            raise
-        return _fail("the dashboard is not built yet in this version; use `grpo-tui worker CONFIG --plain`.")
+    from grpo_tui.tui.app import run_dashboard
+
     return run_dashboard(args.config, config)
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
     if not Path(args.database).is_file():
         return _fail(f"{args.database}: no such file.")
-    try:
-        from grpo_tui.tui.browse import run_browser
-    except ImportError as exc:
-        if "grpo_tui.tui.browse" not in str(exc):
-            raise
-        return _fail("the database browser is not built yet in this version.")
+    from grpo_tui.tui.browse import run_browser
+
     return run_browser(args.database)
 
 
@@ -91,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("browse", help="browse a run store (outputs.db) without training")
-    p.add_argument("database", help="path to outputs.db")
+    p = sub.add_parser("browse", help=f"browse a run store ({STORE_FILE}) without training")
+    p.add_argument("database", help=f"path to {STORE_FILE}")
     p.set_defaults(func=cmd_browse)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")

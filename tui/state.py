@@ -1,18 +1,21 @@
 """What the dashboard knows about the run, folded from protocol events. No Textual here.
 
 ``RunState.apply`` takes one event and returns the names of the parts of the screen it changed,
-so the app can batch many events and refresh each widget at most once per flush.
+so the app can batch many events and refresh each widget at most once per flush
+(docs/architecture.md, "Dashboard").
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.messages import finite
+from grpo_tui.tui.format import format_duration
+from grpo_tui.tui.views import Part
 
 RunStatus = Literal["starting", "running", "paused", "stopping", "done", "error", "restarting"]
 
@@ -39,10 +42,6 @@ HISTORY_LIMIT = 5000  # steps of history kept for the sparklines and the chart
 ETA_WINDOW = 20  # recent steps used for the time-per-step estimate
 
 
-def finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
     """Exponential moving average with TensorBoard's debiasing; ``smoothing`` in [0, 1).
 
@@ -58,29 +57,6 @@ def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
         weight = weight * smoothing + (1 - smoothing)
         out.append(last / weight if weight else v)
     return out
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "—"
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    mins, secs = divmod(rem, 60)
-    return f"{h}:{mins:02d}:{secs:02d}" if h else f"{mins}:{secs:02d}"
-
-
-def format_number(value: float | None) -> str:
-    """Four significant digits, thousands separators for big values, e-notation for tiny ones."""
-    if value is None or not math.isfinite(value):
-        return "—"
-    size = abs(value)
-    if size >= 1e6 or (0 < size < 1e-4):
-        return f"{value:.2e}"
-    if size >= 1000:
-        return f"{value:,.0f}"
-    if size >= 1:
-        return f"{value:.4g}"
-    return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
 @dataclass
@@ -151,33 +127,69 @@ class RunState:
 
     # ------------------------------------------------------------ folding events
 
-    def apply(self, event: m.Event) -> set[str]:
-        """Fold one event in; returns the names of the views to refresh."""
-        handler = getattr(self, "_on_" + type(event).__name__.lower(), None)
-        return handler(event) if handler else set()
+    def apply(self, event: m.Event) -> set[Part]:
+        """Fold one event in; returns the names of the parts of the screen to refresh.
 
-    def _on_hello(self, e: m.Hello) -> set[str]:
+        A ``match`` over the closed ``m.Event`` union: a new event type without a case fails
+        ``assert_never`` (and tests/tui/test_state.py)."""
+        match event:
+            case m.Hello():
+                return self._on_hello(event)
+            case m.Status():
+                return self._on_status(event)
+            case m.Init():
+                return self._on_init(event)
+            case m.DatabasePath():
+                return self._on_database_path(event)
+            case m.ResumeState():
+                return self._on_resume_state(event)
+            case m.EpochStart():
+                return self._on_epoch_start(event)
+            case m.Step():
+                return self._on_step(event)
+            case m.Sample():
+                return self._on_sample(event)
+            case m.Checkpoint():
+                self.checkpoints.append(event)
+                return {"checkpoints"}
+            case m.Paused() | m.Resumed():
+                if self.status != "stopping":
+                    self.status = "paused" if isinstance(event, m.Paused) else "running"
+                return {"header", "bindings"}
+            case m.Complete():
+                return self._on_complete(event)
+            case m.Error():
+                if event.fatal:
+                    self.status, self.error = "error", event.message
+                    return {"header", "bindings"}
+                return set()
+            case m.EpochEnd() | m.Log():  # shown in the log only (``log_entry_for``)
+                return set()
+            case _:
+                assert_never(event)
+
+    def _on_hello(self, e: m.Hello) -> set[Part]:
         self.worker_version = e.worker_version
         return {"header"}
 
-    def _on_status(self, e: m.Status) -> set[str]:
+    def _on_status(self, e: m.Status) -> set[Part]:
         self.phase, self.phase_message = e.phase, e.message
         if self.status in ("starting", "restarting") and e.phase in ("generating", "scoring", "training"):
             self.status = "running"
         return {"header"}
 
-    def _on_init(self, e: m.Init) -> set[str]:
+    def _on_init(self, e: m.Init) -> set[Part]:
         self.model, self.model_path, self.config = e.model, e.model_path, e.config
         self.total_steps, self.steps_per_epoch = e.total_steps, e.steps_per_epoch
         self.total_epochs, self.output_dir = max(e.num_epochs, 1), e.output_dir
         self.run_name = self.run_name or (e.config.get("name") or "")
         return {"header", "config", "progress"}
 
-    def _on_databasepath(self, e: m.DatabasePath) -> set[str]:
+    def _on_database_path(self, e: m.DatabasePath) -> set[Part]:
         self.database, self.run_name = e, e.run_name or self.run_name
         return {"header", "database"}
 
-    def _on_resumestate(self, e: m.ResumeState) -> set[str]:
+    def _on_resume_state(self, e: m.ResumeState) -> set[Part]:
         self.step, self.epoch, self.total_epochs = e.step, e.epoch, max(e.total_epochs, 1)
         self.step_in_epoch, self.steps_per_epoch = e.step_in_epoch, e.steps_per_epoch
         self.history_steps.clear()
@@ -190,12 +202,12 @@ class RunState:
             self.step_ms.append(e.aggregates.avg_generation_ms + e.aggregates.avg_training_ms)
         return {"header", "metrics", "progress", "stats"}
 
-    def _on_epochstart(self, e: m.EpochStart) -> set[str]:
+    def _on_epoch_start(self, e: m.EpochStart) -> set[Part]:
         self.epoch, self.total_epochs = e.epoch, max(e.total_epochs, 1)
         self.steps_per_epoch, self.step_in_epoch = e.steps_in_epoch or self.steps_per_epoch, 0
         return {"header", "progress"}
 
-    def _on_step(self, e: m.Step) -> set[str]:
+    def _on_step(self, e: m.Step) -> set[Part]:
         if self.status in ("starting", "restarting"):
             self.status = "running"
         if e.epoch != self.epoch:
@@ -214,36 +226,16 @@ class RunState:
         for key, _ in METRICS:
             self.history[key].append(finite(getattr(row, key)))
 
-    def _on_sample(self, e: m.Sample) -> set[str]:
+    def _on_sample(self, e: m.Sample) -> set[Part]:
         if self.samples and self.samples[0].step != e.step:
             self.samples = []
         self.samples.append(e)
         return {"samples"}
 
-    def _on_checkpoint(self, e: m.Checkpoint) -> set[str]:
-        self.checkpoints.append(e)
-        return {"checkpoints"}
-
-    def _on_paused(self, e: m.Paused) -> set[str]:
-        if self.status != "stopping":
-            self.status = "paused"
-        return {"header", "bindings"}
-
-    def _on_resumed(self, e: m.Resumed) -> set[str]:
-        if self.status != "stopping":
-            self.status = "running"
-        return {"header", "bindings"}
-
-    def _on_complete(self, e: m.Complete) -> set[str]:
+    def _on_complete(self, e: m.Complete) -> set[Part]:
         self.complete, self.status, self.phase, self.ended_at = e, "done", "idle", self.clock()
         self.phase_message = f"{e.status} after {e.total_steps} steps in {format_duration(e.seconds)}"
         return {"header", "bindings", "progress"}
-
-    def _on_error(self, e: m.Error) -> set[str]:
-        if e.fatal:
-            self.status, self.error = "error", e.message
-            return {"header", "bindings"}
-        return set()
 
 
 def refusal(first: m.Event) -> str | None:

@@ -1,8 +1,10 @@
 """The worker child process: spawn it in its own process group, read frames, send commands.
 
-Reading happens in two asyncio tasks (stdout frames, stderr lines) that call plain callbacks; the
-app buffers what they hand over and flushes it to widgets on a timer. ``kill`` signals the whole
-process group, so nothing the worker started outlives the dashboard.
+Reading happens in two asyncio tasks (stdout frames, stderr lines) that post typed Textual
+messages (``WorkerEvent``, ``WorkerStderr``, ``WorkerBadLine``, ``WorkerExited``) to the app; the
+app buffers them and flushes them to widgets on a timer (docs/architecture.md, "Processes" and
+"Dashboard"). ``kill`` signals the whole process group, so nothing the worker started outlives
+the dashboard.
 """
 
 from __future__ import annotations
@@ -12,26 +14,55 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from textual.message import Message
 
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import messages as m
 
+RESUME_LATEST = ("--resume", "latest")  # the worker argument a restart adds: continue from the newest checkpoint
+
+
+@dataclass(eq=False)
+class WorkerEvent(Message):
+    """One protocol frame from the worker."""
+
+    event: m.Event
+
+
+@dataclass(eq=False)
+class WorkerStderr(Message):
+    """One line the worker wrote to stderr."""
+
+    line: str
+
+
+@dataclass(eq=False)
+class WorkerBadLine(Message):
+    """A stdout line that is not a protocol frame (already described for the log)."""
+
+    text: str
+
+
+@dataclass(eq=False)
+class WorkerExited(Message):
+    """The worker is gone, after its last frame and stderr line."""
+
+    code: int
+
+
+WorkerOutput = WorkerEvent | WorkerStderr | WorkerBadLine | WorkerExited
+
 
 class WorkerProcess:
     def __init__(
-        self,
-        argv: Sequence[str],
-        *,
-        on_event: Callable[[m.Event], None],
-        on_stderr: Callable[[str], None],
-        on_bad_line: Callable[[str], None],
-        on_exit: Callable[[int], None],
-        env: dict[str, str] | None = None,
+        self, argv: Sequence[str], *, post: Callable[[WorkerOutput], object], env: dict[str, str] | None = None
     ) -> None:
+        """``post`` receives everything the worker says, in order (the app's ``post_message``)."""
         self.argv = list(argv)
         self.env = env or {}
-        self._on_event, self._on_stderr = on_event, on_stderr
-        self._on_bad_line, self._on_exit = on_bad_line, on_exit
+        self._post = post
         self.proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -62,15 +93,15 @@ class WorkerProcess:
             if not line.strip():
                 continue
             try:
-                self._on_event(codec.decode_event(line))
+                self._post(WorkerEvent(codec.decode_event(line)))
             except codec.ProtocolError as exc:
-                self._on_bad_line(f"bad frame ({exc.reason.split(' (')[0]}): {exc.line}")
+                self._post(WorkerBadLine(f"bad frame ({exc.reason.split(' (')[0]}): {exc.line}"))
 
     async def _read_stderr(self) -> None:
         assert self.proc and self.proc.stderr
         while line := await _readline(self.proc.stderr):
             if line.strip():
-                self._on_stderr(codec.truncate(line.decode("utf-8", errors="replace").rstrip("\r\n"), 4000))
+                self._post(WorkerStderr(codec.truncate(line.decode("utf-8", errors="replace").rstrip("\r\n"), 4000)))
 
     async def _watch(self) -> None:
         """Read both pipes to the end, then report the exit code (after the last frame)."""
@@ -90,7 +121,7 @@ class WorkerProcess:
         self._end_group()  # nothing the worker started outlives it
         if self.proc.stdin:  # lets asyncio close the transport now, not at garbage collection
             self.proc.stdin.close()
-        self._on_exit(code)
+        self._post(WorkerExited(code))
 
     async def send(self, command: m.Command) -> bool:
         """Write one command; False when the worker is gone."""

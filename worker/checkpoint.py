@@ -1,5 +1,7 @@
-"""Checkpoints (docs/architecture.md, "Checkpoints"): atomic directories that ``mlx_lm.load`` opens, and resume discovery.
+"""Checkpoints (docs/architecture.md, "Checkpoints"): atomic directories that ``mlx_lm.load``
+opens, and resume discovery.
 
+The folder names and ``training_state.json`` are the on-disk contract in ``protocol/layout.py``:
 ``<output_dir>/checkpoint-<step>/`` (periodic and manual), ``final/`` and ``emergency-<step>/``
 hold the model files written by ``Trainer.save_model``, ``optimizer.safetensors`` and
 ``training_state.json``. A checkpoint is built in a hidden temporary sibling, fsynced, then
@@ -17,14 +19,24 @@ import time
 from pathlib import Path
 from typing import IO, Protocol
 
-import msgspec
-
-from grpo_tui.protocol import __version__
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.layout import (
+    LOCK_FILE,
+    OLD_PREFIX as _OLD,
+    OPTIMIZER_FILE,
+    PREVIOUS_DIR_FORMAT,
+    STATE_FILE,
+    TMP_PREFIX as _TMP,
+    TrainingState,
+    is_periodic_dir_name,
+    read_state,
+    write_state,
+)
 
-STATE_FILE = "training_state.json"
-OPTIMIZER_FILE = "optimizer.safetensors"
-_TMP, _OLD = ".tmp-", ".old-"
+__all__ = [  # STATE_FILE, TrainingState and read_state are the worker's names for protocol/layout's
+    "OPTIMIZER_FILE", "STATE_FILE", "Saver", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
+    "list_checkpoints", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
+]
 
 
 class Saver(Protocol):
@@ -36,7 +48,7 @@ def lock_output_dir(directory: Path) -> IO | None:
     """The output folder's lock file, locked, or None when another worker holds it: one worker per
     output folder, or a second one would corrupt checkpoints and the run row. Keep it open."""
     directory.mkdir(parents=True, exist_ok=True)
-    lock = open(directory / ".worker.lock", "a+")
+    lock = open(directory / LOCK_FILE, "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -45,39 +57,10 @@ def lock_output_dir(directory: Path) -> IO | None:
     return lock
 
 
-class TrainingState(msgspec.Struct, kw_only=True):
-    """What a checkpoint needs besides weights and optimizer to continue exactly.
-
-    The trainer seeds MLX from (seed, step) at every step and ``batch(step)`` is a pure function
-    of the step, so (seed, step) *is* the RNG state and the data position."""
-
-    step: int
-    epoch: int
-    step_in_epoch: int
-    kind: str
-    run_id: int
-    seed: int
-    dataset_size: int
-    dataset_hash: str
-    config_digest: str
-    total_steps: int
-    epoch_indices_done: list[int] = []  # dataset indices already used in the current epoch
-    created_at: float = 0.0
-    worker_version: str = __version__
-
-
 def config_digest(config: Config) -> str:
     """Digest of the settings that shape training (not where it is written or how it is shown)."""
     data = {k: v for k, v in config.to_dict().items() if k not in ("checkpoint", "display", "runtime", "store", "name")}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def read_state(directory: Path) -> TrainingState | None:
-    """The checkpoint's state, or None when the directory is not a complete checkpoint."""
-    try:
-        return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=TrainingState)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
 
 
 def _fsync_tree(directory: Path) -> None:
@@ -119,7 +102,7 @@ def save_checkpoint(trainer: Saver, output_dir: Path, name: str, state: Training
         trainer.save_model(tmp)
         trainer.save_optimizer(tmp / OPTIMIZER_FILE)
         state.created_at = time.time()
-        (tmp / STATE_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(state)))
+        write_state(tmp, state)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk needs its space back, not a half checkpoint
         raise
@@ -174,7 +157,7 @@ def prune(output_dir: Path, keep_last: int) -> list[Path]:
     """Delete all but the ``keep_last`` newest periodic checkpoints. Returns what was deleted."""
     if keep_last <= 0:
         return []
-    periodic = [p for p, s in list_checkpoints(output_dir) if s.kind == "periodic" and p.name.startswith("checkpoint-")]
+    periodic = [p for p, s in list_checkpoints(output_dir) if s.kind == "periodic" and is_periodic_dir_name(p.name)]
     doomed = periodic[:-keep_last]
     for path in doomed:
         # Rename first so a kill mid-delete never leaves a half checkpoint that looks complete.
@@ -190,7 +173,7 @@ def set_aside(output_dir: Path) -> Path | None:
     old = [p for p, _ in list_checkpoints(output_dir)]
     if not old:
         return None
-    dest = output_dir / time.strftime("previous-%Y%m%d-%H%M%S")
+    dest = output_dir / time.strftime(PREVIOUS_DIR_FORMAT)
     dest.mkdir()
     for path in old:
         os.rename(path, dest / path.name)

@@ -23,6 +23,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import active_blas
 from grpo_tui.protocol.blas import describe as describe_blas
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.layout import RUN_LOG_FILE, checkpoint_dir_name, last_good_dir_name
 
 from . import checkpoint as ckpt
 from .control import Control, choose_samples
@@ -120,7 +121,7 @@ class TrainingLoop:
         resume = await self._find_resume()
         if resume is False:
             return False
-        self.emitter.open_jsonl(self.output_dir / "run.jsonl")
+        self.emitter.open_jsonl(self.output_dir / RUN_LOG_FILE)
         if cfg.store.enabled:
             # A checkpoint from another output folder belongs to another store: record a new run.
             ours = resume and resume[0].parent.resolve() == self.output_dir.resolve()
@@ -168,7 +169,7 @@ class TrainingLoop:
 
     async def _open_store(self, state: ckpt.TrainingState | None) -> None:
         cfg = self.config
-        self.store = store = await Store.open(self.output_dir / "outputs.db")
+        self.store = store = await Store.open_in(self.output_dir)
         if await store.mark_abandoned_runs():
             self.log("info", "an earlier run in this store ended without finishing; marked crashed")
         if state is not None and await store.reopen_run(state.run_id, state.step, state.total_steps):
@@ -319,7 +320,7 @@ class TrainingLoop:
         path = await self._checkpoint("emergency")
         kept = ""
         if good is not None and good[1].exists():
-            copy = await self.mlx(ckpt.copy_checkpoint, good[1], self.output_dir, f"last-good-{good[0]}")
+            copy = await self.mlx(ckpt.copy_checkpoint, good[1], self.output_dir, last_good_dir_name(good[0]))
             kept = f"; the last good checkpoint is kept as {copy}"
         message = f"{self.nan_streak} steps in a row had a non-finite loss or gradient; saved {path}{kept}"
         self.log("error", message)
@@ -329,7 +330,7 @@ class TrainingLoop:
 
     async def _checkpoint(self, kind: m.CheckpointKind) -> Path:
         trainer, step = self.trainer, self.step
-        name = {"final": "final", "emergency": f"emergency-{step}"}.get(kind, f"checkpoint-{step}")
+        name = checkpoint_dir_name(kind, step)
         epoch, step_in_epoch = self._position(step)
         done = [i for s in range(step - step_in_epoch + 1, step + 1) for i in trainer.batch(s)[2]] if step else []
         state = ckpt.TrainingState(

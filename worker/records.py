@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
@@ -79,7 +78,3 @@ class Trainer(Protocol):
 
     def load_checkpoint(self, directory: Path) -> None: ...
 
-
-def finite(value: float | None) -> float | None:
-    """``value``, or None for a missing, NaN or infinite one (JSON and SQLite have no NaN)."""
-    return value if value is not None and math.isfinite(value) else None

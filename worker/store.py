@@ -1,4 +1,4 @@
-"""The run store (``<output_dir>/outputs.db``), written by the worker only.
+"""The run store (``<output_dir>/outputs.db``, docs/architecture.md, "Store"), written by the worker only.
 
 One aiosqlite connection in WAL mode. Every step is one ``BEGIN IMMEDIATE`` transaction holding
 the step row, all its generations and tool calls, and the logs queued since the previous write,
@@ -18,10 +18,11 @@ from typing import Any
 
 import aiosqlite
 
-from grpo_tui.protocol.messages import Aggregates, StepSummary
+from grpo_tui.protocol.layout import STORE_FILE
+from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
 from grpo_tui.protocol.schema import migrate, step_row
 
-from .records import Generation, StepOutput, finite
+from .records import Generation, StepOutput
 
 _HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
 
@@ -47,6 +48,11 @@ class Store:
         # WAL + NORMAL: a committed step survives a process kill (not a power cut), cheaply.
         await conn.execute("PRAGMA synchronous=NORMAL")
         return cls(conn, path)
+
+    @classmethod
+    async def open_in(cls, output_dir: Path) -> Store:
+        """The store of the run folder ``output_dir`` (``protocol/layout.py``'s ``STORE_FILE``)."""
+        return await cls.open(output_dir / STORE_FILE)
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:

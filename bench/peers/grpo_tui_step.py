@@ -1,6 +1,6 @@
 """grpo-tui's GRPO step, run in the project's virtualenv: ``python grpo_tui_step.py SPEC.json``.
 
-Drives ``worker.trainer.Trainer.train_step`` exactly as the worker does, on the spec's rows. When
+Drives ``worker.engine.trainer.Trainer.train_step`` exactly as the worker does, on the spec's rows. When
 the spec asks for it, also measures, in the same process and with the same BLAS:
 - rollout tokens/s of ``worker.engine.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
   on a stock ``mlx_lm.load`` of the same model (same prompts, same sampler, same number of

@@ -24,7 +24,7 @@ async def test_store_announced_later_opens_the_run_without_stealing_focus(store_
         view = app.query_one(DatabaseView)
         assert "No run store yet" in str(view.query_one("#db-status", Static).render())
         app.query_one("#elsewhere", Input).focus()
-        view.set_database(str(store_path), 2)  # what the dashboard does on database_path
+        view.set_store(str(store_path), 2)  # what the dashboard does on database_path
         await settle(pilot)
         assert view.level == "steps" and view.run_row.name == "gsm8k-lora"
         assert len(view.query_one(DatabaseStepsTable).rows_data) == 4
@@ -32,7 +32,7 @@ async def test_store_announced_later_opens_the_run_without_stealing_focus(store_
         view.action_all_generations()
         await settle(pilot)
         assert view.level == "generations"
-        view.set_database(str(store_path), 2)  # announced again (e.g. after a restart): nothing resets
+        view.set_store(str(store_path), 2)  # announced again (e.g. after a restart): nothing resets
         await settle(pilot)
         assert view.level == "generations"
         app.query_one(TabbedContent).active = "database"
@@ -44,7 +44,7 @@ async def test_missing_store_is_a_message_not_a_crash(tmp_path):
     app = TabsApp()
     async with app.run_test(size=SIZE) as pilot:
         view = app.query_one(DatabaseView)
-        view.set_database(str(tmp_path / "not-yet.db"), 1)
+        view.set_store(str(tmp_path / "not-yet.db"), 1)
         await settle(pilot)
         assert "no such file" in str(view.query_one("#db-status", Static).render())
         assert view.store is None

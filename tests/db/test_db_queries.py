@@ -11,7 +11,8 @@ from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS, StoreError, migrate
 from grpo_tui.tui.db import GenFilter, QueryError, open_readonly
 from grpo_tui.tui.db import queries as q
 from grpo_tui.tui.db.filters import from_form
-from grpo_tui.tui.db.format import duration, number, sort_rows, tools
+from grpo_tui.tui.db.format import sort_rows, tools
+from grpo_tui.tui.format import duration, number
 
 from .conftest import all_generations
 from .make_store import HOSTILE, RunSpec, add_steps
@@ -227,7 +228,7 @@ def test_filter_text_helpers():
 
 
 def test_format_helpers():
-    assert [number(v) for v in (None, 3, 0.5, 1.0, 1e-5, 0.12345, True)] == ["–", "3", "0.5", "1", "1.00e-05",
+    assert [number(v) for v in (None, 3, 0.5, 1.0, 1e-5, 0.12345, True)] == ["—", "3", "0.5", "1", "1.00e-05",
                                                                           "0.123", "yes"]
     assert [duration(s) for s in (5, 125, 7260)] == ["5s", "2m05s", "2h01m"]
     assert tools(("ok", "ok", "invalid_json")) == "2 ok 1 invalid_json" and tools(()) == ""

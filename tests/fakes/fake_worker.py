@@ -3,8 +3,8 @@
     python tests/fakes/fake_worker.py [--steps N] [--fps F] [--crash-at STEP] ...
 
 Frames go to stdout, log lines to stderr, commands are read from stdin (pause / resume / stop /
-save_checkpoint / set_sample_display). With ``GRPO_TUI_RESUME=latest`` in the environment (a
-dashboard restart) it resumes after the last checkpoint it wrote and sends ``resume_state``.
+save_checkpoint / set_sample_display). With ``--resume latest`` (what the dashboard adds on a
+restart) it resumes after the last checkpoint it wrote and sends ``resume_state``.
 Everything is deterministic: values are functions of the step number.
 """
 
@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ignore-stop", action="store_true", help="never answer stop (tests the kill timeout)")
     p.add_argument("--zero-std-from", type=int, default=0, help="from this step on every group ties")
     p.add_argument("--output-dir", default="", help="write tiny safetensors checkpoints here")
+    p.add_argument("--resume", default="", help='"latest": a dashboard restart (resume after the last checkpoint)')
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--hostile", action="store_true", help="completions full of escapes and markup")
     p.add_argument("--garbage", action="store_true", help="send a line that is not a frame after init")
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     if args.garbage:
         fake.out.write(b"this is not a frame {\n")
         fake.out.flush()
-    restarted = os.environ.get("GRPO_TUI_RESUME") == "latest"
+    restarted = args.resume == "latest"
     marker = Path(args.output_dir or "/tmp") / ".fake-crashed"
     first = 1
     if restarted and marker.exists():

@@ -5,7 +5,8 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from grpo_tui.tui.checkpoints import human_size, list_checkpoints
+from grpo_tui.tui.checkpoints import list_checkpoints
+from grpo_tui.tui.format import human_size
 
 
 def test_lists_checkpoints_with_header_numbers(tmp_path):

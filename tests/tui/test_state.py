@@ -3,7 +3,8 @@
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.state import RunState, ema, format_duration, format_number, log_entry_for, refusal
+from grpo_tui.tui.format import format_duration, format_number
+from grpo_tui.tui.state import RunState, ema, log_entry_for, refusal
 
 
 class Clock:
@@ -101,3 +102,26 @@ def test_refusal_names_both_protocol_versions():
     reason = refusal(m.Hello(protocol_version=7, worker_version="x", pid=1))
     assert "protocol version 7" in reason and f"protocol version {m.PROTOCOL_VERSION}" in reason
     assert "a Step frame" in refusal(m.Step(step=1, epoch=0))
+
+
+def test_apply_has_a_case_for_every_event_type():
+    """Renaming or adding an event type without a case in RunState.apply fails here (and in
+    assert_never at run time), instead of the dashboard silently dropping it."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(RunState.apply)))
+    named = {
+        node.cls.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.MatchClass) and isinstance(node.cls, ast.Attribute)
+    }
+    assert named == {t.__name__ for t in m.EVENT_TYPES}
+
+
+def test_apply_refuses_what_is_not_an_event():
+    import pytest
+
+    with pytest.raises(AssertionError):
+        RunState(clock=lambda: 0.0).apply(object())  # type: ignore[arg-type]

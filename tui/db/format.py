@@ -1,15 +1,14 @@
-"""How store values look in the Database tab: numbers, times, durations, tool-call summaries.
+"""How store rows look in the Database tab: column headers, step cells, tool-call summaries, sorting.
 
-Pure functions returning plain strings; widgets wrap them (and anything model-written) in inert
-``rich.text.Text`` so nothing is parsed as markup.
+Numbers, times and durations come from ``tui/format.py``.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import time
 from typing import Any, Sequence
+
+from grpo_tui.tui.format import MISSING, clock, number
 
 # Step columns shown under a shorter header.
 STEP_HEADERS = {
@@ -22,51 +21,10 @@ STEP_HEADERS = {
 }
 
 
-def number(value: Any, digits: int = 3) -> str:
-    """A compact number: integers as is, floats to ``digits`` significant-ish places, ``–`` for none."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        if value == int(value) and abs(value) < 1e9:
-            return str(int(value))
-        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}f}".rstrip("0").rstrip(".") if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
-
-
-def signed(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:+.{digits}f}"
-
-
-def clock(ts: float | None) -> str:
-    """Local date and time of a Unix timestamp."""
-    if ts is None:
-        return "–"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
 def step_cell(column: str, value: Any) -> str:
     """A ``steps`` cell: JSON reward means spelled out, times as clock times, numbers compact."""
     if column == "created_at":
-        return clock(value)[-5:] if value is not None else "–"
+        return clock(value)[-5:] if value is not None else MISSING
     if column == "rewards" and isinstance(value, str):
         try:
             means = json.loads(value)

@@ -12,7 +12,7 @@ from textual.widgets import Static
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.widgets.lean_footer import LeanFooter
-from grpo_tui.tui.screens.sample_detail import summary
+from grpo_tui.tui.sample_text import summary
 
 
 class GroupScreen(Screen[None]):

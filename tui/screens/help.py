@@ -9,12 +9,14 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS
+
 KEYS = (
     ("p", "pause training (at the next step boundary)"),
     ("r", "resume training"),
     ("s", "save a checkpoint now"),
-    ("m", "cycle the sample display: all · best_worst · random"),
-    ("1-4 / tab", "Samples · Logs · Config · Database tabs"),
+    ("m", f"cycle the sample display: {' · '.join(DISPLAY_MODES)}"),
+    (f"1-{len(VIEWS)} / tab", f"{' · '.join(VIEW_TITLES[v] for v in VIEWS)} tabs"),
     ("enter", "open the selected sample (g: its group side by side)"),
     ("[ / ]", "less / more chart smoothing (EMA)"),
     ("l", "cycle the log level filter (Logs tab)"),

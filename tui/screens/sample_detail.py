@@ -14,32 +14,8 @@ from textual.widgets import Static
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.widgets.lean_footer import LeanFooter
-from grpo_tui.tui.state import format_number
-
-
-def summary(s: m.Sample) -> Text:
-    text = Text()
-    text.append(f"step {s.step} · group {s.group} · sample {s.index}", "bold")
-    text.append(f"\nreward {format_number(s.reward)} · advantage {format_number(s.advantage)}")
-    text.append(f" · {s.num_tokens} tokens · finish {s.finish_reason}")
-    if s.reward_details:
-        text.append("\nreward breakdown: ", "dim")
-        text.append(" · ".join(f"{k} {format_number(v)}" for k, v in s.reward_details.items()))
-    return text
-
-
-def tool_calls_text(calls: list[m.ToolCall]) -> Text:
-    text = Text()
-    for c in calls:
-        style = "green" if c.status == "ok" else "bold red"
-        text.append(f"#{c.index} {c.status}", style).append(" ")
-        text.append_text(inert(c.name or "(no name)", "bold"))
-        if c.arguments is not None:
-            text.append(" ").append_text(inert(json.dumps(c.arguments, ensure_ascii=False)))
-        if c.error:
-            text.append(" — ").append_text(inert(c.error, "red"))
-        text.append("\n")
-    return text
+from grpo_tui.tui.sample_text import summary, tool_calls_text
+from grpo_tui.tui.screens.group_view import GroupScreen
 
 
 class SampleDetailScreen(Screen[None]):
@@ -67,6 +43,4 @@ class SampleDetailScreen(Screen[None]):
         yield LeanFooter()
 
     def action_group(self) -> None:
-        from grpo_tui.tui.screens.group_view import GroupScreen
-
         self.app.push_screen(GroupScreen(self.group, self.group_size))

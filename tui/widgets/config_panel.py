@@ -10,7 +10,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from grpo_tui.protocol.tomlout import dumps
-from grpo_tui.tui.checkpoints import CheckpointInfo, human_size
+from grpo_tui.tui.checkpoints import CheckpointInfo
+from grpo_tui.tui.format import MISSING, human_size
 from grpo_tui.tui.inert import inert
 
 
@@ -35,6 +36,6 @@ class ConfigPanel(VerticalScroll):
         table.clear()
         for i in infos:
             table.add_row(
-                "—" if i.step is None else str(i.step), i.kind, human_size(i.size_bytes),
-                f"{i.parameters:,}", ", ".join(i.dtypes) or "—", inert(str(i.path), single_line=True),
+                MISSING if i.step is None else str(i.step), i.kind, human_size(i.size_bytes),
+                f"{i.parameters:,}", ", ".join(i.dtypes) or MISSING, inert(str(i.path), single_line=True),
             )

@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from grpo_tui.tui.db import GenDetail
-from grpo_tui.tui.db.format import clock, number, signed
+from grpo_tui.tui.format import clock, number, signed
 from grpo_tui.tui.inert import inert
 
 

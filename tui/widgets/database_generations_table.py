@@ -8,7 +8,8 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from grpo_tui.tui.db import GenRow
-from grpo_tui.tui.db.format import number, signed, tools
+from grpo_tui.tui.db.format import tools
+from grpo_tui.tui.format import number, signed
 from grpo_tui.tui.inert import inert
 
 FINISH_STYLE = {"stop": "", "length": "yellow", "repetition": "red"}

@@ -7,7 +7,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from grpo_tui.tui.db import Run
-from grpo_tui.tui.db.format import clock, duration, number
+from grpo_tui.tui.format import MISSING, clock, duration, number
 from grpo_tui.tui.inert import inert
 
 STATUS_STYLE = {"running": "bold green", "completed": "cyan", "stopped": "yellow", "crashed": "bold red"}
@@ -42,7 +42,7 @@ class DatabaseRunsTable(DataTable):
                 str(run.id), inert(run.name, single_line=True, limit=40),
                 Text(run.status, style=STATUS_STYLE.get(run.status, "")), steps,
                 number(run.best_reward), number(run.last_reward), clock(run.started_at),
-                duration(run.duration_s), inert(run.model or "–", single_line=True, limit=30), key=str(run.id),
+                duration(run.duration_s), inert(run.model or MISSING, single_line=True, limit=30), key=str(run.id),
             )
         ids = [r.id for r in runs]
         if keep in ids:

@@ -105,8 +105,6 @@ class DatabaseView(Vertical):
         self.db_path, self.initial_run_id = db_path, run_id
         self._connect()
 
-    set_database = set_store  # the name the dashboard calls when the worker announces its store
-
     def _connect(self) -> None:
         self._crumbs()
         if self.store is None:

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from grpo_tui.tui.state import format_number
+from grpo_tui.tui.format import format_number
 
 SPARK_POINTS = 60  # the sparkline shows the most recent steps only
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from grpo_tui.tui.format import MISSING, format_duration
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.state import STATUS_GLYPHS, RunState, format_duration
+from grpo_tui.tui.state import STATUS_GLYPHS, RunState
 
 _STATUS_STYLE = {
     "running": "bold green", "paused": "bold yellow", "done": "bold cyan", "error": "bold red",
@@ -18,8 +19,8 @@ class RunHeader(Static):
     def show(self, state: RunState) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" grpo-tui ", "bold reverse")
-        text.append(f" {clean(state.model, single_line=True) or '—'}", "bold")
-        text.append(f" · run {clean(state.run_name, single_line=True) or '—'}")
+        text.append(f" {clean(state.model, single_line=True) or MISSING}", "bold")
+        text.append(f" · run {clean(state.run_name, single_line=True) or MISSING}")
         text.append(f" · epoch {state.epoch + 1}/{state.total_epochs}")
         text.append(f" · step {state.step}/{state.total_steps or '?'}")
         text.append(" · ")

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
-from grpo_tui.tui.state import format_number
+from grpo_tui.tui.format import format_number
 
 PREVIEW_CHARS = 200  # a row shows the head of a completion; the detail screen shows all of it
 # Fixed widths: auto-sized columns would depend on which rows happened to pass through the table.

@@ -20,7 +20,9 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import ClipRatio, Step
 
-from ..records import Generation, StepOutput, finite
+from grpo_tui.protocol.messages import finite
+
+from ..records import Generation, StepOutput
 from . import data, model as model_io, plan as engine_plan, rollout
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack

@@ -1,0 +1,56 @@
+"""The closed sets the dashboard is built on agree with the code that implements them: tabs,
+sample display modes, formatters."""
+
+from __future__ import annotations
+
+import random
+import typing
+
+import pytest
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import DisplayConfig
+from grpo_tui.tui import format as fmt
+from grpo_tui.tui.actions import PALETTE, TAB_FOCUS, DashboardKeys
+from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS
+from grpo_tui.worker.control import Control, choose_samples
+from grpo_tui.worker.records import Generation
+
+
+def test_every_view_has_a_tab_a_title_and_a_key():
+    assert tuple(GrpoApp.tab_widgets()) == VIEWS
+    assert set(VIEW_TITLES) == set(VIEWS) and set(TAB_FOCUS) <= set(VIEWS)
+    keys = {b.action: b.key for b in DashboardKeys.BINDINGS if b.action.startswith("show_tab")}
+    assert keys == {f"show_tab('{v}')": str(i + 1) for i, v in enumerate(VIEWS)}
+    assert all(hasattr(DashboardKeys, f"action_{action}") for action, _, _ in PALETTE)
+
+
+def test_sample_display_modes_have_one_source():
+    assert DISPLAY_MODES == typing.get_args(m.SampleDisplay)
+    assert typing.get_type_hints(DisplayConfig)["sample_display"] == m.SampleDisplay
+    assert DisplayConfig().sample_display in DISPLAY_MODES
+
+
+def _gen(i: int, reward: float) -> Generation:
+    return Generation(
+        prompt_index=0, group_index=i, prompt="p", completion="c", raw_completion="c", thinking=None,
+        reward=reward, reward_details={}, advantage=0.0, num_tokens=1, finish_reason="stop",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", DISPLAY_MODES)
+def test_every_display_mode_is_handled_by_the_worker(mode):
+    control = Control()
+    control.handle(m.SetSampleDisplay(mode=mode))
+    assert control.display == mode
+    gens = [_gen(i, float(i)) for i in range(4)]
+    chosen = choose_samples(gens, mode, random.Random(0))
+    expected = {"all": 4, "best_worst": 2, "random": 2}[mode]
+    assert len(chosen) == expected
+
+
+def test_one_missing_glyph():
+    missing = [fmt.format_number(None), fmt.format_duration(None), fmt.whole(None), fmt.megabytes(None),
+               fmt.number(None), fmt.signed(None), fmt.clock(None), fmt.duration(None)]  # fmt: skip
+    assert set(missing) == {fmt.MISSING}

@@ -1,0 +1,102 @@
+"""Every number, size, time and duration the dashboard and the Database tab show, with one glyph
+for a missing value (docs/architecture.md, "Dashboard").
+
+Pure functions returning plain strings; widgets wrap them (and anything model-written) in inert
+``rich.text.Text`` so nothing is parsed as markup.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+MISSING = "—"  # no value yet, not measured, or not finite
+
+
+def format_number(value: float | None) -> str:
+    """A metric: four significant digits, thousands separators for big values, e-notation for tiny."""
+    if value is None or not math.isfinite(value):
+        return MISSING
+    size = abs(value)
+    if size >= 1e6 or (0 < size < 1e-4):
+        return f"{value:.2e}"
+    if size >= 1000:
+        return f"{value:,.0f}"
+    if size >= 1:
+        return f"{value:.4g}"
+    return f"{value:.4f}".rstrip("0").rstrip(".")
+
+
+def format_duration(seconds: float | None) -> str:
+    """``m:ss`` or ``h:mm:ss`` (elapsed time, ETA)."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return MISSING
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    mins, secs = divmod(rem, 60)
+    return f"{h}:{mins:02d}:{secs:02d}" if h else f"{mins}:{secs:02d}"
+
+
+def whole(value: float | None) -> str:
+    """A count or a millisecond time: no decimals, thousands separators."""
+    return MISSING if value is None else f"{value:,.0f}"
+
+
+def megabytes(value: float | None) -> str:
+    """A memory size given in MB: ``812.5 MB`` or ``1.25 GB``."""
+    if value is None:
+        return MISSING
+    return f"{value / 1024:.2f} GB" if value >= 1024 else f"{value:.1f} MB"
+
+
+def human_size(n: int) -> str:
+    """A size in bytes: ``512 B``, ``3.0 MB``."""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def number(value: Any, digits: int = 3) -> str:
+    """A store value: integers as is, floats to ``digits`` significant-ish places, booleans as yes/no."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        if value == int(value) and abs(value) < 1e9:
+            return str(int(value))
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}f}".rstrip("0").rstrip(".") if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def signed(value: float | None, digits: int = 3) -> str:
+    return MISSING if value is None else f"{value:+.{digits}f}"
+
+
+def clock(ts: float | None) -> str:
+    """Local date and time of a Unix timestamp."""
+    if ts is None:
+        return MISSING
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def duration(seconds: float | None) -> str:
+    """A run's length: ``42s``, ``3m05s``, ``2h07m``."""
+    if seconds is None:
+        return MISSING
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

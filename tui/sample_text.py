@@ -1,0 +1,37 @@
+"""A sample as rich text: the one-line summary and the tool calls (the sample detail and the group
+view both show them)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.text import Text
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.tui.format import format_number
+from grpo_tui.tui.inert import inert
+
+
+def summary(s: m.Sample) -> Text:
+    text = Text()
+    text.append(f"step {s.step} · group {s.group} · sample {s.index}", "bold")
+    text.append(f"\nreward {format_number(s.reward)} · advantage {format_number(s.advantage)}")
+    text.append(f" · {s.num_tokens} tokens · finish {s.finish_reason}")
+    if s.reward_details:
+        text.append("\nreward breakdown: ", "dim")
+        text.append(" · ".join(f"{k} {format_number(v)}" for k, v in s.reward_details.items()))
+    return text
+
+
+def tool_calls_text(calls: list[m.ToolCall]) -> Text:
+    text = Text()
+    for c in calls:
+        style = "green" if c.status == "ok" else "bold red"
+        text.append(f"#{c.index} {c.status}", style).append(" ")
+        text.append_text(inert(c.name or "(no name)", "bold"))
+        if c.arguments is not None:
+            text.append(" ").append_text(inert(json.dumps(c.arguments, ensure_ascii=False)))
+        if c.error:
+            text.append(" — ").append_text(inert(c.error, "red"))
+        text.append("\n")
+    return text
