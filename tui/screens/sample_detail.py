@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from rich.text import Text
 from textual.app import ComposeResult
