@@ -100,8 +100,9 @@ def active_blas() -> str:
     # libmlx's own dependencies; ask in that order.
     scopes: list[str | None] = [None]
     mlx_core = sys.modules.get("mlx.core")
-    if mlx_core is not None and getattr(mlx_core, "__file__", None):
-        scopes += sorted(glob.glob(os.path.join(os.path.dirname(mlx_core.__file__), "lib", "libmlx*.so*")))
+    core_file = getattr(mlx_core, "__file__", None)
+    if core_file:
+        scopes += sorted(glob.glob(os.path.join(os.path.dirname(core_file), "lib", "libmlx*.so*")))
     libdl = ctypes.CDLL("libdl.so.2")
     for scope in scopes:
         try:

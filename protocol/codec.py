@@ -7,6 +7,8 @@ show the bad line and go on.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from .messages import Command, Event
@@ -39,7 +41,7 @@ def encode(message: Event | Command) -> bytes:
     return _encoder.encode(message) + b"\n"
 
 
-def _decode(decoder: msgspec.json.Decoder, line: bytes | str):  # type: ignore[no-untyped-def]
+def _decode(decoder: msgspec.json.Decoder, line: bytes | str) -> Any:
     data = line.strip() if isinstance(line, (bytes, bytearray)) else line.strip().encode()
     if not data:
         raise ProtocolError("empty line", line)

@@ -153,7 +153,7 @@ class GrpoApp(DashboardKeys):
     def _fail(self, message: str) -> None:
         self.state.status, self.state.error = "error", message
         self.state.ended_at = self.state.clock()
-        self._log([LogEntry("error", message, "dashboard")])
+        self._add_logs([LogEntry("error", message, "dashboard")])
         self.notify(clean(message, single_line=True), severity="error", timeout=10, markup=False)  # may quote stderr
         self._render({"header", "bindings"})
 
@@ -210,17 +210,17 @@ class GrpoApp(DashboardKeys):
                 case WorkerBadLine(text=text):
                     logs.append(LogEntry("warning", text, "dashboard"))
                 case WorkerExited(code=code):
-                    self._log(logs)
+                    self._add_logs(logs)
                     logs = []
                     self._render(dirty)
                     dirty = set()
                     self._worker_exited(code)
                 case _:
                     assert_never(item)
-        self._log(logs)
+        self._add_logs(logs)
         self._render(dirty)
 
-    def _log(self, entries: list[LogEntry]) -> None:
+    def _add_logs(self, entries: list[LogEntry]) -> None:
         if entries:
             self.query_one("#logs-panel", LogsPanel).add(entries)
 
@@ -269,12 +269,12 @@ class GrpoApp(DashboardKeys):
         if self.quitting or self._refused:
             return
         if s.complete is not None:
-            self._log([LogEntry("info", f"worker exited (code {code})", "dashboard")])
+            self._add_logs([LogEntry("info", f"worker exited (code {code})", "dashboard")])
             return
         s.status, s.ended_at = "error", s.clock()
         last = next((line for line in reversed(self._stderr_tail) if line.strip()), "")
         s.error = f"worker exited with code {code}" + (f": {last}" if last else "")
-        self._log([LogEntry("error", s.error, "dashboard")])
+        self._add_logs([LogEntry("error", s.error, "dashboard")])
         display = self.config.display
         if display.restart_on_crash and self.restarts < display.max_restarts:
             screen = CrashScreen(
@@ -307,7 +307,11 @@ class GrpoApp(DashboardKeys):
                 self.proc.kill()
             return
         if self.proc and self.proc.running and self.state.status in ("running", "paused", "starting", "restarting"):
-            self.push_screen(ConfirmQuitScreen(), lambda yes: self.stop_and_exit() if yes else None)
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self.stop_and_exit()
+
+            self.push_screen(ConfirmQuitScreen(), answered)
             return
         self.quitting = True
         if self.proc:
@@ -322,7 +326,7 @@ class GrpoApp(DashboardKeys):
         assert self.proc is not None
         await self.proc.send(m.Stop())
         if not await self.proc.wait(self.stop_timeout_s):
-            self._log([LogEntry("warning", f"the worker did not stop within {self.stop_timeout_s:g} s; killing it", "dashboard")])
+            self._add_logs([LogEntry("warning", f"the worker did not stop within {self.stop_timeout_s:g} s; killing it", "dashboard")])
             self.proc.kill()
             await self.proc.wait(5.0)
         with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first

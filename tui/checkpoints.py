@@ -6,6 +6,7 @@ Folder names and ``training_state.json`` follow ``protocol/layout.py`` (docs/arc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -38,7 +39,7 @@ def _weights(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.safetensors") if not p.name.startswith(optimizer))
 
 
-def describe(folder: Path, kinds: dict[str, str] | None = None) -> CheckpointInfo | None:
+def describe(folder: Path, kinds: Mapping[str, str] | None = None) -> CheckpointInfo | None:
     """One checkpoint folder, or None when it is not one. ``kinds`` maps paths to announced kinds."""
     found = _kind_and_step(folder)
     if found is None or not folder.is_dir():
@@ -61,7 +62,7 @@ def describe(folder: Path, kinds: dict[str, str] | None = None) -> CheckpointInf
     return CheckpointInfo(folder, step, kind, size, params, tuple(sorted(dtypes)))
 
 
-def list_checkpoints(output_dir: str | Path, kinds: dict[str, str] | None = None) -> list[CheckpointInfo]:
+def list_checkpoints(output_dir: str | Path, kinds: Mapping[str, str] | None = None) -> list[CheckpointInfo]:
     """Every checkpoint folder directly under ``output_dir``, by step (``final`` last)."""
     root = Path(output_dir)
     if not root.is_dir():

@@ -17,7 +17,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import active_blas
@@ -61,7 +61,7 @@ class TrainingLoop:
         self.control = Control(display=config.display.sample_display)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
         self.wake = asyncio.Event()
-        self.trainer: Trainer | None = None
+        self.loaded: Trainer | None = None  # the engine's trainer, once loaded
         self.store: Store | None = None
         self.run_id = 0
         self.last_ckpt: tuple[int, Path] | None = None  # (step, path) of the newest good checkpoint
@@ -74,6 +74,13 @@ class TrainingLoop:
         self._lock: Any = None  # the output folder's lock file, held while the process lives
 
     # ------------------------------------------------------------ small helpers
+
+    @property
+    def trainer(self) -> Trainer:
+        """The loaded trainer (every caller runs after ``_start`` loaded it)."""
+        if self.loaded is None:
+            raise RuntimeError("the trainer is not loaded yet")
+        return self.loaded
 
     @property
     def step(self) -> int:
@@ -124,21 +131,21 @@ class TrainingLoop:
         self.emitter.open_jsonl(self.output_dir / RUN_LOG_FILE)
         if cfg.store.enabled:
             # A checkpoint from another output folder belongs to another store: record a new run.
-            ours = resume and resume[0].parent.resolve() == self.output_dir.resolve()
-            await self._open_store(resume[1] if ours else None)
+            ours = resume is not None and resume[0].parent.resolve() == self.output_dir.resolve()
+            await self._open_store(resume[1] if resume is not None and ours else None)
         self.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))
         main_loop = asyncio.get_running_loop()
 
         def log_from_thread(level: str, message: str) -> None:
             main_loop.call_soon_threadsafe(self.log, level, message)  # type: ignore[arg-type]
 
-        self.trainer = trainer = await self.mlx(trainer_class(), cfg, log_from_thread)
+        self.loaded = trainer = await self.mlx(trainer_class(), cfg, log_from_thread)
         blas = describe_blas(active_blas())  # verified in this process, not assumed from the config
         self.log("info", f"BLAS: {blas}")
         self.emitter.total_steps = trainer.total_steps
         if self.store is not None:
             await self.store.update_run(self.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
-        if resume:
+        if resume is not None:
             await self._restore(*resume)
         self.emit(
             m.Init(
@@ -149,7 +156,7 @@ class TrainingLoop:
         )  # fmt: skip
         return True
 
-    async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | bool:
+    async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | Literal[False]:
         """The checkpoint to resume from, None for a fresh start, False for a bad resume path."""
         resume = self.config.checkpoint.resume
         await self.mlx(ckpt.recover_interrupted, self.output_dir)
@@ -311,7 +318,7 @@ class TrainingLoop:
                 await self._nan_emergency()
         every = cfg.checkpoint.save_every
         if every and self.step % every == 0 and self.step < self.trainer.total_steps:
-            kind = "manual" if self.control.save_requested else "periodic"
+            kind: m.CheckpointKind = "manual" if self.control.save_requested else "periodic"
             self.control.save_requested = False
             await self._checkpoint(kind)
 
@@ -359,7 +366,7 @@ class TrainingLoop:
                 await self._checkpoint("final")
         elif self.steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
             await self._checkpoint("emergency")
-        status = "completed" if completed else "stopped"
+        status: Literal["completed", "stopped"] = "completed" if completed else "stopped"
         await self.finish_store(status)
         self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
         return 0 if completed else self.exit_code
@@ -375,7 +382,7 @@ class TrainingLoop:
             self.store.queue_log(self.step, "error", message)
         try:
             # A step that failed before its update left the weights untouched: worth keeping.
-            if self.trainer is not None and self.phase in ("generating", "scoring") and self.steps_since_checkpoint():
+            if self.loaded is not None and self.phase in ("generating", "scoring") and self.steps_since_checkpoint():
                 await self._checkpoint("emergency")
             await self.finish_store("crashed")
         except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error

@@ -60,7 +60,7 @@ class Inputs:
     def on_signal(self, signum: int) -> None:
         run = self.training
         name = signal.Signals(signum).name
-        busy = run.control.stepping or run.trainer is None  # a step, or loading: can't interrupt MLX
+        busy = run.control.stepping or run.loaded is None  # a step, or loading: can't interrupt MLX
         pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
         worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
         run.exit_code = 128 + signum

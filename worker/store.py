@@ -39,9 +39,9 @@ class Store:
     async def open(cls, path: Path) -> Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         # Schema work happens on a plain connection: ``migrate`` is shared with the dashboard.
-        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            migrate(conn)
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as plain:
+            plain.execute("PRAGMA journal_mode=WAL")
+            migrate(plain)
         conn = await aiosqlite.connect(path, isolation_level=None)
         await conn.execute("PRAGMA foreign_keys=ON")
         await conn.execute("PRAGMA busy_timeout=5000")

@@ -90,7 +90,7 @@ class DatabaseCompareScreen(Screen):
         series = []
         for sid in ("#db-compare-a", "#db-compare-b"):
             value = self.query_one(sid, Select).value
-            if value is Select.NULL:
+            if not isinstance(value, tuple):  # nothing chosen
                 continue
             path, run_id = value
             label = next((str(t) for t, v in self.options if v == value), str(run_id))

@@ -13,8 +13,8 @@ COLORS = ("cyan", "orange", "green", "magenta")
 
 
 def _points(curve: Curve, column: int) -> tuple[list[int], list[float]]:
-    pairs = [(row[0], row[column]) for row in curve if row[column] is not None]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+    pairs = [(row[0], value) for row in curve if (value := row[column]) is not None]
+    return [step for step, _ in pairs], [float(value) for _, value in pairs]
 
 
 class DatabaseCompareChart(Vertical):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -12,7 +13,8 @@ from textual.widgets import Button, Input, Label, Select, Static
 from grpo_tui.tui.db import GenFilter
 from grpo_tui.tui.db.filters import FINISH_REASONS, TOOL_FILTERS, from_form
 
-NUMBER_FIELDS = (("step_min", "from", "integer"), ("step_max", "to", "integer"),
+NumberKind = Literal["integer", "number"]
+NUMBER_FIELDS: tuple[tuple[str, str, NumberKind], ...] = (("step_min", "from", "integer"), ("step_max", "to", "integer"),
                  ("reward_min", "min", "number"), ("reward_max", "max", "number"),
                  ("prompt_index", "prompt #", "integer"))
 THINKING = {"yes": True, "no": False}
@@ -52,7 +54,7 @@ class DatabaseFilterBar(Vertical):
                 yield Button("Clear (x)", id="db-filter-clear", compact=True)
 
     @staticmethod
-    def _number(name: str, placeholder: str, kind: str) -> Input:
+    def _number(name: str, placeholder: str, kind: NumberKind) -> Input:
         return Input(placeholder=placeholder, type=kind, id=f"f-{name}", classes="db-number")
 
     def show(self, f: GenFilter) -> None:

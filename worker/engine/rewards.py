@@ -141,7 +141,7 @@ def json_schema(
 
 
 _MISSING = object()
-_JSON_TYPES = {
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
     "object": dict,
     "array": list,
     "string": str,
@@ -259,7 +259,8 @@ class Reward:
 
 def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
     """Build every configured reward; a label used twice gets a ``#2``, ``#3``… suffix."""
-    rewards, seen = [], {}
+    rewards: list[Reward] = []
+    seen: dict[str, int] = {}
     for config in configs:
         reward = Reward.from_config(config)
         seen[reward.label] = seen.get(reward.label, 0) + 1
