@@ -25,3 +25,23 @@ def test_every_loss_type_is_implemented(loss_type):
 def test_builtin_rewards_are_the_registry():
     assert set(config.BUILTIN_REWARDS) == set(rewards.BUILTINS)
     assert all(callable(fn) for fn in rewards.BUILTINS.values())
+
+
+def _literal(struct: type, key: str) -> tuple[str, ...]:
+    return typing.get_args(typing.get_type_hints(struct)[key])
+
+
+def test_every_scale_rewards_value_scales_differently():
+    rewards = mx.array([0.0, 1.0, 1.0, 1.0, 0.0, 3.0, 0.0, 0.0])
+    results = {s: tuple(grpo.group_advantages(rewards, 4, s).tolist()) for s in _literal(config.GrpoConfig, "scale_rewards")}
+    assert len(set(results.values())) == len(results), results  # none falls through to another's branch
+
+
+def test_every_importance_sampling_level_weighs_differently():
+    logps = mx.array([[-1.0, -2.0, -0.5], [-0.5, -1.5, -2.5]])
+    old = mx.array([[-1.2, -1.0, -0.4], [-0.6, -2.0, -2.0]])
+    losses = {}
+    for level in _literal(config.GrpoConfig, "importance_sampling_level"):
+        settings = grpo.LossSettings("grpo", 0.2, 0.28, importance_sampling_level=level)
+        losses[level] = grpo.policy_loss(logps, old, mx.array([1.0, -1.0]), mx.ones((2, 3)), settings)[0].item()
+    assert len(set(losses.values())) == len(losses), losses
