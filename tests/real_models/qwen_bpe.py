@@ -173,22 +173,26 @@ def _bpe_split(ranks: dict[bytes, int], token: bytes, max_rank: int) -> list[byt
         parts[best : best + 2] = [parts[best] + parts[best + 1]]
 
 
+def byte_chars() -> dict[int, str]:
+    """GPT-2's bytes_to_unicode (ByteLevel): printable bytes map to themselves, the rest to 256+n in order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    out, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return out
+
+
 def build_tokenizer_json(path: Path) -> None:
     """Write ``tokenizer.json``: byte-level BPE with Qwen's vocabulary, merges, regex and specials."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
 
-    byte_to_char = {}
+    byte_to_char = byte_chars()
     alphabet = ByteLevel.alphabet()
-    # GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to 256+n in order.
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    n = 0
-    for b in range(256):
-        if b in printable:
-            byte_to_char[b] = chr(b)
-        else:
-            byte_to_char[b] = chr(256 + n)
-            n += 1
     assert set(byte_to_char.values()) == set(alphabet)
 
     def as_str(token: bytes) -> str:

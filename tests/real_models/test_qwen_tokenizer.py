@@ -105,20 +105,8 @@ def test_a_space_then_emoji_splits_inside_the_emoji(qwen_tok):
 
 
 def _token_bytes(tok, token_id: int) -> bytes:
-    inverse = {ch: b for b, ch in _byte_chars().items()}
+    inverse = {ch: b for b, ch in qwen_bpe.byte_chars().items()}
     return bytes(inverse[ch] for ch in tok.convert_ids_to_tokens(token_id))
-
-
-def _byte_chars() -> dict[int, str]:
-    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    out, n = {}, 0
-    for b in range(256):
-        if b in printable:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + n)
-            n += 1
-    return out
 
 
 @pytest.mark.parametrize("text", TEXTS)
