@@ -1,0 +1,100 @@
+"""Pure pieces of the training features: early-stop rules, plain control lines, the BLAS warning,
+the evaluation schedule and tally."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.blas_warning import is_reference_blas, slow_blas_warning
+from grpo_tui.worker.evaluation import EvalTally, chunks, due
+from grpo_tui.worker.plain_lines import is_json, parse_plain
+from grpo_tui.worker.stopping import RepeatWatch, RowStops, cut_at_stop
+
+
+class CharTokenizer:
+    """One character per token id."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def feed(stops: RowStops, text: str, row: int = 0) -> tuple[int, str | None]:
+    for i, ch in enumerate(text):
+        if reason := stops.push(row, ord(ch)):
+            return i + 1, reason
+    return len(text), None
+
+
+def test_stop_string_ends_the_row_on_the_token_that_completes_it() -> None:
+    stops = RowStops(2, CharTokenizer(), stops=["</answer>"])
+    used, reason = feed(stops, "x <answer>4</answer> and more")
+    assert reason == "stop" and used == len("x <answer>4</answer>")
+    assert feed(stops, "no stop here at all", row=1) == (19, None)
+    assert cut_at_stop("x <answer>4</answer>", ["</answer>"]) == ("x <answer>4", True)
+    assert cut_at_stop("abc", ["z", ""]) == ("abc", False)
+    assert cut_at_stop("a;b.c", [".", ";"]) == ("a", True)  # the earliest one wins
+
+
+def test_repetition_needs_k_copies_of_the_ngram() -> None:
+    watch = RepeatWatch(n=2, count=3)
+    hits = [watch.push(t) for t in [5, 1, 2, 1, 2, 1, 2]]
+    assert hits == [False] * 6 + [True]  # "1 2" three times: stopped at the 7th token
+    assert not any(RepeatWatch(2, 3).push(t) for t in [1, 2, 1, 2, 3, 1, 2, 1])  # broken run restarts
+    w = RepeatWatch(1, 4)
+    assert [w.push(7) for _ in range(4)] == [False, False, False, True]
+
+
+def test_rules_off_by_default() -> None:
+    stops = RowStops(1, CharTokenizer())
+    assert not stops.active
+    assert feed(RowStops(1, CharTokenizer(), ngram=3, count=2), "abcabc") == (6, "repetition")
+
+
+@pytest.mark.parametrize(
+    "line,command",
+    [("PAUSE", m.Pause()), ("  resume \r", m.Resume()), ("SAVE_CHECKPOINT", m.SaveCheckpoint()),
+     ("STOP", m.Stop()), ("SET sample_display=all", m.SetSampleDisplay(mode="all")),
+     ("set Sample_Display = random", m.SetSampleDisplay(mode="random"))],
+)
+def test_plain_lines_become_commands(line: str, command: m.Command) -> None:
+    assert parse_plain(line) == command
+
+
+def test_unknown_plain_lines_are_explained() -> None:
+    for line, words in [("HALT", "unknown command line 'HALT'"), ("SET sample_display=some", "not one of"),
+                        ("SET speed=2", "unknown setting")]:
+        answer = parse_plain(line)
+        assert isinstance(answer, str) and words in answer
+    assert "PAUSE" in str(parse_plain("HALT"))
+    assert is_json(' {"type": "pause"}') and not is_json("PAUSE")
+
+
+def test_reference_blas_warning_names_the_fix() -> None:
+    ref = "/venv/lib/python3.11/site-packages/mlx_cpu.libs/libblas-bd8a282c.so.3.10.0"
+    assert is_reference_blas(ref)
+    assert not is_reference_blas("/venv/lib/libmkl_rt.so.2")
+    assert not is_reference_blas("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3")
+    warning = slow_blas_warning(ref, "linux", "x86_64")
+    assert warning and "pip install mkl" in warning and "runtime.blas" in warning
+    assert "libopenblas0" in str(slow_blas_warning(ref, "linux", "aarch64"))
+    assert slow_blas_warning(ref, "darwin", "arm64") is None
+    assert slow_blas_warning("/venv/lib/libmkl_rt.so.2", "linux", "x86_64") is None
+
+
+def test_eval_schedule() -> None:
+    assert [s for s in range(0, 201) if due(s, 200, 50, True, True)] == [0, 50, 100, 150, 200]
+    assert [s for s in range(0, 11) if due(s, 10, 4, False, True)] == [4, 8, 10]
+    assert [s for s in range(0, 11) if due(s, 10, 0, False, False)] == []
+    assert [list(r) for r in chunks(5, 2)] == [[0, 1], [2, 3], [4]]
+
+
+def test_eval_tally_pass_at_k() -> None:
+    tally = EvalTally(num_samples=2, accuracy_label="accuracy")
+    tally.add({"accuracy": [1.0, 0.0, 0.0, 0.0]}, [1.0, 0.0, 0.0, 0.0], [3, 5, 4, 4], ["stop"] * 3 + ["length"])
+    tally.add({"accuracy": [0.0, 1.0]}, [0.0, 1.0], [2, 2], ["stop", "stop"])
+    s = tally.summary()
+    assert s["num_prompts"] == 3 and s["accuracy"] == pytest.approx(2 / 6)
+    assert s["pass_at_k"] == pytest.approx(2 / 3)
+    assert s["clipped_ratio"] == pytest.approx(1 / 6)
+    assert EvalTally(num_samples=1, accuracy_label=None).summary()["accuracy"] is None

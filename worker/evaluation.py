@@ -1,0 +1,86 @@
+"""Evaluation on the held-out prompts: when it runs and what it reports, as pure functions.
+
+The engine generates the completions batch by batch (so the worker answers commands between
+batches); this module decides the schedule and folds the scored batches into one ``Eval`` result:
+each reward's mean, the accuracy reward's mean (when one is configured) and, with
+``num_samples`` = k > 1, pass@k — the share of prompts with at least one correct sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a correct answer
+
+
+def due(step: int, total_steps: int, every: int, at_start: bool, at_end: bool) -> bool:
+    """Whether to evaluate once ``step`` steps are done (step 0: before the first update)."""
+    if step == 0:
+        return at_start
+    if step == total_steps and at_end:
+        return True
+    return every > 0 and step % every == 0
+
+
+def eval_seed(seed: int, step: int) -> int:
+    """The MLX seed of the evaluation at ``step``: its own stream, so the same eval samples the same
+    way after a resume. (Each training step reseeds from (seed, step), so an evaluation between
+    steps leaves the training stream as it was.)"""
+    return (seed * 1_000_003 + step + 0x5EED_E7A1) % 2**32
+
+
+def chunks(count: int, size: int) -> list[range]:
+    """``range(count)`` in consecutive pieces of at most ``size`` (the yield points)."""
+    size = max(1, size)
+    return [range(i, min(count, i + size)) for i in range(0, count, size)]
+
+
+@dataclass
+class EvalTally:
+    """Scores accumulated over the batches of one evaluation, prompt by prompt."""
+
+    num_samples: int
+    accuracy_label: str | None = None
+    scores: dict[str, list[float | None]] = field(default_factory=dict)
+    totals: list[float | None] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    finish: list[str] = field(default_factory=list)
+    prompts: int = 0
+
+    def add(self, per_fn: dict[str, list[float | None]], totals: list[float | None], lengths: list[int],
+            finish: list[str]) -> None:
+        """One batch: ``num_samples`` consecutive completions per prompt."""
+        for label, values in per_fn.items():
+            self.scores.setdefault(label, []).extend(values)
+        self.totals.extend(totals)
+        self.lengths.extend(lengths)
+        self.finish.extend(finish)
+        self.prompts += len(totals) // max(1, self.num_samples)
+
+    def summary(self) -> dict[str, object]:
+        """``rewards`` (label -> mean), ``reward``, ``accuracy``, ``pass_at_k``, lengths and counts."""
+        k = max(1, self.num_samples)
+        accuracy = pass_at_k = None
+        if self.accuracy_label is not None and self.accuracy_label in self.scores:
+            acc = self.scores[self.accuracy_label]
+            accuracy = _mean(acc)
+            if k > 1:
+                groups = [acc[i : i + k] for i in range(0, len(acc), k)]
+                judged = [g for g in groups if any(v is not None for v in g)]
+                if judged:
+                    pass_at_k = sum(any(v is not None and v >= CORRECT for v in g) for g in judged) / len(judged)
+        return {
+            "rewards": {label: _mean(values) for label, values in self.scores.items()},
+            "reward": _mean(self.totals),
+            "accuracy": accuracy,
+            "pass_at_k": pass_at_k,
+            "completion_mean_length": _mean([float(n) for n in self.lengths]),
+            "clipped_ratio": (sum(f != "stop" for f in self.finish) / len(self.finish)) if self.finish else None,
+            "num_prompts": self.prompts,
+            "num_samples": k,
+        }
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and v == v]
+    return sum(kept) / len(kept) if kept else None
