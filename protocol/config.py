@@ -20,8 +20,10 @@ import msgspec
 
 from grpo_tui.protocol.messages import SampleDisplay
 
+from .config_base import SEP, Section, invalid
+from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
+
 BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema")
-_SEP = "\x1f"  # separates "field" from "message" in errors raised by __post_init__
 
 
 class ConfigError(ValueError):
@@ -35,12 +37,7 @@ class ConfigError(ValueError):
         super().__init__(f"{file}: {text}" if file else text)
 
 
-def _invalid(field: str, value: Any, expected: str) -> ValueError:
-    return ValueError(f"{field}{_SEP}{value!r} {expected}")
-
-
-class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    pass
+_SEP, _invalid, _Section = SEP, invalid, Section
 
 
 class LoraConfig(_Section):
@@ -107,6 +104,7 @@ class GrpoConfig(_Section):
     scale_rewards: Literal["group", "batch", "none"] = "group"
     importance_sampling_level: Literal["token", "sequence"] = "token"
     mask_truncated_completions: bool = False
+    mask_repetition_completions: bool = False  # also drop finish = "repetition" completions
     num_iterations: int = 1
 
     def __post_init__(self) -> None:
@@ -132,6 +130,9 @@ class GenerationConfig(_Section):
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     enable_thinking: bool = False
+    stop: list[str] = []  # stop strings (vLLM / TRL); the text is cut before them
+    repetition_stop_ngram: int = 0  # end a completion repeating one n-gram ...
+    repetition_stop_count: int = 0  # ... this many times in a row; 0 = off
 
     def __post_init__(self) -> None:
         if self.max_completion_length < 1:
@@ -146,6 +147,7 @@ class GenerationConfig(_Section):
             raise _invalid("min_p", self.min_p, "must be in [0, 1)")
         if self.repetition_penalty <= 0:
             raise _invalid("repetition_penalty", self.repetition_penalty, "must be > 0")
+        check_stops(self)
 
 
 class TrainingConfig(_Section):
@@ -158,6 +160,10 @@ class TrainingConfig(_Section):
     weight_decay: float = 0.0
     seed: int = 0
     nan_patience: int = 3  # consecutive non-finite steps before an emergency checkpoint
+    lr_scheduler_type: SchedulerType = "constant"  # TRL / transformers names and formulas
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    min_lr_rate: float = 0.0  # cosine_with_min_lr's floor, a fraction of learning_rate
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0:
@@ -182,6 +188,7 @@ class TrainingConfig(_Section):
             raise _invalid("weight_decay", self.weight_decay, "must be >= 0")
         if self.nan_patience < 1:
             raise _invalid("nan_patience", self.nan_patience, "must be at least 1")
+        check_schedule(self)
 
 
 class CheckpointConfig(_Section):
@@ -235,6 +242,7 @@ class Config(_Section):
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     display: DisplayConfig = msgspec.field(default_factory=DisplayConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    eval: EvalConfig | None = None  # held-out evaluation when the [eval] table is present
 
     def __post_init__(self) -> None:
         if not self.rewards:

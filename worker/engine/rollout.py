@@ -25,6 +25,7 @@ from grpo_tui.protocol.config import GenerationConfig
 
 from .accel import fastgen
 from .plan import EnginePlan
+from .stopping import cut_at_stop, make_row_stops
 
 # A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
 # MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".
@@ -95,6 +96,7 @@ def generate(
     the compiled loop runs wherever it can, with MLX's own kernels."""
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
+    rules = make_row_stops(len(prompts) * n, tokenizer, gen)
     fast = plan.fast_rollout if plan is not None else fastgen.supports(model, gen.repetition_penalty)
     if fast:
         # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
@@ -102,27 +104,33 @@ def generate(
         normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
         tokens, stopped, sampled = fastgen.generate_tokens(
             model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
-            fast_exp=plan is not None and plan.cpu_kernels, decode=decode,
+            fast_exp=plan is not None and plan.cpu_kernels, decode=decode, row_stops=rules,
         )
     else:
-        tokens, stopped, sampled = _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs)
+        tokens, stopped, sampled = _batch_generator(
+            model, prompts, n, gen, stop_ids, sampler, processors, logprobs, rules
+        )
     out = []
     for i, ids in enumerate(tokens):
         body = ids[:-1] if stopped[i] else ids
+        text, early = tokenizer.decode(body), rules.reasons[i] if rules is not None else None
+        if early == "stop":
+            text = cut_at_stop(text, gen.stop)[0]  # vLLM's default: the stop string is not in the text
         out.append(
             Completion(
                 prompt_index=i // n,
                 token_ids=ids,
-                text=tokenizer.decode(body),
-                finish_reason=finish_reason(body, stopped[i]),
+                text=text,
+                finish_reason=early or finish_reason(body, stopped[i]),
                 sampling_logprobs=sampled[i],
             )
         )
     return out
 
 
-def _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs):
-    """mlx-lm's continuous batching: any architecture, any logits processor."""
+def _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logprobs, rules=None):
+    """mlx-lm's continuous batching: any architecture, any logits processor. A row that ``rules``
+    end is removed from the batch (the rest keep going)."""
     total = len(prompts) * n
     generator = BatchGenerator(
         model,
@@ -139,8 +147,12 @@ def _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logp
     tokens: list[list[int]] = [[] for _ in flat]
     picked: list[tuple[list[int], mx.array]] = []  # (rows, their sampled tokens' log-probs) per decode step
     stopped = [False] * total
+    ended: set[int] = set()
     try:
         while responses := generator.next_generated():
+            responses = [r for r in responses if slot[r.uid] not in ended]
+            if not responses:
+                continue
             rows = [slot[r.uid] for r in responses]
             if logprobs:
                 # One small array per decode step, evaluated right away: holding every token's
@@ -152,6 +164,9 @@ def _batch_generator(model, prompts, n, gen, stop_ids, sampler, processors, logp
                 tokens[i].append(r.token)
                 if r.finish_reason == "stop":
                     stopped[i] = True
+                elif r.finish_reason is None and rules is not None and rules.push(i, r.token):
+                    ended.add(i)
+                    generator.remove([r.uid])
     finally:
         generator.close()
 

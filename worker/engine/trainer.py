@@ -24,6 +24,7 @@ from grpo_tui.protocol.messages import finite
 
 from ..records import Generation, StepOutput
 from . import data, model as model_io, plan as engine_plan, rollout
+from .schedule import scheduled_lr
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
@@ -36,6 +37,13 @@ from .update import make_optimizer, optimize_pass
 __all__ = ["Trainer", "RewardError", "default_log"]
 
 MB = 1024 * 1024
+
+
+def _masked(grpo, finish: str) -> bool:
+    """Whether a completion is left out of the loss (``mask_*_completions``)."""
+    return (grpo.mask_truncated_completions and finish != "stop") or (
+        grpo.mask_repetition_completions and finish == "repetition"
+    )
 
 
 def default_log(level: str, message: str) -> None:
@@ -120,6 +128,8 @@ class Trainer:
         on_phase("training")
         t0 = time.perf_counter()
         batches = self._micro_batches(examples, completions, advantages.tolist())
+        # A pure function of the step: a resumed run continues the same sequence.
+        self.optimizer.learning_rate = scheduled_lr(step, cfg.training, self.total_steps)
         self.model.train()
         passes = [
             optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
@@ -191,7 +201,7 @@ class Trainer:
         batches = []
         for k in range(steps):
             part = completions[k * per : (k + 1) * per]
-            keep = [not (cfg.grpo.mask_truncated_completions and c.finish_reason != "stop") for c in part]
+            keep = [not _masked(cfg.grpo, c.finish_reason) for c in part]
             batch = pack(
                 [examples[c.prompt_index].prompt_ids for c in part],
                 [c.token_ids for c in part],

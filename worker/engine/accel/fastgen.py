@@ -20,7 +20,7 @@ the plan's ``fast_rollout`` decides, and ``rollout.generate`` uses ``BatchGenera
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -101,12 +101,15 @@ def generate_tokens(
     normalized: bool = True,
     fast_exp: bool = False,
     decode: DecodeStep | None = None,
+    row_stops: Any = None,
 ) -> tuple[list[list[int]], list[bool], list[list[float]]]:
     """``n`` completions per prompt, row ``i * n + j``: (token ids with the stop token, stopped,
     sampled tokens' log-probs when ``logprobs``). ``normalized=False`` hands the sampler raw logits
     (fine for greedy and plain temperature sampling, which ignore a constant shift) and saves a
     vocabulary-wide logsumexp per token. ``fast_exp``: the plan's ``cpu_kernels``. ``decode``: the
-    model's compiled step, kept between rollouts (a fresh one without it)."""
+    model's compiled step, kept between rollouts (a fresh one without it). ``row_stops``: the
+    early-stop rules (``engine.stopping.RowStops``: ``push(row, token)`` answers a reason to end the
+    row, or None); a row they end is not ``stopped`` and has no stop token."""
     rows = len(prompts) * n
     width = max(len(p) for p in prompts)
     length = -(-(width + max_tokens) // BUCKET) * BUCKET
@@ -142,6 +145,7 @@ def generate_tokens(
     out: list[list[int]] = [[] for _ in range(rows)]
     lps: list[list[float]] = [[] for _ in range(rows)]
     stopped = [False] * rows
+    ended = [False] * rows  # stopped, or ended early by a rule
     for t in range(max_tokens):
         if t + 1 < max_tokens:
             logits, *kv = decode(token[:, None], mx.array(width + t), left_pad, *kv)
@@ -150,14 +154,16 @@ def generate_tokens(
         ids = token.tolist()
         values = picked.tolist() if logprobs else None
         for i, tok in enumerate(ids):
-            if stopped[i]:
+            if ended[i]:
                 continue
             out[i].append(tok)
             if values is not None:
                 lps[i].append(values[i])
             if tok in stop_ids:
-                stopped[i] = True
-        if all(stopped) or t + 1 == max_tokens:
+                stopped[i] = ended[i] = True
+            elif row_stops is not None and row_stops.push(i, tok):
+                ended[i] = True
+        if all(ended) or t + 1 == max_tokens:
             break
         token, picked = next_token, next_picked
     return out, stopped, lps

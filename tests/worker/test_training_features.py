@@ -10,7 +10,7 @@ import time
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.schedule import lr_at
+from grpo_tui.worker.engine.schedule import lr_at
 from tests.worker_harness import (
     FAULTY_TRAINER, ROOT, WorkerProcess, query, reward_config, tiny_model, write_config,
 )  # fmt: skip

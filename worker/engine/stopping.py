@@ -72,17 +72,20 @@ class RowStops:
         decode = getattr(tokenizer, "decode", None)
         self._strings = [StopWatch(decode, self.stops) for _ in range(rows)] if self.stops else None
         self._repeats = [RepeatWatch(ngram, count) for _ in range(rows)] if self.repeat else None
+        self.reasons: list[str | None] = [None] * rows  # why each row ended early, if it did
 
     @property
     def active(self) -> bool:
         return bool(self._strings or self._repeats)
 
     def push(self, row: int, token: int) -> str | None:
+        reason = None
         if self._strings is not None and self._strings[row].push(token):
-            return "stop"
-        if self._repeats is not None and self._repeats[row].push(token):
-            return "repetition"
-        return None
+            reason = "stop"
+        elif self._repeats is not None and self._repeats[row].push(token):
+            reason = "repetition"
+        self.reasons[row] = reason
+        return reason
 
 
 def make_row_stops(rows: int, tokenizer: Any, gen: Any) -> RowStops | None:

@@ -12,10 +12,12 @@ Because the rate is a function of the step alone, resuming needs no scheduler st
 from __future__ import annotations
 
 import math
-from typing import Literal
+import typing
 
-SchedulerType = Literal["constant", "linear", "cosine", "constant_with_warmup", "cosine_with_min_lr"]
-SCHEDULER_TYPES: tuple[str, ...] = ("constant", "linear", "cosine", "constant_with_warmup", "cosine_with_min_lr")
+from grpo_tui.protocol.config import TrainingConfig
+from grpo_tui.protocol.config_eval import SchedulerType
+
+SCHEDULER_TYPES: tuple[str, ...] = typing.get_args(SchedulerType)
 
 
 def warmup_steps(total_steps: int, steps: int = 0, ratio: float = 0.0) -> int:
@@ -55,3 +57,11 @@ def lr_at(
     """The learning rate of the update made at ``step`` (1-based) of a ``total_steps`` run."""
     warmup = warmup_steps(total_steps, warmup_steps_, warmup_ratio)
     return base_lr * lr_factor(kind, max(0, step - 1), warmup, total_steps, min_lr_rate)
+
+
+def scheduled_lr(step: int, training: TrainingConfig, total_steps: int) -> float:
+    """``lr_at`` with a ``[training]`` table's settings."""
+    return lr_at(
+        step, training.learning_rate, training.lr_scheduler_type, total_steps,
+        warmup_steps_=training.warmup_steps, warmup_ratio=training.warmup_ratio, min_lr_rate=training.min_lr_rate,
+    )  # fmt: skip

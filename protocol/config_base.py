@@ -1,0 +1,19 @@
+"""The base of every config section and the error helper that names the key (shared by
+``config`` and ``config_eval``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+SEP = "\x1f"  # separates "field" from "message" in errors raised by __post_init__
+
+
+def invalid(field: str, value: Any, expected: str) -> ValueError:
+    """The error a section's ``__post_init__`` raises; ``config`` turns it into ``section.field: …``."""
+    return ValueError(f"{field}{SEP}{value!r} {expected}")
+
+
+class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
