@@ -15,7 +15,7 @@ import msgspec
 
 PROTOCOL_VERSION = 1
 
-Phase = Literal["loading", "generating", "scoring", "training", "saving", "idle"]
+Phase = Literal["loading", "generating", "scoring", "training", "evaluating", "saving", "idle"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 CheckpointKind = Literal["periodic", "manual", "final", "emergency"]
 SampleDisplay = Literal["all", "best_worst", "random"]
@@ -167,6 +167,22 @@ class Sample(_Message):
     tool_calls: list[ToolCall] = []
 
 
+class Eval(_Message):
+    """A held-out evaluation (``[eval]``), after ``step`` steps (0: before the first update)."""
+
+    step: int
+    rewards: dict[str, float | None] = {}  # each reward function's mean
+    reward: float | None = None  # the weighted total's mean
+    accuracy: float | None = None  # the accuracy reward's mean, when one is configured
+    pass_at_k: float | None = None  # num_samples > 1: prompts with at least one correct sample
+    num_prompts: int = 0
+    num_samples: int = 1
+    greedy: bool = True
+    completion_mean_length: float | None = None
+    clipped_ratio: float | None = None
+    seconds: float = 0.0
+
+
 class Checkpoint(_Message):
     path: str
     step: int
@@ -215,6 +231,7 @@ Event = Union[
     EpochStart,
     Step,
     Sample,
+    Eval,
     Checkpoint,
     EpochEnd,
     Log,

@@ -14,7 +14,7 @@ from typing import Any
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Metric columns of ``steps``: every field of the ``step`` message, clip_ratio flattened and the
 # per-function reward means stored as JSON.
@@ -103,8 +103,29 @@ CREATE TRIGGER generations_ad AFTER DELETE ON generations BEGIN
 END;
 """
 
+# Held-out evaluations (``eval`` frames), one row per evaluation.
+_V2 = """
+CREATE TABLE evals (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    reward REAL,
+    accuracy REAL,
+    pass_at_k REAL,
+    rewards TEXT,
+    num_prompts INTEGER NOT NULL,
+    num_samples INTEGER NOT NULL,
+    greedy INTEGER NOT NULL,
+    completion_mean_length REAL,
+    clipped_ratio REAL,
+    seconds REAL,
+    created_at REAL NOT NULL,
+    UNIQUE (run_id, step)
+);
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
 
 
 class StoreError(RuntimeError):

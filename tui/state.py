@@ -174,7 +174,7 @@ class RunState:
 
     def _on_status(self, e: m.Status) -> set[Part]:
         self.phase, self.phase_message = e.phase, e.message
-        if self.status in ("starting", "restarting") and e.phase in ("generating", "scoring", "training"):
+        if self.status in ("starting", "restarting") and e.phase in ("generating", "scoring", "training", "evaluating"):
             self.status = "running"
         return {"header"}
 

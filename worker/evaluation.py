@@ -8,7 +8,11 @@ each reward's mean, the accuracy reward's mean (when one is configured) and, wit
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_tui.protocol import messages as m
 
 CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a correct answer
 
@@ -84,3 +88,31 @@ class EvalTally:
 def _mean(values: list[float | None]) -> float | None:
     kept = [v for v in values if v is not None and v == v]
     return sum(kept) / len(kept) if kept else None
+
+
+async def run_eval(loop: Any, step: int) -> m.Eval | None:
+    """Evaluate after ``step`` steps on the MLX thread, one batch at a time; between batches the
+    loop handles a requested save or pause, and a stop abandons the evaluation (None).
+    ``loop`` is the worker's ``TrainingLoop``."""
+    cfg, trainer = loop.config.eval, loop.trainer
+    count = trainer.eval_size if cfg.limit <= 0 else min(cfg.limit, trainer.eval_size)
+    accuracy = next((r.label for r in loop.config.rewards if r.name == "accuracy"), None)
+    tally = EvalTally(num_samples=cfg.num_samples, accuracy_label=accuracy)
+    parts = chunks(count, cfg.batch_size)
+    started = time.perf_counter()
+    for i, part in enumerate(parts):
+        loop.phase = "evaluating"
+        loop.emit(m.Status(phase="evaluating", message=f"evaluating at step {step}: batch {i + 1}/{len(parts)}"))
+        batch = await loop.mlx(_one_batch, trainer, list(part), cfg, eval_seed(loop.config.training.seed, step) + i)
+        tally.add(batch.per_fn, batch.totals, batch.lengths, batch.finish)
+        loop.phase = "idle"
+        await loop.between_batches()
+        if loop.control.stop_reason is not None:
+            loop.log("info", f"evaluation at step {step} abandoned: the run is stopping")
+            return None
+    result = m.Eval(step=step, greedy=cfg.greedy, seconds=time.perf_counter() - started, **tally.summary())
+    return result
+
+
+def _one_batch(trainer: Any, indices: list[int], cfg: Any, seed: int) -> Any:
+    return trainer.evaluate_batch(indices, greedy=cfg.greedy, num_samples=cfg.num_samples, seed=seed)

@@ -48,6 +48,14 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
         )
     if isinstance(event, m.ResumeState):
         return f"resumed at step {event.step} (epoch {event.epoch + 1}/{event.total_epochs})"
+    if isinstance(event, m.Eval):
+        rewards = " ".join(f"{k} {_fmt(v, '.3f')}" for k, v in event.rewards.items())
+        k = f" | pass@{event.num_samples} {_fmt(event.pass_at_k, '.3f')}" if event.num_samples > 1 else ""
+        how = "greedy" if event.greedy else f"sampled x{event.num_samples}"
+        return (
+            f"eval at step {event.step} | {event.num_prompts} prompts, {how} | accuracy {_fmt(event.accuracy, '.3f')}"
+            f"{k} | reward {_fmt(event.reward, '.3f')} | {rewards} | {event.seconds:.2f} s"
+        )
     if isinstance(event, m.Checkpoint):
         return f"checkpoint ({event.kind}) step {event.step}: {event.path}"
     if isinstance(event, m.EpochEnd):

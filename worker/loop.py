@@ -27,6 +27,7 @@ from grpo_tui.protocol.layout import RUN_LOG_FILE, checkpoint_dir_name, last_goo
 
 from . import checkpoint as ckpt
 from .control import Control, choose_samples
+from .evaluation import due, run_eval
 from .frames import Emitter
 from .records import StepOutput, Trainer
 from .store import Store
@@ -213,6 +214,8 @@ class TrainingLoop:
                 steps_per_epoch=trainer.steps_per_epoch, history=history, aggregates=aggregates,
             )
         )  # fmt: skip
+        for done in await self.store.evals(self.run_id) if self.store else []:
+            self.emit(done)  # the eval curve so far
         self.log("info", f"resumed from {path} at step {state.step}")
 
     def _position(self, step: int) -> tuple[int, int]:
@@ -229,6 +232,8 @@ class TrainingLoop:
         if self.step >= total:
             self.log("info", f"the run is already complete ({self.step} steps); set checkpoint.resume = false to restart")
         first = True
+        if self.step == 0:
+            await self._maybe_eval(0)
         while self.step < total:
             await self._between_steps()
             if self.control.stop_reason is not None:
@@ -238,6 +243,20 @@ class TrainingLoop:
         self.control.pause_requested = False  # nothing left to pause; a requested save still happens
         await self._between_steps()
         return await self._finish()
+
+    async def _maybe_eval(self, step: int) -> None:
+        e = self.config.eval
+        if e is None or not due(step, self.trainer.total_steps, e.every, e.at_start, e.at_end):
+            return
+        result = await run_eval(self, step)
+        if result is not None:
+            if self.store is not None:
+                await self.store.write_eval(self.run_id, result)
+            self.emit(result)
+
+    async def between_batches(self) -> None:
+        """Between two batches of a long evaluation: the same as between steps."""
+        await self._between_steps()
 
     async def _between_steps(self) -> None:
         """Handle a requested save and pause; while paused, wait for resume or stop."""
@@ -281,6 +300,7 @@ class TrainingLoop:
         for gen in choose_samples(output.generations, self.control.display, rng):
             self.emit(gen.to_sample(step, self.config.grpo.group_size))
         self.epoch_metrics.append((output.metrics.loss, output.metrics.reward))
+        await self._maybe_eval(step)  # before the step's checkpoint: a kill mid-eval replays both
         await self._after_step(output)
         if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:
             self._epoch_end(epoch)

@@ -54,6 +54,16 @@ class StepOutput:
     generations: list[Generation]
 
 
+@dataclass
+class EvalBatch:
+    """One batch of a held-out evaluation: ``num_samples`` consecutive completions per prompt."""
+
+    per_fn: dict[str, list[float | None]]  # each reward function's scores
+    totals: list[float | None]  # weighted sums
+    lengths: list[int]  # completion tokens
+    finish: list[str]  # finish reasons
+
+
 @runtime_checkable
 class Trainer(Protocol):
     """What the worker loop uses of a trainer: ``engine.trainer.Trainer``, or a test fake loaded

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiosqlite
 
+from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import STORE_FILE
 from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
 from grpo_tui.protocol.schema import migrate, step_row
@@ -98,7 +99,7 @@ class Store:
             if cur.rowcount == 0:
                 return False
             # tool_calls and the FTS index follow generations through ON DELETE CASCADE / triggers.
-            for table in ("generations", "steps", "logs"):
+            for table in ("generations", "steps", "logs", "evals"):
                 await db.execute(f"DELETE FROM {table} WHERE run_id=? AND step>?", (run_id, step))
         return True
 
@@ -144,6 +145,32 @@ class Store:
             for gen in output.generations:
                 await self._write_generation(db, run_id, output.metrics.step, gen, now)
             await self._write_logs(db, run_id)
+
+    async def write_eval(self, run_id: int, e: m.Eval) -> None:
+        """One evaluation (replacing an earlier one at the same step: a resume replays it)."""
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT OR REPLACE INTO evals (run_id, step, reward, accuracy, pass_at_k, rewards, num_prompts, "
+                "num_samples, greedy, completion_mean_length, clipped_ratio, seconds, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id, e.step, finite(e.reward), finite(e.accuracy), finite(e.pass_at_k), json.dumps(e.rewards),
+                    e.num_prompts, e.num_samples, int(e.greedy), finite(e.completion_mean_length),
+                    finite(e.clipped_ratio), e.seconds, time.time(),
+                ),
+            )  # fmt: skip
+            await self._write_logs(db, run_id)
+
+    async def evals(self, run_id: int) -> list[m.Eval]:
+        """The run's evaluations, oldest first (sent again after a resume)."""
+        sql = "SELECT step, reward, accuracy, pass_at_k, rewards, num_prompts, num_samples, greedy, seconds FROM evals "
+        async with self._conn.execute(sql + "WHERE run_id=? ORDER BY step", (run_id,)) as cur:
+            rows = await cur.fetchall()
+        return [
+            m.Eval(step=r[0], reward=r[1], accuracy=r[2], pass_at_k=r[3], rewards=json.loads(r[4] or "{}"),
+                   num_prompts=r[5], num_samples=r[6], greedy=bool(r[7]), seconds=r[8] or 0.0)
+            for r in rows
+        ]  # fmt: skip
 
     async def _write_generation(
         self, db: aiosqlite.Connection, run_id: int, step: int, gen: Generation, now: float

@@ -22,7 +22,7 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 
 from grpo_tui.protocol.messages import finite
 
-from ..records import Generation, StepOutput
+from ..records import EvalBatch, Generation, StepOutput
 from . import data, model as model_io, plan as engine_plan, rollout
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
@@ -241,16 +241,29 @@ class Trainer:
 
     # ------------------------------------------------------------ evaluation
 
-    def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:
-        """Mean score of each reward function on the eval split (greedy, one completion per prompt)."""
-        examples = (self.eval_dataset or self.dataset)[:limit]
+    @property
+    def eval_size(self) -> int:
+        """Prompts available to ``[eval]``: the eval split, else the training prompts."""
+        return len(self.eval_dataset or self.dataset)
+
+    def evaluate_batch(self, indices: list[int], *, greedy: bool, num_samples: int, seed: int | None) -> EvalBatch:
+        """Completions for eval prompts ``indices``, scored with the run's rewards. Seeds MLX with
+        ``seed`` when given (its own stream: the next training step reseeds from its step)."""
+        examples = [(self.eval_dataset or self.dataset)[i] for i in indices]
+        if seed is not None:
+            mx.random.seed(seed % 2**32)
         self.model.eval()
         completions = rollout.generate(
-            self.model, self.tokenizer, [e.prompt_ids for e in examples], 1, self.config.generation, greedy=greedy,
-            plan=self.plan, decode=self.decode,
-        )
-        _, per_fn = self._score(examples, completions)
-        return {label: _mean(values) for label, values in per_fn.items()}
+            self.model, self.tokenizer, [e.prompt_ids for e in examples], num_samples, self.config.generation,
+            greedy=greedy, logprobs=False, plan=self.plan, decode=self.decode,
+        )  # fmt: skip
+        totals, per_fn = self._score([examples[c.prompt_index] for c in completions], completions)
+        return EvalBatch(per_fn, totals, [len(c.token_ids) for c in completions], [c.finish_reason for c in completions])
+
+    def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:
+        """Mean score of each reward function on the first ``limit`` eval prompts, one completion each."""
+        result = self.evaluate_batch(list(range(self.eval_size))[:limit], greedy=greedy, num_samples=1, seed=None)
+        return {label: _mean(values) for label, values in result.per_fn.items()}
 
     # ------------------------------------------------------------ checkpoints
 
