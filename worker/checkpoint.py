@@ -29,13 +29,14 @@ from grpo_tui.protocol.layout import (
     TMP_PREFIX as _TMP,
     TrainingState,
     is_periodic_dir_name,
+    parse_checkpoint_dir_name,
     read_state,
     write_state,
 )
 
 __all__ = [  # STATE_FILE, TrainingState and read_state are the worker's names for protocol/layout's
     "OPTIMIZER_FILE", "STATE_FILE", "Saver", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
-    "list_checkpoints", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
+    "list_checkpoints", "nan_stop_message", "resumable", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
 ]
 
 
@@ -147,10 +148,23 @@ def list_checkpoints(output_dir: Path) -> list[tuple[Path, TrainingState]]:
     return sorted(found, key=lambda item: (item[1].step, item[1].created_at))
 
 
+def resumable(path: Path, state: TrainingState) -> bool:
+    """Whether ``resume = "latest"`` may pick this checkpoint: periodic, manual and final ones.
+    Emergency checkpoints (possibly saved after non-finite steps) and last-good copies are
+    resumed only by an explicit path, so a restart never loops back into its own failure."""
+    parsed = parse_checkpoint_dir_name(path.name)
+    return parsed is not None and parsed[0] in ("periodic", "final") and state.kind != "emergency"
+
+
 def find_latest(output_dir: Path) -> tuple[Path, TrainingState] | None:
-    """The newest complete checkpoint (highest step, then most recently written)."""
-    found = list_checkpoints(output_dir)
+    """The newest resumable checkpoint (highest step, then most recently written)."""
+    found = [(p, s) for p, s in list_checkpoints(output_dir) if resumable(p, s)]
     return found[-1] if found else None
+
+
+def skipped_newer(output_dir: Path, step: int) -> list[Path]:
+    """Emergency and last-good checkpoints newer than ``step`` that "latest" passed over."""
+    return [p for p, s in list_checkpoints(output_dir) if s.step > step and not resumable(p, s)]
 
 
 def prune(output_dir: Path, keep_last: int) -> list[Path]:
@@ -178,3 +192,17 @@ def set_aside(output_dir: Path) -> Path | None:
     for path in old:
         os.rename(path, dest / path.name)
     return dest
+
+
+def nan_stop_message(streak: int, emergency: Path, last_good: Path | None, learning_rate: float) -> str:
+    """What the run says when it stops after ``streak`` non-finite steps: what was kept and what to do."""
+    where = (
+        f"resume from the last good checkpoint: --resume {last_good} (or checkpoint.resume = \"{last_good}\")"
+        if last_good is not None
+        else "start again with checkpoint.resume = false (no good checkpoint was saved before the failure)"
+    )
+    return (
+        f"training stopped: {streak} steps in a row had a non-finite loss or gradient (each update was skipped); "
+        f"saved {emergency} for inspection. To continue, lower training.learning_rate (now {learning_rate:g}) and "
+        f"{where}. \"latest\" never picks the emergency checkpoint."
+    )

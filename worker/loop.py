@@ -32,6 +32,7 @@ from .frames import Emitter
 from .records import StepOutput, Trainer
 from .store import Store
 
+NAN_EXIT = 3  # the exit status of a run stopped by non-finite steps (not a crash: no restart)
 # A signal saves an emergency checkpoint only when more steps than this would be lost.
 EMERGENCY_AFTER_STEPS = 3
 
@@ -65,7 +66,8 @@ class TrainingLoop:
         self.loaded: Trainer | None = None  # the engine's trainer, once loaded
         self.store: Store | None = None
         self.run_id = 0
-        self.last_ckpt: tuple[int, Path] | None = None  # (step, path) of the newest good checkpoint
+        self.last_ckpt: tuple[int, Path] | None = None  # (step, path) of the newest checkpoint saved
+        self.last_good: tuple[int, Path] | None = None  # ... or resumed from, not an emergency one
         self.phase: str = "loading"
         self.nan_streak = 0
         self.exit_code = 0
@@ -167,7 +169,11 @@ class TrainingLoop:
                 self.log("warning", f"resume = false: earlier checkpoints moved to {aside}")
             return None
         if resume == "latest":
-            return await self.mlx(ckpt.find_latest, self.output_dir)
+            found = await self.mlx(ckpt.find_latest, self.output_dir)
+            for path in await self.mlx(ckpt.skipped_newer, self.output_dir, found[1].step if found else -1):
+                self.log("info", f"resume = latest: not resuming from {path} (emergency and last-good "
+                                 "checkpoints are resumed only by path: --resume PATH)")
+            return found
         state = ckpt.read_state(Path(str(resume)))
         if state is None:
             message = f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE})"
@@ -197,6 +203,7 @@ class TrainingLoop:
             self.run_id = state.run_id
         self.control.step = state.step
         self.last_ckpt = (state.step, path)
+        self.last_good = (state.step, path) if state.kind != "emergency" else None
         if state.dataset_hash != trainer.dataset_hash or state.dataset_size != trainer.dataset_size:
             self.log(
                 "warning",
@@ -343,15 +350,19 @@ class TrainingLoop:
             await self._checkpoint(kind)
 
     async def _nan_emergency(self) -> None:
-        good = self.last_ckpt
+        """Save an emergency checkpoint, keep a copy of the last good one, and stop the run: more
+        steps at this learning rate would only fail again."""
+        good = self.last_good
         path = await self._checkpoint("emergency")
-        kept = ""
+        copy = None
         if good is not None and good[1].exists():
             copy = await self.mlx(ckpt.copy_checkpoint, good[1], self.output_dir, last_good_dir_name(good[0]))
-            kept = f"; the last good checkpoint is kept as {copy}"
-        message = f"{self.nan_streak} steps in a row had a non-finite loss or gradient; saved {path}{kept}"
+        lr = self.config.training.learning_rate
+        message = ckpt.nan_stop_message(self.nan_streak, path, copy, lr)
         self.log("error", message)
-        self.emit(m.Error(message=message, fatal=False))
+        self.emit(m.Error(message=message, fatal=True))
+        self.control.stop("nan")
+        self.exit_code = NAN_EXIT
 
     # ------------------------------------------------------------ checkpoints and the end
 
@@ -371,7 +382,7 @@ class TrainingLoop:
             for old in await self.mlx(ckpt.prune, self.output_dir, self.config.checkpoint.keep_last):
                 self.log("debug", f"pruned {old.name}")
         if kind != "emergency":
-            self.last_ckpt = (step, path)
+            self.last_ckpt = self.last_good = (step, path)
         if self.store is not None:
             await self.store.flush_logs(self.run_id)
         self.emit(m.Checkpoint(path=str(path), step=step, kind=kind))
@@ -379,12 +390,12 @@ class TrainingLoop:
         return path
 
     async def _finish(self) -> int:
-        completed = self.step >= self.trainer.total_steps
+        completed = self.step >= self.trainer.total_steps and self.control.stop_reason != "nan"
         reason = None if completed else self.control.stop_reason
         if reason in (None, "stop"):
             if not (self.last_ckpt and self.last_ckpt == (self.step, self.output_dir / "final")):
                 await self._checkpoint("final")
-        elif self.steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
+        elif reason != "nan" and self.steps_since_checkpoint() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
             await self._checkpoint("emergency")
         status: Literal["completed", "stopped"] = "completed" if completed else "stopped"
         await self.finish_store(status)

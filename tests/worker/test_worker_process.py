@@ -192,14 +192,14 @@ def test_sigterm_soon_after_a_checkpoint_exits_without_waiting_for_the_running_s
     assert query(db, "SELECT max(step) FROM generations") == query(db, "SELECT max(step) FROM steps") == [(1,)]
 
 
-def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_and_keep_the_last_good_one(tmp_path, tiny_model):
+def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_keep_the_last_good_one_and_stop(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"nan_patience": 2})
     worker = WorkerProcess(config, env={"GRPO_TUI_TRAINER": FAULTY_TRAINER, "FAKE_SKIP_STEPS": "3,4"})
     worker.wait_for(m.Complete)
-    assert worker.finish() == 0
-    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 2), ("emergency", 4), ("final", 4)]
-    warning = [e for e in worker.of(m.Error) if not e.fatal]
-    assert len(warning) == 1 and "2 steps in a row" in warning[0].message
+    assert worker.finish() == 3  # stopped, not completed; no final checkpoint of the failing weights
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 2), ("emergency", 4)]
+    errors = worker.of(m.Error)
+    assert len(errors) == 1 and errors[0].fatal and "2 steps in a row" in errors[0].message
     out = tmp_path / "out"
     assert (out / "last-good-2" / "training_state.json").exists()
     assert mlx_lm.load(str(out / "emergency-4"))[0] is not None
