@@ -30,6 +30,7 @@ from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.actions import DashboardKeys
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
+from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen
@@ -106,9 +107,11 @@ class GrpoApp(DashboardKeys):
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield Static(ZERO_STD_NOTE, id="zero-std")
-                with Grid(id="tiles"):
+                with Grid(id="tiles", classes="with-eval" if self.config.eval is not None else ""):
                     for key, title in METRICS:
                         yield MetricTile(key, title)
+                    if self.config.eval is not None:
+                        yield MetricTile("eval", "eval")
                 yield RewardChart(id="chart")
                 yield ProgressPanel(id="progress")
                 yield StatsPanel(id="stats")
@@ -232,7 +235,10 @@ class GrpoApp(DashboardKeys):
             for key, _ in METRICS:
                 note = "(no signal)" if key == "loss" and s.zero_std else ""
                 self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
-            self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"))
+            evals = s.eval_series()
+            self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals)
+            for tile in self.query("#tile-eval").results(MetricTile):
+                tile.show(evals[2], eval_note(s.evals))
             banner = self.query_one("#zero-std")
             if banner.display != s.zero_std:
                 banner.display = s.zero_std

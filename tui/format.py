@@ -100,3 +100,12 @@ def duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def eval_note(evals: list) -> str:
+    """The eval tile's note: which step the latest evaluation ran at, and its pass@k."""
+    if not evals:
+        return ""
+    last = evals[-1]
+    k = f" pass@{last.num_samples} {format_number(last.pass_at_k)}" if last.num_samples > 1 else ""
+    return f"@{last.step}{k}"

@@ -88,6 +88,7 @@ class RunState:
     last_step: m.Step | None = None
     samples: list[m.Sample] = field(default_factory=list)
     checkpoints: list[m.Checkpoint] = field(default_factory=list)
+    evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step
     total_tokens: int = 0
     error: str = ""
     complete: m.Complete | None = None
@@ -125,6 +126,11 @@ class RunState:
     def series(self, key: str) -> list[float | None]:
         return list(self.history[key])
 
+    def eval_series(self) -> tuple[str, list[int], list[float | None]]:
+        """The eval curve: (label, steps, values), accuracy when the run has an accuracy reward."""
+        key = "accuracy" if any(e.accuracy is not None for e in self.evals) else "reward"
+        return f"eval {key}", [e.step for e in self.evals], [finite(getattr(e, key)) for e in self.evals]
+
     # ------------------------------------------------------------ folding events
 
     def apply(self, event: m.Event) -> set[Part]:
@@ -152,6 +158,9 @@ class RunState:
             case m.Checkpoint():
                 self.checkpoints.append(event)
                 return {"checkpoints"}
+            case m.Eval():
+                self.evals = [e for e in self.evals if e.step != event.step] + [event]
+                return {"metrics"}
             case m.Paused() | m.Resumed():
                 if self.status != "stopping":
                     self.status = "paused" if isinstance(event, m.Paused) else "running"
@@ -193,6 +202,7 @@ class RunState:
         self.step, self.epoch, self.total_epochs = e.step, e.epoch, max(e.total_epochs, 1)
         self.step_in_epoch, self.steps_per_epoch = e.step_in_epoch, e.steps_per_epoch
         self.history_steps.clear()
+        self.evals = []  # the worker sends the stored ones again after resume_state
         for values in self.history.values():
             values.clear()
         for row in e.history:
@@ -233,7 +243,9 @@ class RunState:
         return {"samples"}
 
     def _on_complete(self, e: m.Complete) -> set[Part]:
-        self.complete, self.status, self.phase, self.ended_at = e, "done", "idle", self.clock()
+        # A run that stopped on a fatal error (e.g. non-finite steps) keeps showing the error.
+        status: RunStatus = "error" if self.status == "error" and e.status == "stopped" else "done"
+        self.complete, self.status, self.phase, self.ended_at = e, status, "idle", self.clock()
         self.phase_message = f"{e.status} after {e.total_steps} steps in {format_duration(e.seconds)}"
         return {"header", "bindings", "progress"}
 

@@ -40,3 +40,41 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
     assert process_gone(pid)
     assert any(c.kind == "final" for c in app.state.checkpoints)
     assert app.state.complete is not None and app.state.complete.status == "stopped"
+
+
+@pytest.mark.slow
+async def test_real_worker_eval_curve_and_tile(tmp_path, tiny_model):
+    rewards = '[[rewards]]\nname = "accuracy"\n'
+    config_path = write_config(tmp_path, tiny_model, rewards=rewards, eval={"every": 2, "limit": 2})
+    app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.complete is not None, timeout=120)
+        await pilot.pause(0.2)
+        assert [e.step for e in app.state.evals] == [0, 2, 4]
+        label, steps, values = app.state.eval_series()
+        assert label == "eval accuracy" and steps == [0, 2, 4] and None not in values
+        tile = str(app.query_one("#tile-eval .tile-value").render())
+        assert tile.startswith("eval ") and "@4" in tile
+        chart = app.query_one("#chart")
+        assert chart._eval == (label, steps, values)  # what the chart draws next
+        await pilot.press("q")
+
+
+@pytest.mark.slow
+async def test_a_nan_stop_is_not_restarted_and_says_what_to_do(tmp_path, tiny_model, monkeypatch):
+    from grpo_tui.tui.screens.crash import CrashScreen
+    from tests.worker_harness import FAULTY_TRAINER, reward_config
+
+    monkeypatch.setenv("GRPO_TUI_TRAINER", FAULTY_TRAINER)
+    monkeypatch.setenv("FAKE_SKIP_STEPS", "3,4")
+    config_path = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"nan_patience": 2, "max_steps": 6},
+    )  # fmt: skip
+    app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.complete is not None and not app.proc.running, timeout=120)
+        await pilot.pause(1.0)  # a crash restart would count down now
+        assert not isinstance(app.screen, CrashScreen) and app.restarts == 0
+        assert app.state.status == "error"
+        assert "learning_rate" in app.state.error and str(tmp_path / "out" / "last-good-2") in app.state.error
+        await pilot.press("q")

@@ -17,6 +17,7 @@ class RewardChart(PlotextPlot):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.smoothing = smoothing
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
+        self._eval: tuple[str, list[int], list[float | None]] = ("eval", [], [])
         self._stale = False
 
     def on_mount(self) -> None:
@@ -40,8 +41,14 @@ class RewardChart(PlotextPlot):
         self._draw()
         return self.smoothing
 
-    def show(self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None]) -> None:
+    def show(
+        self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None],
+        evals: tuple[str, list[int], list[float | None]] | None = None,
+    ) -> None:
+        """Reward and loss per step; ``evals`` (label, steps, values) adds the held-out curve."""
         self._data = (list(steps), list(reward), list(loss))
+        if evals is not None:
+            self._eval = evals
         self._stale = True
 
     def _draw(self) -> None:
@@ -56,5 +63,10 @@ class RewardChart(PlotextPlot):
             if points:
                 xs, ys = zip(*points)
                 plt.plot(list(xs), list(ys), label=label, color=color, yside=side, marker="braille")
+        label, at, values = self._eval
+        points = [(s, v) for s, v in zip(at, values) if v is not None]
+        if points:  # few points, not smoothed: each is one evaluation
+            xs, ys = zip(*points)
+            plt.plot(list(xs), list(ys), label=label, color="cyan", yside="left", marker="dot")
         plt.xlabel("step")
         self.refresh()
