@@ -2,7 +2,7 @@
 
 The Linux ``mlx[cpu]`` wheel links a reference BLAS (a 1024³ sgemm takes ~0.45 s on two cores
 instead of ~0.01 s). MLX resolves ``cblas_sgemm`` through the dynamic linker, so preloading MKL
-(PyPI ``mkl``, installed by the ``fast-blas`` extra) or OpenBLAS makes every matmul fast without
+(PyPI ``mkl``, a dependency on x86-64 Linux) or OpenBLAS makes every matmul fast without
 rebuilding anything. The dashboard starts the worker with the preload; the standalone worker
 re-executes itself the same way. macOS is left alone (Accelerate / Metal).
 
@@ -123,5 +123,5 @@ def describe(path: str) -> str:
     if "openblas" in name or "openblas" in path:
         return f"OpenBLAS ({path})"
     if "libblas" in name:
-        return f"reference BLAS ({path}) — slow; install grpo-tui[fast-blas]"
+        return f"reference BLAS ({path}) — slow; `pip install mkl` or set runtime.blas"
     return path

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 FAST_NAMES = ("mkl", "openblas", "blis", "accelerate")
+PREFIX = "slow BLAS:"  # the warning starts with this (the dashboard's header looks for it)
 
 
 def is_reference_blas(path: str) -> bool:
@@ -34,6 +35,6 @@ def slow_blas_warning(active: str, system: str | None = None, machine: str | Non
     else:
         fix = "install OpenBLAS (e.g. `apt install libopenblas0`)"
     return (
-        f"slow BLAS: MLX is using the reference BLAS ({active}); training steps are several times slower. "
+        f"{PREFIX} MLX is using the reference BLAS ({active}); training steps are several times slower. "
         f"Fix: {fix}, or set runtime.blas to the path of a libopenblas or libmkl_rt library."
     )

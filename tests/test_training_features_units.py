@@ -98,3 +98,18 @@ def test_eval_tally_pass_at_k() -> None:
     assert s["pass_at_k"] == pytest.approx(2 / 3)
     assert s["clipped_ratio"] == pytest.approx(1 / 6)
     assert EvalTally(num_samples=1, accuracy_label=None).summary()["accuracy"] is None
+
+
+def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:
+    from grpo_tui.tui.state import RunState
+
+    state = RunState(clock=lambda: 0.0)
+    assert state.apply(m.Log(level="warning", message=str(slow_blas_warning("/x/libblas.so.3", "linux", "x86_64"))))
+    assert state.slow_blas
+    state.apply(m.Eval(step=0, accuracy=0.25, rewards={"accuracy": 0.25}))
+    state.apply(m.Eval(step=50, accuracy=0.5, rewards={"accuracy": 0.5}))
+    state.apply(m.Eval(step=50, accuracy=0.75, rewards={"accuracy": 0.75}))  # replayed after a resume
+    assert state.eval_series() == ("eval accuracy", [0, 50], [0.25, 0.75])
+    only_reward = RunState(clock=lambda: 0.0)
+    only_reward.apply(m.Eval(step=2, reward=1.5))
+    assert only_reward.eval_series() == ("eval reward", [2], [1.5])

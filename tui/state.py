@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import format_duration
 from grpo_tui.tui.views import Part
@@ -89,6 +90,7 @@ class RunState:
     samples: list[m.Sample] = field(default_factory=list)
     checkpoints: list[m.Checkpoint] = field(default_factory=list)
     evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step
+    slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
     total_tokens: int = 0
     error: str = ""
     complete: m.Complete | None = None
@@ -172,6 +174,9 @@ class RunState:
                     self.status, self.error = "error", event.message
                     return {"header", "bindings"}
                 return set()
+            case m.Log() if event.level == "warning" and event.message.startswith(SLOW_BLAS):
+                self.slow_blas = True  # also in the header: every step is several times slower
+                return {"header"}
             case m.EpochEnd() | m.Log():  # shown in the log only (``log_entry_for``)
                 return set()
             case _:

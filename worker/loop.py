@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import active_blas
 from grpo_tui.protocol.blas import describe as describe_blas
+from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, checkpoint_dir_name, last_good_dir_name
 
@@ -143,8 +144,11 @@ class TrainingLoop:
             main_loop.call_soon_threadsafe(self.log, level, message)  # type: ignore[arg-type]
 
         self.loaded = trainer = await self.mlx(trainer_class(), cfg, log_from_thread)
-        blas = describe_blas(active_blas())  # verified in this process, not assumed from the config
+        active = active_blas()  # verified in this process, not assumed from the config
+        blas = describe_blas(active)
         self.log("info", f"BLAS: {blas}")
+        if slow := slow_blas_warning(active):
+            self.log("warning", slow)
         self.emitter.total_steps = trainer.total_steps
         if self.store is not None:
             await self.store.update_run(self.run_id, model=trainer.model_name, total_steps=trainer.total_steps)

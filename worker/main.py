@@ -23,6 +23,7 @@ from grpo_tui.protocol.config import Config, ConfigError, load_config
 
 from .frames import Emitter, reserve_stdout
 from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop, release_mlx_streams
+from .plain_lines import is_json, parse_plain
 
 
 class Inputs:
@@ -36,10 +37,17 @@ class Inputs:
         run = self.training
         if not line.strip():
             return
-        try:
-            command = decode_command(line)
-        except ProtocolError as exc:
-            run.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
+        text = line.decode("utf-8", errors="replace")
+        if is_json(text):
+            try:
+                command: m.Command | str = decode_command(line)
+            except ProtocolError as exc:
+                run.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
+                return
+        else:  # a plain-text control line (PAUSE, STOP, ...), for scripts piping into --plain
+            command = parse_plain(text)
+        if isinstance(command, str):
+            run.log("warning", command)
             return
         for event in run.control.handle(command):
             if isinstance(event, m.Log):

@@ -30,4 +30,6 @@ class RunHeader(Static):
             text.append(f" ({phase})", "dim")
         text.append(f" · elapsed {format_duration(state.elapsed())}")
         text.append(f" · ETA {format_duration(state.eta_seconds())}")
+        if state.slow_blas:
+            text.append(" · ⚠ slow BLAS (see Logs)", "bold yellow")
         self.update(text)
