@@ -113,3 +113,44 @@ def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:
     only_reward = RunState(clock=lambda: 0.0)
     only_reward.apply(m.Eval(step=2, reward=1.5))
     assert only_reward.eval_series() == ("eval reward", [2], [1.5])
+
+
+BASE = '[model]\npath = "org/model"\n[data]\npath = "d.jsonl"\n[[rewards]]\nname = "accuracy"\n'
+
+
+@pytest.mark.parametrize(
+    "extra,key,words",
+    [
+        ("[eval]\nnum_samples = 4", "eval.num_samples", "greedy = false"),
+        ("[eval]\nevery = -1", "eval.every", ">= 0"),
+        ("[eval]\nlimit = -2", "eval.limit", ">= 0"),
+        ("[eval]\nbatch_size = 0", "eval.batch_size", "at least 1"),
+        ("[eval]\nevry = 5", "eval.evry", "unknown key"),
+        ("[training]\nlr_scheduler_type = \"cosine_restarts\"", "training.lr_scheduler_type", "is not one of"),
+        ("[training]\nwarmup_steps = -1", "training.warmup_steps", ">= 0"),
+        ("[training]\nwarmup_ratio = 1.0", "training.warmup_ratio", "[0, 1)"),
+        ("[training]\nmin_lr_rate = 2.0", "training.min_lr_rate", "[0, 1]"),
+        ("[generation]\nstop = [\"\"]", "generation.stop", "empty string"),
+        ("[generation]\nstop = \"</answer>\"", "generation.stop", "an array"),
+        ("[generation]\nrepetition_stop_ngram = 3", "generation.repetition_stop_count", "set both"),
+        ("[generation]\nrepetition_stop_ngram = 3\nrepetition_stop_count = 1", "generation.repetition_stop_count", "at least 2"),
+        ("[grpo]\nmask_repetition_completions = \"yes\"", "grpo.mask_repetition_completions", "true or false"),
+    ],
+)
+def test_bad_values_of_the_new_keys_name_the_key(extra: str, key: str, words: str) -> None:
+    from grpo_tui.protocol.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(BASE + extra, check_paths=False)
+    assert info.value.key == key and words in info.value.detail
+
+
+def test_new_keys_default_to_the_old_behaviour() -> None:
+    from grpo_tui.protocol.config import parse_config
+
+    config = parse_config(BASE, check_paths=False)
+    assert config.eval is None  # no [eval] table: no evaluation
+    assert config.training.lr_scheduler_type == "constant"
+    assert config.generation.stop == [] and config.generation.repetition_stop_count == 0
+    on = parse_config(BASE + "[eval]\n", check_paths=False).eval
+    assert on is not None and (on.every, on.greedy, on.num_samples, on.at_start, on.at_end) == (50, True, 1, True, True)
