@@ -187,3 +187,20 @@ def test_a_worker_on_the_reference_blas_warns_with_the_fix(tmp_path, tiny_model)
     worker = run_to_end(write_config(tmp_path / "fast", tiny_model, training={"max_steps": 1}) if
                         (tmp_path / "fast").mkdir() is None else None)
     assert not any("slow BLAS" in e.message for e in worker.of(m.Log))  # MKL is found: no warning
+
+
+def test_save_and_stop_are_answered_between_eval_batches(tmp_path, tiny_model):
+    config = write_config(
+        tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+        training={"max_steps": 2}, eval={"every": 0, "limit": 8, "batch_size": 1},
+    )  # fmt: skip
+    worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.5"})  # each eval batch scores for 0.5 s
+    worker.wait_for(m.Status, lambda e: e.phase == "evaluating")
+    worker.send(m.SaveCheckpoint())
+    saved = worker.wait_for(m.Checkpoint)
+    assert (saved.kind, saved.step) == ("manual", 0) and not worker.of(m.Eval)  # mid-evaluation
+    worker.send(m.Stop())
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert not worker.of(m.Eval) and not worker.of(m.Step)  # the stop did not wait for 8 batches
+    assert any("evaluation at step 0 abandoned" in e.message for e in worker.of(m.Log))
