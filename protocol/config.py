@@ -20,7 +20,7 @@ import msgspec
 
 from grpo_tui.protocol.messages import SampleDisplay
 
-from .config_base import SEP, Section, invalid
+from .config_base import SEP as _SEP, Section as _Section, invalid as _invalid
 from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
 
 BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema")
@@ -37,7 +37,6 @@ class ConfigError(ValueError):
         super().__init__(f"{file}: {text}" if file else text)
 
 
-_SEP, _invalid, _Section = SEP, invalid, Section
 
 
 class LoraConfig(_Section):

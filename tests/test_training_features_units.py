@@ -94,10 +94,10 @@ def test_eval_tally_pass_at_k() -> None:
     tally.add({"accuracy": [1.0, 0.0, 0.0, 0.0]}, [1.0, 0.0, 0.0, 0.0], [3, 5, 4, 4], ["stop"] * 3 + ["length"])
     tally.add({"accuracy": [0.0, 1.0]}, [0.0, 1.0], [2, 2], ["stop", "stop"])
     s = tally.summary()
-    assert s["num_prompts"] == 3 and s["accuracy"] == pytest.approx(2 / 6)
-    assert s["pass_at_k"] == pytest.approx(2 / 3)
-    assert s["clipped_ratio"] == pytest.approx(1 / 6)
-    assert EvalTally(num_samples=1, accuracy_label=None).summary()["accuracy"] is None
+    assert s.num_prompts == 3 and s.accuracy == pytest.approx(2 / 6)
+    assert s.pass_at_k == pytest.approx(2 / 3)
+    assert s.clipped_ratio == pytest.approx(1 / 6)
+    assert EvalTally(num_samples=1, accuracy_label=None).summary().accuracy is None
 
 
 def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:

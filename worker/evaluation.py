@@ -61,8 +61,8 @@ class EvalTally:
         self.finish.extend(finish)
         self.prompts += len(totals) // max(1, self.num_samples)
 
-    def summary(self) -> dict[str, object]:
-        """``rewards`` (label -> mean), ``reward``, ``accuracy``, ``pass_at_k``, lengths and counts."""
+    def summary(self, step: int = 0, greedy: bool = True, seconds: float = 0.0) -> m.Eval:
+        """The ``eval`` frame: each reward's mean, the total's, accuracy, pass@k, lengths, counts."""
         k = max(1, self.num_samples)
         accuracy = pass_at_k = None
         if self.accuracy_label is not None and self.accuracy_label in self.scores:
@@ -73,16 +73,19 @@ class EvalTally:
                 judged = [g for g in groups if any(v is not None for v in g)]
                 if judged:
                     pass_at_k = sum(any(v is not None and v >= CORRECT for v in g) for g in judged) / len(judged)
-        return {
-            "rewards": {label: _mean(values) for label, values in self.scores.items()},
-            "reward": _mean(self.totals),
-            "accuracy": accuracy,
-            "pass_at_k": pass_at_k,
-            "completion_mean_length": _mean([float(n) for n in self.lengths]),
-            "clipped_ratio": (sum(f != "stop" for f in self.finish) / len(self.finish)) if self.finish else None,
-            "num_prompts": self.prompts,
-            "num_samples": k,
-        }
+        return m.Eval(
+            step=step,
+            rewards={label: _mean(values) for label, values in self.scores.items()},
+            reward=_mean(self.totals),
+            accuracy=accuracy,
+            pass_at_k=pass_at_k,
+            num_prompts=self.prompts,
+            num_samples=k,
+            greedy=greedy,
+            completion_mean_length=_mean([float(n) for n in self.lengths]),
+            clipped_ratio=(sum(f != "stop" for f in self.finish) / len(self.finish)) if self.finish else None,
+            seconds=seconds,
+        )
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -110,8 +113,7 @@ async def run_eval(loop: Any, step: int) -> m.Eval | None:
         if loop.control.stop_reason is not None:
             loop.log("info", f"evaluation at step {step} abandoned: the run is stopping")
             return None
-    result = m.Eval(step=step, greedy=cfg.greedy, seconds=time.perf_counter() - started, **tally.summary())
-    return result
+    return tally.summary(step, cfg.greedy, time.perf_counter() - started)
 
 
 def _one_batch(trainer: Any, indices: list[int], cfg: Any, seed: int) -> Any:

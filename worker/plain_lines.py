@@ -10,10 +10,11 @@ nothing stops because of it.
 from __future__ import annotations
 
 import typing
+from typing import Callable
 
 from grpo_tui.protocol import messages as m
 
-_WORDS: dict[str, type[m.Command]] = {
+_WORDS: dict[str, Callable[[], m.Command]] = {
     "PAUSE": m.Pause,
     "RESUME": m.Resume,
     "SAVE_CHECKPOINT": m.SaveCheckpoint,

@@ -69,8 +69,7 @@ class RowStops:
     def __init__(self, rows: int, tokenizer: Any, stops: Sequence[str] = (), ngram: int = 0, count: int = 0) -> None:
         self.stops = [s for s in stops if s]
         self.repeat = ngram > 0 and count >= 2
-        decode = getattr(tokenizer, "decode", None)
-        self._strings = [StopWatch(decode, self.stops) for _ in range(rows)] if self.stops else None
+        self._strings = [StopWatch(tokenizer.decode, self.stops) for _ in range(rows)] if self.stops else None
         self._repeats = [RepeatWatch(ngram, count) for _ in range(rows)] if self.repeat else None
         self.reasons: list[str | None] = [None] * rows  # why each row ended early, if it did
 
