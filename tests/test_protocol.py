@@ -22,6 +22,8 @@ EVENTS = [
     m.Sample(step=1, index=0, group=0, prompt="p", completion="c", reward=1.0,
              reward_details={"accuracy": 1.0}, advantage=0.5, num_tokens=3, finish_reason="length",
              thinking="hmm", tool_calls=[m.ToolCall(index=0, name="f", arguments={"a": 1}, raw="{}")]),
+    m.Eval(step=50, rewards={"accuracy": 0.7, "fmt": None}, reward=0.9, accuracy=0.7, pass_at_k=0.8,
+           num_prompts=200, num_samples=4, greedy=False, completion_mean_length=12.5, clipped_ratio=0.1, seconds=2.5),
     m.Checkpoint(path="/o/checkpoint-5", step=5, kind="manual"),
     m.EpochEnd(epoch=0, mean_loss=0.1, mean_reward=0.2, seconds=3.5),
     m.Log(level="warning", message="careful", time=1.5),
