@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE.parent))  # tests.tui.* lives in the repository, not
 from tests.tui.conftest import build_app  # noqa: E402
 from tests.tui.scenarios import SCENARIOS  # noqa: E402
 
-SHOTS = ("running", "paused", "sample_detail", "group_view", "help", "crash_countdown", "zero_std")
+SHOTS = ("running", "paused", "sample_detail", "group_view", "help", "crash_countdown", "zero_std", "eval_curve")
 SIZE = (160, 48)
 
 

@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--hostile", action="store_true", help="completions full of escapes and markup")
     p.add_argument("--garbage", action="store_true", help="send a line that is not a frame after init")
+    p.add_argument("--eval-every", type=int, default=0, help="send eval frames at step 0 and every N steps")
     return p.parse_args(argv)
 
 
@@ -157,6 +158,13 @@ def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
     )
 
 
+def eval_frame(step: int) -> m.Eval:
+    """A held-out accuracy that climbs with the step."""
+    accuracy = round(0.4 + 0.35 * (1 - math.exp(-step / 10)), 4)
+    return m.Eval(step=step, rewards={"accuracy": accuracy}, reward=accuracy, accuracy=accuracy, num_prompts=200,
+                  seconds=1.5)
+
+
 def run(args: argparse.Namespace) -> int:
     fake = Fake(args)
     threading.Thread(target=fake.read_commands, daemon=True).start()
@@ -187,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
                                 step_in_epoch=(first - 2) % steps_per_epoch + 1, steps_per_epoch=steps_per_epoch,
                                 history=history))
         fake.send(m.Log(level="info", message=f"resumed from step {first - 1}"))
+    if args.eval_every and first == 1:
+        fake.send(eval_frame(0))
     for step in range(first, args.steps + 1):
         epoch = (step - 1) // steps_per_epoch  # 0-based, like the real worker
         if (step - 1) % steps_per_epoch == 0:
@@ -204,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
                 tool_calls=[m.ToolCall(index=0, name="calc", arguments={"a": step}, raw='{"name":"calc"}')] if i == 1 else [],
             ))
         fake.send(m.Log(level="debug" if step % 2 else "info", message=f"step {step} done"))
+        if args.eval_every and step % args.eval_every == 0:
+            fake.send(eval_frame(step))
         if args.save_every and step % args.save_every == 0:
             fake.checkpoint(step, "periodic")
         if args.crash_at and step == args.crash_at and not restarted:

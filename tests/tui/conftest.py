@@ -33,8 +33,10 @@ max_restarts = {max_restarts}
 """
 
 
-def make_config(output_dir: Path, delay: float = 0.3, max_restarts: int = 2) -> Config:
+def make_config(output_dir: Path, delay: float = 0.3, max_restarts: int = 2, eval_every: int = 0) -> Config:
     text = CONFIG.format(output_dir=output_dir, delay=delay, max_restarts=max_restarts)
+    if eval_every:
+        text += f"[eval]\nevery = {eval_every}\n"
     return parse_config(text, base_dir=output_dir, check_paths=False)
 
 
@@ -42,9 +44,12 @@ def fake_argv(*options: str) -> list[str]:
     return [sys.executable, str(FAKE_WORKER), *options]
 
 
-def build_app(folder: Path, *options: str, delay: float = 0.3, max_restarts: int = 2, **kwargs: object) -> GrpoApp:
-    """An app wired to the fake worker (with ``options``), its run folder in ``folder``, clock frozen."""
-    config = make_config(folder, delay, max_restarts)
+def build_app(
+    folder: Path, *options: str, delay: float = 0.3, max_restarts: int = 2, eval_every: int = 0, **kwargs: object
+) -> GrpoApp:
+    """An app wired to the fake worker (with ``options``), its run folder in ``folder``, clock frozen;
+    ``eval_every`` adds an ``[eval]`` table (pass the fake ``--eval-every`` too)."""
+    config = make_config(folder, delay, max_restarts, eval_every)
     argv = fake_argv("--output-dir", str(folder), *options)
     kwargs.setdefault("clock", lambda: FROZEN)
     return GrpoApp(str(folder / "config.toml"), config, worker_argv=argv, **kwargs)  # type: ignore[arg-type]

@@ -73,4 +73,5 @@ SCENARIOS: dict[str, Scenario] = {
     "help": Scenario(RUN, help_screen),
     "crash_countdown": Scenario(RUN + ("--crash-at", "14"), crash_countdown, {"delay": 30}),
     "zero_std": Scenario(RUN + ("--zero-std-from", "20"), zero_std),
+    "eval_curve": Scenario(RUN + ("--eval-every", "6"), running, {"eval_every": 6}),
 }
