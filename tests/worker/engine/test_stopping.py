@@ -58,3 +58,15 @@ def test_stop_string_cuts_the_text_and_keeps_the_completing_token(tiny, path):
     assert stop in tokenizer.decode(first.token_ids)  # ... but its tokens were sampled and are kept
     assert stop not in tokenizer.decode(first.token_ids[:-1])
     assert full[0].token_ids[: len(first.token_ids)] == first.token_ids
+
+
+def test_which_completions_leave_the_loss():
+    from grpo_tui.protocol.config import GrpoConfig
+    from grpo_tui.worker.engine.trainer import _masked
+
+    kept = GrpoConfig()
+    assert not any(_masked(kept, f) for f in ("stop", "length", "repetition"))  # TRL's default: all train
+    repetition_only = GrpoConfig(mask_repetition_completions=True)
+    assert [_masked(repetition_only, f) for f in ("stop", "length", "repetition")] == [False, False, True]
+    truncated = GrpoConfig(mask_truncated_completions=True)
+    assert [_masked(truncated, f) for f in ("stop", "length", "repetition")] == [False, True, True]
