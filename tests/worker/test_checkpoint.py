@@ -71,9 +71,10 @@ def test_replacing_a_checkpoint_survives_a_kill_between_the_two_renames(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
 
 
-def test_latest_is_the_highest_complete_step_of_any_kind(tmp_path):
+def test_latest_is_the_highest_complete_periodic_manual_or_final_step(tmp_path):
     save(tmp_path, "checkpoint-2", 2)
     save(tmp_path, "emergency-7", 7, "emergency")
+    save(tmp_path, "last-good-6", 6)  # a copy keeps its source's kind: the name says what it is
     save(tmp_path, "checkpoint-4", 4, "manual")
     (tmp_path / "checkpoint-9").mkdir()  # no training_state.json: incomplete
     (tmp_path / "checkpoint-9" / "model.safetensors").write_text("half")
@@ -82,7 +83,10 @@ def test_latest_is_the_highest_complete_step_of_any_kind(tmp_path):
     (broken / "training_state.json").write_text("{not json")
     (tmp_path / ".tmp-checkpoint-10").mkdir()
     latest = ckpt.find_latest(tmp_path)
-    assert latest is not None and latest[0].name == "emergency-7"
+    assert latest is not None and latest[0].name == "checkpoint-4"  # emergency / last-good only by path
+    assert sorted(p.name for p in ckpt.skipped_newer(tmp_path, 4)) == ["emergency-7", "last-good-6"]
+    save(tmp_path, "final", 9, "final")
+    assert ckpt.find_latest(tmp_path)[0].name == "final"
     assert ckpt.find_latest(tmp_path / "missing") is None
 
 
