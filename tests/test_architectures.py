@@ -98,3 +98,60 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True)
     tokens = _greedy(reloaded, tokenizer, prompt)
     assert tokens and all(0 <= t < 106 for t in tokens)
+
+
+# ----------------------------------------------------------------------------- speed paths
+
+
+@pytest.fixture(scope="module")
+def fast_models(models):
+    """(arch, precision) -> (stock model, model as the engine loads it (patched), tokenizer)."""
+    from grpo_tui.protocol.config import ModelConfig
+    from grpo_tui.worker import model as model_io
+
+    out = {}
+    for arch in FAST:
+        for precision, folder in zip(("float", "4-bit"), models[arch]):
+            stock, tokenizer = mlx_load(str(folder))
+            engine, _ = model_io.load(ModelConfig(path=str(folder)))
+            out[arch, precision] = (stock, engine, tokenizer)
+    return out
+
+
+FAST_CASES = [(a, p) for a in FAST for p in ("float", "4-bit")]
+
+
+@pytest.mark.parametrize("arch,precision", FAST_CASES)
+def test_compiled_rollout_equals_mlx_lm_batch_generation(arch, precision, fast_models, monkeypatch):
+    from grpo_tui.protocol.config import GenerationConfig
+    from grpo_tui.worker import fastgen, rollout
+
+    stock, engine, tokenizer = fast_models[arch, precision]
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+               for q in ("What is 82+57?", "What is 3+4?")]
+    gen = GenerationConfig(max_completion_length=10)
+    assert fastgen.supports(engine, 1.0)
+    fast = rollout.generate(engine, tokenizer, prompts, 2, gen, greedy=True)
+    monkeypatch.setattr(fastgen, "supports", lambda *a: False)
+    plain = rollout.generate(stock, tokenizer, prompts, 2, gen, greedy=True)
+    assert [c.token_ids for c in fast] == [c.token_ids for c in plain]
+
+
+@pytest.mark.parametrize("arch,precision", FAST_CASES)
+def test_shared_prompt_and_cpu_kernels_equal_stock_log_probs(arch, precision, fast_models):
+    from grpo_tui.worker import cpu_fast
+    from grpo_tui.worker.optim import pack, token_logps
+
+    stock, engine, _ = fast_models[arch, precision]
+    assert cpu_fast.is_patched(engine) == cpu_fast.enabled()
+    rng = np.random.default_rng(0)
+    heads = [[int(t) for t in rng.integers(3, 100, n)] for n in (5, 9)]
+    prompts = [h for h in heads for _ in range(3)]
+    completions = [[int(t) for t in rng.integers(3, 100, int(rng.integers(2, 7)))] for _ in prompts]
+    advantages, keep = [1.0] * len(prompts), [True] * len(prompts)
+    plain = pack(prompts, completions, advantages, keep)
+    shared = pack(prompts, completions, advantages, keep, group=3)
+    reference, _ = token_logps(stock, plain, 1.0, host=False)
+    fast, _ = token_logps(engine, shared, 1.0)
+    mask = np.array(plain.mask) > 0
+    np.testing.assert_allclose(np.array(fast)[np.array(shared.mask) > 0], np.array(reference)[mask], atol=2e-4)
