@@ -30,7 +30,8 @@ def sliding_layers(model: Any) -> bool:
 
 
 def speed_paths_off(model: Any) -> str | None:
-    """None when the llama-family speed paths may run on ``model``, else the log's reason."""
+    """None when the llama-family speed paths may run on ``model``, else the log's reason (the
+    condition is ``accel.llama_family.is_llama_family``'s, said in words)."""
     kind = model_type(model)
     if kind not in SPEED_PATH_TYPES:
         return (f"speed paths off for {kind}: the compiled rollout, shared prompt and CPU kernels are proven "

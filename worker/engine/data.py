@@ -10,7 +10,6 @@ the chat template.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -36,15 +35,6 @@ class Example:
     tools: list[dict[str, Any]] | None = None  # tool schemas for the chat template
     prompt_ids: list[int] = field(default_factory=list)
     prompt_text: str = ""
-
-
-def file_hash(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def read_jsonl(path: str | Path, config: DataConfig) -> list[Example]:
-    """The examples of a dataset file (the name is older than the other formats)."""
-    return read_dataset(str(path), config)[0]
 
 
 def read_dataset(path: str, config: DataConfig, split: str | None = None) -> tuple[list[Example], str]:

@@ -12,7 +12,7 @@ import pytest
 from mlx_lm import generate, load as mlx_load
 
 from grpo_tui.protocol.config import ConfigError, load_config
-from grpo_tui.worker.trainer import Trainer
+from grpo_tui.worker.engine.trainer import Trainer
 from tests.arch_models import build, quantize
 from tests.tiny_model import write_config
 

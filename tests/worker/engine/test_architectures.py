@@ -15,7 +15,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker.trainer import Trainer
+from grpo_tui.worker.engine.trainer import Trainer
 from tests.arch_models import ARCHITECTURES, build, quantize
 from tests.tiny_model import write_config
 
@@ -107,13 +107,16 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
 def fast_models(models):
     """(arch, precision) -> (stock model, model as the engine loads it (patched), tokenizer)."""
     from grpo_tui.protocol.config import ModelConfig
-    from grpo_tui.worker import model as model_io
+    from grpo_tui.worker.engine import model as model_io
+    from grpo_tui.worker.engine.accel import cpu_fast, patches
 
     out = {}
     for arch in FAST:
         for precision, folder in zip(("float", "4-bit"), models[arch]):
             stock, tokenizer = mlx_load(str(folder))
             engine, _ = model_io.load(ModelConfig(path=str(folder)))
+            if cpu_fast.enabled():  # as the trainer does when its plan says cpu_kernels
+                assert patches.patch_model(engine)
             out[arch, precision] = (stock, engine, tokenizer)
     return out
 
@@ -124,7 +127,8 @@ FAST_CASES = [(a, p) for a in FAST for p in ("float", "4-bit")]
 @pytest.mark.parametrize("arch,precision", FAST_CASES)
 def test_compiled_rollout_equals_mlx_lm_batch_generation(arch, precision, fast_models, monkeypatch):
     from grpo_tui.protocol.config import GenerationConfig
-    from grpo_tui.worker import fastgen, rollout
+    from grpo_tui.worker.engine import rollout
+    from grpo_tui.worker.engine.accel import fastgen
 
     stock, engine, tokenizer = fast_models[arch, precision]
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
@@ -139,11 +143,12 @@ def test_compiled_rollout_equals_mlx_lm_batch_generation(arch, precision, fast_m
 
 @pytest.mark.parametrize("arch,precision", FAST_CASES)
 def test_shared_prompt_and_cpu_kernels_equal_stock_log_probs(arch, precision, fast_models):
-    from grpo_tui.worker import cpu_fast
-    from grpo_tui.worker.optim import pack, token_logps
+    from grpo_tui.worker.engine.accel import cpu_fast, patches
+    from grpo_tui.worker.engine.batch import pack
+    from grpo_tui.worker.engine.logps import token_logps
 
     stock, engine, _ = fast_models[arch, precision]
-    assert cpu_fast.is_patched(engine) == cpu_fast.enabled()
+    assert patches.is_patched(engine) == cpu_fast.enabled()
     rng = np.random.default_rng(0)
     heads = [[int(t) for t in rng.integers(3, 100, n)] for n in (5, 9)]
     prompts = [h for h in heads for _ in range(3)]
@@ -151,7 +156,7 @@ def test_shared_prompt_and_cpu_kernels_equal_stock_log_probs(arch, precision, fa
     advantages, keep = [1.0] * len(prompts), [True] * len(prompts)
     plain = pack(prompts, completions, advantages, keep)
     shared = pack(prompts, completions, advantages, keep, group=3)
-    reference, _ = token_logps(stock, plain, 1.0, host=False)
+    reference, _ = token_logps(stock, plain, 1.0)
     fast, _ = token_logps(engine, shared, 1.0)
     mask = np.array(plain.mask) > 0
     np.testing.assert_allclose(np.array(fast)[np.array(shared.mask) > 0], np.array(reference)[mask], atol=2e-4)

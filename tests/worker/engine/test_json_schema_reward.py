@@ -42,7 +42,7 @@ def test_keywords_the_old_subset_ignored_now_fail_the_match():
         "no json here",
     ])
     assert scores == [1.0, 0.5, 0.5, 0.5, 0.0]
-    assert notes[0] == {} and notes[4] == {}
+    assert notes[0] == {} and notes[4] == {"json_schema": "no JSON found"}
     assert notes[1]["json_schema"] == "$.from: 'london' does not match '^[A-Z]{3}$'"
     assert notes[2]["json_schema"] == "$.passengers: 0 is less than the minimum of 1"
     assert "$.when: 5 is not valid under any of the given schemas" in notes[3]["json_schema"]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker.trainer import Trainer
+from grpo_tui.worker.engine.trainer import Trainer
 from tests.conftest import EXAMPLES
 from tests.tiny_model import write_config
 
@@ -49,7 +49,7 @@ def record(prompts, completions, completion_ids, trainer_state, **kwargs):
     return [0.0] * len(completions)
 
 
-def strict(prompts, completions, answer):  # no **kwargs: gets exactly what it names
+def strict(prompts, completions, answer, log_path, level):  # no **kwargs: the columns, none of the new arguments
     return [0.5] * len(completions)
 '''
 STEP = """
