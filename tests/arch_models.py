@@ -44,6 +44,31 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 ARCHITECTURES = tuple(CONFIGS)
 
+# One small GRPO step for a config.toml (tests.tiny_model.write_config appends it). Random toy
+# models rarely stop or answer, so a reward that differs within a group gives the advantages.
+STEP = """
+[[rewards]]
+function = "varied.py:varied"
+[grpo]
+group_size = 2
+[generation]
+max_completion_length = 6
+[training]
+batch_size = 2
+learning_rate = 1e-2
+"""
+LORA = "\n[model.lora]\nrank = 4\nalpha = 8.0\nlayers = -1\n"
+VARIED = "def varied(completions, **kwargs):\n    return [float(len(set(str(c))) % 5) for c in completions]\n"
+
+
+def step_config(directory: Path, model: Path, extra: str = "") -> Path:
+    """A config.toml in ``directory`` for one small step of ``model`` (with its reward file)."""
+    from tests.tiny_model import write_config
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "varied.py").write_text(VARIED)
+    return write_config(directory, model, STEP + extra)
+
 
 def build(directory: Path, model_type: str, *, seed: int = 0, **overrides: Any) -> Path:
     """Write a random ``model_type`` model folder and return it."""

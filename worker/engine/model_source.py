@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,10 @@ class ModelSourceError(RuntimeError):
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+    """HF_HUB_OFFLINE as the hub library itself reads it (once, at import)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def resolve(path: str) -> Path:

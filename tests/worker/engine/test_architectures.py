@@ -16,25 +16,10 @@ from mlx_lm.sample_utils import make_sampler
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine.trainer import Trainer
-from tests.arch_models import ARCHITECTURES, build, quantize
-from tests.tiny_model import write_config
+from tests.arch_models import ARCHITECTURES, LORA, build, quantize, step_config
 
 FAST = ("qwen2", "qwen3", "llama", "mistral")  # the llama family: every speed path applies
-STEP = """
-[[rewards]]
-function = "varied.py:varied"
-[grpo]
-group_size = 2
-[generation]
-max_completion_length = 6
-[training]
-batch_size = 2
-learning_rate = 1e-2
-"""
-LORA = "\n[model.lora]\nrank = 4\nalpha = 8.0\nlayers = -1\n"
 MODES = ("full", "lora", "4-bit lora")
-# Random toy models rarely stop or answer: a reward that differs within a group gives advantages.
-VARIED = "def varied(completions, **kwargs):\n    return [float(len(set(str(c))) % 5) for c in completions]\n"
 PROBE = [[1, 7, 30, 31, 9, 82, 92], [1, 7, 64, 5]]
 
 
@@ -65,9 +50,7 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
     float_dir, q4_dir = models[arch]
     base = q4_dir if mode == "4-bit lora" else float_dir
     lines: list[str] = []
-    tmp_path.mkdir(exist_ok=True)
-    (tmp_path / "varied.py").write_text(VARIED)
-    trainer = Trainer(load_config(write_config(tmp_path, base, STEP + ("" if mode == "full" else LORA))),
+    trainer = Trainer(load_config(step_config(tmp_path, base, "" if mode == "full" else LORA)),
                       log=lambda level, message: lines.append(message))
     before = {k: np.array(v) for k, v in tree_flatten(trainer.model.trainable_parameters())}
 
@@ -106,7 +89,7 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
 @pytest.fixture(scope="module")
 def fast_models(models):
     """(arch, precision) -> (stock model, model as the engine loads it (patched), tokenizer)."""
-    from grpo_tui.protocol.config import ModelConfig
+    from grpo_tui.protocol.config import LoraConfig, ModelConfig
     from grpo_tui.worker.engine import model as model_io
     from grpo_tui.worker.engine.accel import cpu_fast, patches
 
@@ -114,7 +97,9 @@ def fast_models(models):
     for arch in FAST:
         for precision, folder in zip(("float", "4-bit"), models[arch]):
             stock, tokenizer = mlx_load(str(folder))
-            engine, _ = model_io.load(ModelConfig(path=str(folder)))
+            # a quantized base trains with LoRA only; fresh adapters add exactly zero
+            lora = LoraConfig(layers=-1) if precision == "4-bit" else None
+            engine, _ = model_io.load(ModelConfig(path=str(folder), lora=lora))
             if cpu_fast.enabled():  # as the trainer does when its plan says cpu_kernels
                 assert patches.patch_model(engine)
             out[arch, precision] = (stock, engine, tokenizer)

@@ -13,33 +13,15 @@ from mlx_lm import generate, load as mlx_load
 
 from grpo_tui.protocol.config import ConfigError, load_config
 from grpo_tui.worker.engine.trainer import Trainer
-from tests.arch_models import build, quantize
-from tests.tiny_model import write_config
+from tests.arch_models import LORA, build, quantize, step_config
 
-CONFIG = """
-[[rewards]]
-function = "varied.py:varied"
-[grpo]
-group_size = 2
-[generation]
-max_completion_length = 6
-[training]
-batch_size = 2
-learning_rate = 5e-2
-[model.lora]
-rank = 4
-alpha = 8.0
-layers = -1
-"""
-VARIED = "def varied(completions, **kwargs):\n    return [float(len(set(c)) % 5) for c in completions]\n"
 PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5]])
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_lora_on_a_quantized_base_trains_and_its_adapters_and_fused_model_load_in_mlx_lm(bits, tmp_path):
     base = quantize(build(tmp_path / "float", "qwen3"), tmp_path / f"q{bits}", bits)
-    (tmp_path / "varied.py").write_text(VARIED)
-    trainer = Trainer(load_config(write_config(tmp_path, base, CONFIG)), log=lambda level, message: None)
+    trainer = Trainer(load_config(step_config(tmp_path, base, LORA)), log=lambda level, message: None)
     assert type(trainer.model.model.layers[0].self_attn.q_proj.linear).__name__ == "QuantizedLinear"
     start = np.array(trainer.model(PROBE))
     for step in (1, 2):
@@ -65,7 +47,5 @@ def test_lora_on_a_quantized_base_trains_and_its_adapters_and_fused_model_load_i
 
 def test_full_fine_tuning_a_quantized_base_stops_at_load_and_says_to_use_model_lora(tmp_path):
     base = quantize(build(tmp_path / "float", "qwen3"), tmp_path / "q4", 4)
-    (tmp_path / "varied.py").write_text(VARIED)
-    config = CONFIG.split("[model.lora]")[0]
     with pytest.raises(ConfigError, match=r"model.lora: .* is a 4-bit quantized model.*add a \[model.lora\] table"):
-        Trainer(load_config(write_config(tmp_path, base, config)), log=lambda level, message: None)
+        Trainer(load_config(step_config(tmp_path, base)), log=lambda level, message: None)
