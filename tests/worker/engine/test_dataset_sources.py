@@ -74,3 +74,68 @@ def test_a_missing_split_and_a_bad_tools_column_say_what_is_there(tmp_path):
     with pytest.raises(DatasetSourceError, match="unknown dataset format '.txt'"):
         (tmp_path / "d.txt").write_text("x")
         read(str(tmp_path / "d.txt"))
+
+
+# ----------------------------------------------------------------------------- through the trainer
+
+TOOLS_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}"
+    "<|im_end|>\n{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' }}"
+    "{{- message['content'] }}{{- '<|im_end|>\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+
+def _tool_model(tmp_path):
+    from tests.arch_models import build
+
+    folder = build(tmp_path / "model", "qwen3")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TOOLS_TEMPLATE}))
+    return folder
+
+
+def _trainer(tmp_path, data_line: str, extra: str = ""):
+    from grpo_tui.protocol.config import load_config
+    from grpo_tui.worker.engine.trainer import Trainer
+    from tests.arch_models import step_config
+
+    path = step_config(tmp_path / "run", _tool_model(tmp_path), extra)
+    text = path.read_text().replace('path = "data.jsonl"\neval_path = "data.jsonl"', f"path = {data_line}")
+    path.write_text(text)
+    return Trainer(load_config(path), log=lambda level, message: None)
+
+
+def test_tool_schemas_reach_the_chat_template_from_a_column_or_the_tools_file(tmp_path):
+    mul = {"type": "function", "function": {"name": "mul", "parameters": {"type": "object"}}}
+    datasets.Dataset.from_list([{**ROWS[1]}, {**ROWS[1], "tools": [mul]}]).to_parquet(str(tmp_path / "d.parquet"))
+    trainer = _trainer(tmp_path, f'"{tmp_path / "d.parquet"}"')
+    assert ["Tools: add<|im_end|>" in e.prompt_text for e in trainer.dataset] == [True, False]
+    assert "Tools: mul<|im_end|>" in trainer.dataset[1].prompt_text
+    assert trainer.train_step(1).metrics.loss is not None  # conversational rows train
+
+    (tmp_path / "tools.json").write_text(json.dumps([ADD, mul]))
+    (tmp_path / "plain.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
+    trainer = _trainer(tmp_path, f'"{tmp_path / "plain.jsonl"}"\ntools = "{tmp_path / "tools.json"}"')
+    assert trainer.dataset[0].prompt_text.startswith("<|im_start|>system\nTools: add mul<|im_end|>")
+
+
+def test_a_bad_row_stops_the_start_naming_the_file_row_and_column(tmp_path):
+    from grpo_tui.worker.engine.data import DataError
+
+    (tmp_path / "d.csv").write_text("question,answer\nWhat is 1+1?,2\n")
+    with pytest.raises(DataError, match=r"d.csv row 1: no 'prompt' column \(the row has 'question', 'answer'\)"):
+        _trainer(tmp_path, f'"{tmp_path / "d.csv"}"')
+    (tmp_path / "d.jsonl").write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({"prompt": 7, "answer": "2"}) + "\n")
+    with pytest.raises(DataError, match=r"d.jsonl:2: column 'prompt' must be a string or a list of \{role, content\} "
+                                        r"messages, not int 7"):
+        _trainer(tmp_path, f'"{tmp_path / "d.jsonl"}"')
+
+
+def test_tool_use_allows_the_tools_of_the_row():
+    from grpo_tui.worker.engine.rewards import tool_use
+
+    calls = ['<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>',
+             '<tool_call>{"name": "mul", "arguments": {}}</tool_call>']
+    assert tool_use(["", ""], calls, tools=[[ADD], [ADD]]) == [1.0, 0.0]
+    assert tool_use(["", ""], calls, tools=["mul"]) == [0.0, 1.0]  # params: names
