@@ -145,3 +145,22 @@ def test_shared_prompt_and_cpu_kernels_equal_stock_log_probs(arch, precision, fa
     fast, _ = token_logps(engine, shared, 1.0)
     mask = np.array(plain.mask) > 0
     np.testing.assert_allclose(np.array(fast)[np.array(shared.mask) > 0], np.array(reference)[mask], atol=2e-4)
+
+
+def test_sliding_window_layers_keep_the_speed_paths_off_and_the_log_says_why(tmp_path):
+    # Llama 3.x-style configs with "layer_types" (e.g. Ministral): mlx-lm runs those layers through a
+    # rotating cache and a windowed mask, which the compiled rollout and shared prompt do not model.
+    folder = build(tmp_path / "m", "llama", layer_types=["sliding_attention", "full_attention"], sliding_window=4)
+    lines: list[str] = []
+    trainer = Trainer(load_config(step_config(tmp_path / "run", folder)), log=lambda level, message: lines.append(message))
+    engine = next(line for line in lines if line.startswith("engine: "))
+    assert "speed paths off for llama: it has sliding-window layers" in engine
+    assert "rollout: mlx-lm BatchGenerator" in engine and "training: full sequences" in engine
+    assert math.isfinite(trainer.train_step(1).metrics.loss)
+
+
+def test_gemma2_rolls_out_one_row_at_a_time_and_says_so(models, tmp_path):
+    lines: list[str] = []
+    Trainer(load_config(step_config(tmp_path, models["gemma2"][0])), log=lambda level, message: lines.append(message))
+    engine = next(line for line in lines if line.startswith("engine: "))
+    assert "rollout one row at a time (mlx-lm's gemma2 cannot take a batched padding mask)" in engine
