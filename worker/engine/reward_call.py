@@ -128,7 +128,7 @@ class StepLog:
 
     def notes(self, i: int) -> dict[str, str]:
         """Completion ``i``'s ``log_extra`` texts."""
-        return {name: values[i] for name, values in self.extras.items() if values[i] is not None}
+        return {name: note for name, values in self.extras.items() if (note := values[i]) is not None}
 
 
 def call_arguments(
