@@ -37,6 +37,11 @@ class Example:
     prompt_text: str = ""
 
 
+def read_jsonl(path: str | Path, config: DataConfig) -> list[Example]:
+    """The examples of one dataset file, whatever its format (the name predates the others)."""
+    return read_dataset(str(path), config)[0]
+
+
 def read_dataset(path: str, config: DataConfig, split: str | None = None) -> tuple[list[Example], str]:
     """The examples of the dataset at ``path`` (any format ``dataset_sources`` reads) and its
     fingerprint for resume checks (a file's sha256, else the ``datasets`` fingerprint); a bad row's
