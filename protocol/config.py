@@ -393,6 +393,7 @@ def _literal_options(segments: list[str | int]) -> list[str]:
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq", ".txt", ".tsv", ".arrow")
 
 
 def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
@@ -408,14 +409,18 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
     def must_exist(key: str, value: str) -> str:
         p = local(value, key)
         if check and not p.exists():
-            raise ConfigError(key, f"{value!r} does not exist (looked at {p})", file)
+            where = str(p) if str(p).isprintable() else repr(str(p))  # errors stay one line
+            raise ConfigError(key, f"{value!r} does not exist (looked at {where})", file)
         return str(p)
 
     model_path = local(config.model.path, "model.path")
     if model_path.exists() or not _HUB_ID.fullmatch(config.model.path):
         config.model.path = must_exist("model.path", config.model.path)
-    def dataset(key: str, value: str) -> str:  # a hub dataset id needs no local file
-        return value if not local(value, key).exists() and _HUB_ID.fullmatch(value) else must_exist(key, value)
+    def dataset(key: str, value: str) -> str:
+        # a hub dataset id ("openai/gsm8k") needs no local file; a name with a data file's suffix is
+        # a local path, so a mistyped "data/train.jsonl" is still reported here
+        hub = _HUB_ID.fullmatch(value) and not value.lower().endswith(_DATA_SUFFIXES)
+        return value if hub and not local(value, key).exists() else must_exist(key, value)
 
     config.data.path = dataset("data.path", config.data.path)
     if config.data.eval_path is not None:
