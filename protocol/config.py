@@ -61,8 +61,12 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    path: str
+    path: str  # a JSONL/JSON/CSV/Parquet file, a datasets save_to_disk folder or a hub dataset id
     eval_path: str | None = None
+    split: str = "train"  # of a save_to_disk DatasetDict or a hub dataset
+    eval_split: str | None = None  # held-out split of data.path when eval_path is not given
+    subset: str | None = None  # a hub dataset's configuration name
+    tools: str | None = None  # a JSON file of tool schemas for rows without a ``tools`` column
     system_prompt: str | None = None
     prompt_column: str = "prompt"
     answer_column: str = "answer"
@@ -396,6 +400,7 @@ def _literal_options(segments: list[str | int]) -> list[str]:
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq", ".txt", ".tsv", ".arrow")
 
 
 def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
@@ -411,15 +416,24 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
     def must_exist(key: str, value: str) -> str:
         p = local(value, key)
         if check and not p.exists():
-            raise ConfigError(key, f"{value!r} does not exist (looked at {p})", file)
+            where = str(p) if str(p).isprintable() else repr(str(p))  # errors stay one line
+            raise ConfigError(key, f"{value!r} does not exist (looked at {where})", file)
         return str(p)
 
     model_path = local(config.model.path, "model.path")
     if model_path.exists() or not _HUB_ID.fullmatch(config.model.path):
         config.model.path = must_exist("model.path", config.model.path)
-    config.data.path = must_exist("data.path", config.data.path)
+    def dataset(key: str, value: str) -> str:
+        # a hub dataset id ("openai/gsm8k") needs no local file; a name with a data file's suffix is
+        # a local path, so a mistyped "data/train.jsonl" is still reported here
+        hub = _HUB_ID.fullmatch(value) and not value.lower().endswith(_DATA_SUFFIXES)
+        return value if hub and not local(value, key).exists() else must_exist(key, value)
+
+    config.data.path = dataset("data.path", config.data.path)
     if config.data.eval_path is not None:
-        config.data.eval_path = must_exist("data.eval_path", config.data.eval_path)
+        config.data.eval_path = dataset("data.eval_path", config.data.eval_path)
+    if config.data.tools is not None:
+        config.data.tools = must_exist("data.tools", config.data.tools)
     for i, reward in enumerate(config.rewards):
         if reward.function is not None:
             target, func = reward.function.rsplit(":", 1)

@@ -139,6 +139,7 @@ class Step(_Message):
     active_memory_mb: float | None = None
     gradients_applied: bool = True
     skipped_reason: str | None = None
+    extra_metrics: dict[str, float] = {}  # what reward functions logged with log_metric, step means
 
 
 class ToolCall(msgspec.Struct, kw_only=True):
@@ -165,6 +166,7 @@ class Sample(_Message):
     finish_reason: FinishReason = "stop"
     thinking: str | None = None
     tool_calls: list[ToolCall] = []
+    reward_notes: dict[str, str] = {}  # per reward function, what it noted (log_extra), e.g. schema errors
 
 
 class Eval(_Message):

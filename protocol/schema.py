@@ -14,16 +14,20 @@ from typing import Any
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Metric columns of ``steps``: every field of the ``step`` message, clip_ratio flattened and the
-# per-function reward means stored as JSON.
+# per-function reward means and the reward functions' logged metrics stored as JSON.
 STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
     c
     for f in Step.__struct_fields__
     if f not in ("step", "epoch")
     for c in (("clip_ratio_low", "clip_ratio_high", "clip_ratio_region") if f == "clip_ratio" else (f,))
 )
+
+JSON_STEP_COLUMNS = ("rewards", "extra_metrics")
+# Version 1's steps columns, frozen: a field added to ``Step`` later arrives by a migration.
+_V1_STEP_COLUMNS = tuple(c for c in STEP_METRIC_COLUMNS if c != "extra_metrics")
 
 _V1 = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,7 +48,7 @@ CREATE TABLE steps (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     step INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
-    {", ".join(f"{c} {'TEXT' if c in ('rewards', 'skipped_reason') else 'REAL'}" for c in STEP_METRIC_COLUMNS)},
+    {", ".join(f"{c} {'TEXT' if c in ('rewards', 'skipped_reason') else 'REAL'}" for c in _V1_STEP_COLUMNS)},
     created_at REAL NOT NULL,
     UNIQUE (run_id, step)
 );
@@ -124,8 +128,14 @@ CREATE TABLE evals (
 );
 """
 
+# What reward functions log: scalar means per step (log_metric), notes per generation (log_extra).
+_V3 = """
+ALTER TABLE steps ADD COLUMN extra_metrics TEXT;
+ALTER TABLE generations ADD COLUMN reward_notes TEXT;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
 
 class StoreError(RuntimeError):
@@ -186,8 +196,8 @@ def step_row(step: Step) -> dict[str, Any]:
         value = getattr(step, field)
         if field == "clip_ratio":
             row.update(clip_ratio_low=value.low, clip_ratio_high=value.high, clip_ratio_region=value.region)
-        elif field == "rewards":
-            row["rewards"] = json.dumps(value)
+        elif field in JSON_STEP_COLUMNS:
+            row[field] = json.dumps(value)
         elif field == "gradients_applied":
             row[field] = 1.0 if value else 0.0
         else:

@@ -53,6 +53,13 @@ def test_hub_ids_are_kept(workdir):
     assert cfg.model.path == "Qwen/Qwen3-0.6B"
 
 
+def test_hub_dataset_ids_are_kept_and_a_tools_file_must_exist(workdir):
+    cfg = parse(BASE.replace('path = "data.jsonl"', 'path = "openai/gsm8k"\nsubset = "main"\nsplit = "test"'), workdir)
+    assert (cfg.data.path, cfg.data.subset, cfg.data.split) == ("openai/gsm8k", "main", "test")
+    with pytest.raises(ConfigError, match=r"data.tools: 'tools.json' does not exist"):
+        parse(BASE.replace('path = "data.jsonl"', 'path = "data.jsonl"\ntools = "tools.json"'), workdir)
+
+
 def test_epsilon_high_defaults_to_epsilon(workdir):
     assert parse(BASE + "[grpo]\nepsilon = 0.3\n", workdir).grpo.epsilon_high == 0.3
     assert parse(BASE + "[grpo]\nepsilon_high = 0.28\n", workdir).grpo.epsilon_high == 0.28

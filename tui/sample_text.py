@@ -20,6 +20,8 @@ def summary(s: m.Sample) -> Text:
     if s.reward_details:
         text.append("\nreward breakdown: ", "dim")
         text.append(" · ".join(f"{k} {format_number(v)}" for k, v in s.reward_details.items()))
+    for label, note in s.reward_notes.items():  # what a reward noted (log_extra, e.g. schema errors): inert
+        text.append(f"\n{label}: ", "dim").append_text(inert(note))
     return text
 
 

@@ -28,6 +28,7 @@ class Generation:
     num_tokens: int
     finish_reason: str  # stop | length | repetition
     tool_calls: list[ToolCall] = field(default_factory=list)
+    reward_notes: dict[str, str] = field(default_factory=dict)  # per reward function (log_extra)
 
     def to_sample(self, step: int, group_size: int) -> Sample:
         return Sample(
@@ -43,6 +44,7 @@ class Generation:
             finish_reason=self.finish_reason,  # type: ignore[arg-type]
             thinking=self.thinking,
             tool_calls=self.tool_calls,
+            reward_notes=self.reward_notes,
         )
 
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_tui.protocol.config import Config, ConfigError, load_config, parse_config
+from grpo_tui.protocol.config import _DATA_SUFFIXES, _HUB_ID, Config, ConfigError, load_config, parse_config
 from grpo_tui.protocol.tomlout import dumps
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -161,7 +161,9 @@ def assert_sane(config: Config) -> None:
     assert config.rewards and config.grpo.group_size >= 2 and config.training.batch_size >= 1
     assert config.training.batch_size % config.training.gradient_accumulation_steps == 0
     assert 0 < config.generation.top_p <= 1 and config.generation.temperature > 0
-    assert Path(config.data.path).is_file()
+    # a local dataset file, or a Hugging Face dataset id (read by the worker, needs no local file)
+    hub_id = _HUB_ID.fullmatch(config.data.path) and not config.data.path.lower().endswith(_DATA_SUFFIXES)
+    assert Path(config.data.path).is_file() or hub_id
     # `grpo-tui check` prints the resolved config; what it prints must read back as the same config.
     again = parse_config(dumps(config.to_dict()), file=FILE)
     # json: nan == nan; sorted keys: a TOML writer puts a table's scalars before its sub-tables

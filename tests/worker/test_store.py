@@ -137,3 +137,34 @@ async def test_closing_folds_the_wal_so_outputs_db_alone_holds_the_run(tmp_path)
     copy = tmp_path / "copy.db"
     copy.write_bytes(db.read_bytes())
     assert rows(copy, "SELECT step FROM steps ORDER BY step") == [(1,), (2,)]
+
+
+async def test_what_reward_functions_logged_is_stored_with_the_step_and_each_generation(store):
+    run = await store.create_run("demo", "tiny", "/models/tiny", {"a": 1}, 10)
+    out = output(1)
+    out.metrics.extra_metrics = {"mean_ids": 6.5}
+    out.generations[1].reward_notes = {"json_schema": "$.a: 'x' is not of type 'integer'"}
+    await store.write_step(run, out)
+    assert rows(store.path, "SELECT extra_metrics FROM steps") == [('{"mean_ids": 6.5}',)]
+    notes = rows(store.path, "SELECT reward_notes FROM generations ORDER BY id")
+    assert notes[1] == ('{"json_schema": "$.a: \'x\' is not of type \'integer\'"}',) and notes[0] == (None,)
+
+
+async def test_a_version_1_store_is_upgraded_in_place_keeping_its_rows(tmp_path):
+    from grpo_tui.protocol.schema import MIGRATIONS
+
+    path = tmp_path / "outputs.db"
+    with sqlite3.connect(path) as conn:  # a store written before reward functions could log
+        conn.executescript(MIGRATIONS[1] + "\nINSERT INTO meta VALUES ('application', 'grpo-tui');"
+                           "\nINSERT INTO meta VALUES ('schema_version', '1');"
+                           "\nINSERT INTO runs (name, started_at) VALUES ('old', 0);"
+                           "\nINSERT INTO steps (run_id, step, epoch, loss, created_at) VALUES (1, 1, 0, 0.25, 0);")
+    s = await Store.open(path)
+    try:
+        run = await s.create_run("new", "tiny", "/models/tiny", {}, 10)
+        await s.write_step(run, output(1))
+    finally:
+        await s.close()
+    assert rows(path, "SELECT run_id, step, loss, extra_metrics FROM steps ORDER BY id") == [(1, 1, 0.25, None), (2, 1, 0.1, "{}")]
+    with sqlite3.connect(path) as conn:
+        assert check_readable(conn) == SCHEMA_VERSION == 3

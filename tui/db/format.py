@@ -25,7 +25,7 @@ def step_cell(column: str, value: Any) -> str:
     """A ``steps`` cell: JSON reward means spelled out, times as clock times, numbers compact."""
     if column == "created_at":
         return clock(value)[-5:] if value is not None else MISSING
-    if column == "rewards" and isinstance(value, str):
+    if column in ("rewards", "extra_metrics") and isinstance(value, str):
         try:
             means = json.loads(value)
         except ValueError:

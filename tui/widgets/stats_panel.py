@@ -29,6 +29,9 @@ class StatsPanel(Static):
         )
         text.append("   lr ", "dim").append(format_number(s.learning_rate))
         text.append("   grad norm ", "dim").append(format_number(s.grad_norm))
+        if s.extra_metrics:  # what reward functions logged with log_metric
+            text.append("\nreward metrics ", "dim").append(
+                " · ".join(f"{k} {format_number(v)}" for k, v in sorted(s.extra_metrics.items())))
         if not s.gradients_applied:
             text.append(f"\nupdate skipped: {s.skipped_reason or 'non-finite loss'}", "bold red")
         self.update(text)

@@ -1,13 +1,15 @@
-"""The dataset: JSONL rows -> prompts rendered with the tokenizer's chat template.
+"""The dataset: rows (``dataset_sources``: JSONL, JSON, CSV, Parquet, a saved folder, a hub id) ->
+prompts rendered with the tokenizer's chat template.
 
-Each line is a JSON object with a prompt (``data.prompt_column``: a string, or a list of chat
-messages ``{"role", "content"}``), usually an answer (``data.answer_column``) and any other columns;
-all columns but the prompt reach the reward functions as keyword arguments.
+Each row has a prompt (``data.prompt_column``: a string, TRL's "standard" format, or a list of chat
+messages ``{"role", "content"}``, its "conversational" format), usually an answer
+(``data.answer_column``) and any other columns; all columns but the prompt reach the reward
+functions as keyword arguments. Tool schemas (a ``tools`` column, else the ``data.tools`` file) go to
+the chat template.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -17,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from grpo_tui.protocol.config import DataConfig
+
+from . import dataset_sources
 
 
 class DataError(ValueError):
@@ -28,46 +32,66 @@ class Example:
     prompt: Any  # as in the dataset: str or list of messages (what reward functions receive)
     messages: list[dict[str, str]]  # the chat the model sees (system prompt included)
     columns: dict[str, Any]  # every other column, plus ``answer`` aliased from answer_column
+    tools: list[dict[str, Any]] | None = None  # tool schemas for the chat template
     prompt_ids: list[int] = field(default_factory=list)
     prompt_text: str = ""
 
 
-def file_hash(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def read_jsonl(path: str | Path, config: DataConfig) -> list[Example]:
-    examples = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict) or config.prompt_column not in row:
-                raise DataError(f"{path}:{line_no}: no {config.prompt_column!r} column")
-            examples.append(_example(row, config, f"{path}:{line_no}"))
+    """The examples of one dataset file, whatever its format (the name predates the others)."""
+    return read_dataset(str(path), config)[0]
+
+
+def read_dataset(path: str, config: DataConfig, split: str | None = None) -> tuple[list[Example], str]:
+    """The examples of the dataset at ``path`` (any format ``dataset_sources`` reads) and its
+    fingerprint for resume checks (a file's sha256, else the ``datasets`` fingerprint); a bad row's
+    error names the file, the row and the column."""
+    try:
+        rows = dataset_sources.read(path, split=split or config.split, subset=config.subset)
+        default_tools = dataset_sources.read_tools_file(config.tools) if config.tools else None
+        tools = list(dataset_sources.iter_tools(rows, default_tools))
+    except dataset_sources.DatasetSourceError as exc:
+        raise DataError(str(exc)) from None
+    examples = [_example(row, config, where) for where, row in rows.rows]
     if not examples:
-        raise DataError(f"{path}: the dataset is empty")
-    return examples
+        raise DataError(f"{rows.label}: the dataset is empty")
+    for example, row_tools in zip(examples, tools):
+        example.tools = row_tools
+    return examples, rows.fingerprint
 
 
 def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:
-    prompt = row[config.prompt_column]
+    column = config.prompt_column
+    if column not in row or row[column] is None:
+        raise DataError(f"{where}: no {column!r} column (the row has {', '.join(map(repr, row)) or 'no columns'})")
+    prompt = row[column]
     if isinstance(prompt, str):
         messages = [{"role": "user", "content": prompt}]
-    elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+    elif isinstance(prompt, list) and prompt and all(_is_message(m) for m in prompt):
         messages = [dict(m) for m in prompt]
     else:
-        raise DataError(f"{where}: {config.prompt_column!r} must be a string or a list of {{role, content}} messages")
+        raise DataError(
+            f"{where}: column {column!r} must be a string or a list of {{role, content}} messages, "
+            f"not {_kind(prompt)}"
+        )
     if config.system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": config.system_prompt})
-    columns = {k: v for k, v in row.items() if k != config.prompt_column}
+    columns = {k: v for k, v in row.items() if k != column}
     if config.answer_column != "answer" and config.answer_column in columns and "answer" not in columns:
         columns["answer"] = columns[config.answer_column]
     return Example(prompt=prompt, messages=messages, columns=columns)
+
+
+def _is_message(m: Any) -> bool:
+    # an assistant turn that only calls tools has tool_calls and no content
+    return isinstance(m, dict) and isinstance(m.get("role"), str) and ("content" in m or "tool_calls" in m)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        bad = next((m for m in value if not _is_message(m)), None)
+        return "an empty list" if not value else f"a list holding {json.dumps(bad, default=str)[:60]}"
+    return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
 
 
 def render(examples: list[Example], tokenizer: Any, enable_thinking: bool) -> None:
@@ -75,11 +99,12 @@ def render(examples: list[Example], tokenizer: Any, enable_thinking: bool) -> No
     has_template = getattr(tokenizer, "chat_template", None) is not None
     for ex in examples:
         if has_template:
+            extra = {"tools": ex.tools} if ex.tools is not None else {}
             ids = tokenizer.apply_chat_template(
-                ex.messages, add_generation_prompt=True, enable_thinking=enable_thinking
+                ex.messages, add_generation_prompt=True, enable_thinking=enable_thinking, **extra
             )
         else:
-            ids = tokenizer.encode("\n\n".join(m["content"] for m in ex.messages))
+            ids = tokenizer.encode("\n\n".join(str(m.get("content") or "") for m in ex.messages))
         ex.prompt_ids = list(ids)
         ex.prompt_text = tokenizer.decode(ex.prompt_ids)
 

@@ -15,6 +15,7 @@ from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
 
+from . import model_source
 from .accel.patches import row_major_weight_grads
 
 TOKENIZER_FILES = (
@@ -37,27 +38,25 @@ def display_name(path: str) -> str:
 
 
 def source_dir(model_path: str) -> Path:
-    """The local folder of the model (the hub cache folder for a hub id, which must be downloaded)."""
-    p = Path(model_path)
-    if p.exists():
-        return p
-    from mlx_lm.utils import hf_repo_to_path
-
-    return Path(hf_repo_to_path(model_path))
+    """The local folder of the model (a hub id's snapshot in the Hugging Face cache)."""
+    return model_source.resolve(model_path)
 
 
 def _load(path: str) -> tuple[nn.Module, Any]:
     """Stock mlx-lm; the trainer applies the plan's ``accel.patches``."""
+    folder = model_source.resolve(path)
     try:
-        model, tokenizer = mlx_load(path)
-    except Exception as exc:  # a hub id offline, a folder without weights, an unknown model_type...
-        where = "local folder" if Path(path).exists() else "Hugging Face id (needs the network or the hub cache)"
-        raise RuntimeError(f"cannot load model {path!r} ({where}): {exc.__class__.__name__}: {exc}") from exc
+        model, tokenizer = mlx_load(str(folder))
+    except Exception as exc:  # a folder without weights, weights that do not fit the config...
+        raise RuntimeError(f"cannot load model {path!r} from {folder}: {exc.__class__.__name__}: {exc}") from exc
     return model, tokenizer
 
 
 def load(config: ModelConfig) -> tuple[nn.Module, Any]:
-    """The policy model (LoRA layers added when ``config.lora``) and its tokenizer."""
+    """The policy model (LoRA layers added when ``config.lora``) and its tokenizer. Unavailable
+    models, architectures mlx-lm lacks and full fine-tuning of a quantized model fail first, in
+    one sentence (``model_source``)."""
+    model_source.inspect_model(config)
     model, tokenizer = _load(config.path)
     row_major_weight_grads(model)
     if config.lora is not None:

@@ -18,6 +18,7 @@ from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import Config
 
+from . import architectures
 from .accel import cpu_fast, fastgen, host_vocab, memory, patches, shared_prompt, two_cores
 
 # Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs
@@ -67,6 +68,8 @@ class EnginePlan:
     cpu_kernels: bool  # accel.cpu_fast via accel.patches: x86 exp/SwiGLU/attention/RoPE
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
+    speed_paths_off: str | None = None  # architectures.speed_paths_off: why this architecture runs stock
+    one_row_rollout: str | None = None  # architectures.one_row_rollout: why rows are generated one by one
 
     def pack_group(self, group_size: int) -> int:
         """The ``group`` to pack micro-batches with: the shared-prompt layout, or plain rows."""
@@ -90,6 +93,10 @@ class EnginePlan:
             paths.append("malloc keeps freed memory")
         if self.evaluation_width:
             paths.append(f"evaluation order width {self.evaluation_width}")
+        if self.one_row_rollout:
+            paths.append(f"rollout one row at a time ({self.one_row_rollout})")
+        if self.speed_paths_off:
+            paths.append(self.speed_paths_off)
         paths.append(f"{self.device}, {self.parameters:,} parameters, vocabulary {self.vocabulary:,}")
         return "; ".join(paths)
 
@@ -121,4 +128,6 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         cpu_kernels=_on(env, "cpu_kernels") and cpu_fast.enabled() and patches.can_patch(model),
         keep_freed_memory=keeps_freed_memory,
         evaluation_width=env.get(BFS_WIDTH_VARIABLE),
+        speed_paths_off=architectures.speed_paths_off(model),
+        one_row_rollout=architectures.one_row_rollout(model),
     )

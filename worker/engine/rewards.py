@@ -1,10 +1,10 @@
-"""Reward functions: the built-ins and custom Python, called TRL-style.
+"""Reward functions: the built-ins and custom Python, called as TRL's ``GRPOTrainer`` calls them.
 
-Every reward is ``fn(prompts, completions, **columns) -> list[float | None]`` where ``prompts`` are
-the dataset prompts (a string or a list of chat messages), ``completions`` the completion texts as the
-model produced them (thinking included; decoded from the generated token ids without the final stop
-token), and ``columns`` every other dataset column, one list entry per completion. ``None`` means
-"not applicable" and is left out of the weighted sum.
+Custom functions get TRL's arguments (``reward_call``): ``prompts``, ``completions`` (strings for
+standard data, one assistant message for conversational data), ``completion_ids``,
+``trainer_state`` and every dataset column, plus the optional extras they name. The built-ins get
+the completion texts (thinking included; decoded without the final stop token) and every extra.
+Each returns ``list[float | None]``; ``None`` means "not applicable" and is left out of the sum.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from typing import Any, Callable
 
 from grpo_tui.protocol.config import RewardConfig
 
+from . import schema_check
 from .parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
+from .reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, trl_completions
 
 RewardFn = Callable[..., Any]
 
@@ -104,52 +106,74 @@ def length(
 
 
 def tool_use(
-    prompts: list, completions: list[str], tools: list[str] | None = None, required: bool = False, **_: Any
+    prompts: list, completions: list[str], tools: list | None = None, required: bool = False, **_: Any
 ) -> list[float | None]:
-    """Share of well-formed tool calls: ``(# calls with status ok [and name in tools]) / (# calls)``.
+    """Share of well-formed tool calls: ``(# calls with status ok [and name allowed]) / (# calls)``.
 
     A completion without any ``<tool_call>`` scores ``0.0`` when ``required`` (params) is true, else
-    ``None`` (not applicable). ``tools`` (params) lists the allowed tool names.
+    ``None`` (not applicable). The allowed names are ``tools`` (params: a list of names), else the
+    function names of the row's ``tools`` column (its tool schemas), else any name.
     """
     scores: list[float | None] = []
-    for text in completions:
+    for i, text in enumerate(completions):
         calls = parse_tool_calls(split_thinking(text)[1])
         if not calls:
             scores.append(0.0 if required else None)
             continue
-        good = sum(c.status == "ok" and (tools is None or c.name in tools) for c in calls)
+        allowed = _allowed_names(tools, i, len(completions))
+        good = sum(c.status == "ok" and (allowed is None or c.name in allowed) for c in calls)
         scores.append(good / len(calls))
     return scores
 
 
+def _allowed_names(tools: list | None, i: int, n: int) -> set[str] | None:
+    if tools is None:
+        return None
+    if len(tools) == n and all(t is None or isinstance(t, list) for t in tools):  # the tools column
+        row = tools[i]
+        if row is None:
+            return None
+        return {str((t.get("function") or t).get("name")) for t in row if isinstance(t, dict)}
+    return {str(t) for t in tools}
+
+
 def json_schema(
-    prompts: list, completions: list[str], schema: dict | None = None, tag: str | None = None, **_: Any
+    prompts: list,
+    completions: list[str],
+    schema: dict | bool | None = None,
+    tag: str | None = None,
+    log_extra: Callable[[str, list], None] | None = None,
+    **_: Any,
 ) -> list[float]:
     """1.0 when the answer holds JSON that matches ``schema`` (params), 0.5 when it parses but does
     not match, 0.0 when there is no JSON. The JSON is the ``<tag>`` content when ``tag`` is given, else
-    the whole answer text, else its outermost ``{…}``/``[…]`` span. The schema subset checked: ``type``,
-    ``properties``, ``required``, ``additionalProperties: false``, ``items``, ``enum``.
+    the whole answer text, else its outermost ``{…}``/``[…]`` span. Validation is ``jsonschema``'s, in
+    the draft the schema names (``$schema``), else the newest; why a completion did not match goes
+    to its notes (``log_extra``).
     """
-    scores = []
+    validator = None if schema is None else _validator(schema)
+    scores: list[float] = []
+    notes: list[str | None] = []
     for text in completions:
         value = _find_json(split_thinking(text)[1], tag)
-        if value is _MISSING:
-            scores.append(0.0)
-        else:
-            scores.append(1.0 if schema is None or not _schema_errors(value, schema) else 0.5)
+        problems = [] if value is _MISSING or validator is None else schema_check.errors(validator, value)
+        scores.append(0.0 if value is _MISSING else 0.5 if problems else 1.0)
+        notes.append("no JSON found" if value is _MISSING else "; ".join(problems) or None)
+    if log_extra is not None:
+        log_extra("json_schema", notes)
     return scores
 
 
 _MISSING = object()
-_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
-    "object": dict,
-    "array": list,
-    "string": str,
-    "boolean": bool,
-    "null": type(None),
-    "integer": int,
-    "number": (int, float),
-}
+_VALIDATORS: dict[str, Any] = {}
+
+
+def _validator(schema: dict | bool) -> Any:
+    """``schema``'s compiled validator (load_rewards checked the schema, so this does not raise)."""
+    key = json.dumps(schema, sort_keys=True)
+    if key not in _VALIDATORS:
+        _VALIDATORS[key] = schema_check.compile_schema(schema, "params.schema")
+    return _VALIDATORS[key]
 
 
 def _find_json(text: str, tag: str | None) -> Any:
@@ -169,34 +193,6 @@ def _find_json(text: str, tag: str | None) -> Any:
         except json.JSONDecodeError:
             continue
     return _MISSING
-
-
-def _schema_errors(value: Any, schema: dict, path: str = "$") -> list[str]:
-    errors = []
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        ok = any(
-            isinstance(value, _JSON_TYPES[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
-            for k in kinds
-            if k in _JSON_TYPES
-        )
-        if not ok:
-            return [f"{path}: expected {kind}"]
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{path}: not one of {schema['enum']}")
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        errors += [f"{path}.{k}: required" for k in schema.get("required", []) if k not in value]
-        if schema.get("additionalProperties") is False:
-            errors += [f"{path}.{k}: not allowed" for k in value if k not in props]
-        for k, sub in props.items():
-            if k in value:
-                errors += _schema_errors(value[k], sub, f"{path}.{k}")
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            errors += _schema_errors(item, schema["items"], f"{path}[{i}]")
-    return errors
 
 
 BUILTINS: dict[str, RewardFn] = {
@@ -250,19 +246,23 @@ class Reward:
     on_error: str
     params: dict[str, Any]
     builtin: bool
+    signature: Signature = Signature(frozenset(), True)
 
     @classmethod
-    def from_config(cls, config: RewardConfig) -> "Reward":
+    def from_config(cls, config: RewardConfig, index: int = 0) -> "Reward":
         fn = BUILTINS[config.name] if config.name else load_function(str(config.function))
-        return cls(config.label, fn, config.weight, config.timeout_s, config.on_error, dict(config.params), bool(config.name))
+        if config.name == "json_schema" and "schema" in config.params:  # a bad schema stops the start
+            schema_check.compile_schema(config.params["schema"], f"rewards[{index}].params.schema")
+        return cls(config.label, fn, config.weight, config.timeout_s, config.on_error, dict(config.params),
+                   bool(config.name), Signature.of(fn))
 
 
 def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
     """Build every configured reward; a label used twice gets a ``#2``, ``#3``… suffix."""
     rewards: list[Reward] = []
     seen: dict[str, int] = {}
-    for config in configs:
-        reward = Reward.from_config(config)
+    for index, config in enumerate(configs):
+        reward = Reward.from_config(config, index)
         seen[reward.label] = seen.get(reward.label, 0) + 1
         if seen[reward.label] > 1:
             reward.label = f"{reward.label}#{seen[reward.label]}"
@@ -329,20 +329,30 @@ def score(
     columns: dict[str, list],
     extras: dict[str, Any],
     warn: Callable[[str], None],
+    *,
+    completion_ids: list[list[int]] | None = None,
+    trainer_state: TrainerState | None = None,
+    log: StepLog | None = None,
 ) -> tuple[list[float | None], dict[str, list[float | None]]]:
     """Call every reward; return (weighted sums, per-function scores).
 
-    The weighted sum ignores ``None``; a completion no function applies to gets ``None``. ``extras``
-    (token counts, generation config) go to the built-ins only, so custom functions see exactly
-    ``prompts``, ``completions`` and the dataset columns.
+    The weighted sum ignores ``None``; a completion no function applies to gets ``None``. The
+    built-ins get the texts and every ``extras`` entry; custom functions get TRL's arguments and the
+    ``reward_call.EXTRAS`` they take. ``log`` collects ``log_metric`` / ``log_extra`` values.
     """
     n = len(completions)
+    log = log or StepLog(n, warn)
+    ids = completion_ids if completion_ids is not None else [[] for _ in completions]
+    state = trainer_state or TrainerState(0, 0.0, 0, 1)
+    trl_shaped = trl_completions(prompts, completions)
+    custom_extras = {k: v for k, v in extras.items() if k in EXTRAS}
     per_fn: dict[str, list[float | None]] = {}
     for reward in rewards:
-        kwargs: dict[str, Any] = {"prompts": prompts, "completions": completions, **columns}
-        if reward.builtin:
-            kwargs.update(extras)
-        kwargs.update(reward.params)
+        kwargs = call_arguments(
+            reward.signature, label=reward.label, prompts=prompts,
+            completions=completions if reward.builtin else trl_shaped, completion_ids=ids, trainer_state=state,
+            columns=columns, extras=extras if reward.builtin else custom_extras, log=log, params=reward.params,
+        )
         try:
             values = _validate(_call_with_timeout(reward.fn, kwargs, reward.timeout_s), n)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too

@@ -23,6 +23,7 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig
 
+from . import architectures
 from .accel import fastgen
 from .plan import EnginePlan
 from .stopping import cut_at_stop, make_row_stops
@@ -106,6 +107,13 @@ def generate(
             model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
             fast_exp=plan is not None and plan.cpu_kernels, decode=decode, row_stops=rules,
         )
+    elif (plan.one_row_rollout if plan is not None else architectures.one_row_rollout(model)):
+        tokens, stopped, sampled = [], [], []
+        for prompt in (p for p in prompts for _ in range(n)):  # one row per BatchGenerator: no padding mask
+            t, s, lp = _batch_generator(model, [prompt], 1, gen, stop_ids, sampler, processors, logprobs)
+            tokens += t
+            stopped += s
+            sampled += lp
     else:
         tokens, stopped, sampled = _batch_generator(
             model, prompts, n, gen, stop_ids, sampler, processors, logprobs, rules

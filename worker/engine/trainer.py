@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 import mlx.core as mx
+import msgspec
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
@@ -31,6 +32,7 @@ from .grpo import group_advantages, group_std
 from .logps import token_logps
 from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
+from .reward_call import StepLog, TrainerState
 from .rewards import RewardError, load_rewards, score
 from .update import make_optimizer, optimize_pass
 
@@ -72,14 +74,14 @@ class Trainer:
         self.losses = LossFunctions()
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
 
-        self.dataset = data.read_jsonl(config.data.path, config.data)
+        d = config.data
+        self.dataset, self.dataset_hash = data.read_dataset(d.path, d)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
         self.eval_dataset = None
-        if config.data.eval_path:
-            self.eval_dataset = data.read_jsonl(config.data.eval_path, config.data)
+        if d.eval_path or d.eval_split:
+            self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split)[0]
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
         self.dataset_size = len(self.dataset)
-        self.dataset_hash = data.file_hash(config.data.path)
         self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
         self.num_epochs = config.training.num_epochs
         total = self.steps_per_epoch * self.num_epochs
@@ -118,7 +120,7 @@ class Trainer:
         on_phase("scoring")
         t0 = time.perf_counter()
         owners = [examples[c.prompt_index] for c in completions]
-        totals, per_fn = self._score(owners, completions)
+        totals, per_fn, logged = self._score(owners, completions, step)
         rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
         advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
         stds = group_std(rewards, G)
@@ -174,25 +176,33 @@ class Trainer:
             active_memory_mb=mx.get_active_memory() / MB,
             gradients_applied=not skipped,
             skipped_reason="; ".join(skipped) or None,
+            extra_metrics=logged.metric_means(),
         )
         if skipped:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
-        generations = self._generations(owners, completions, totals, per_fn, advantages.tolist())
+        generations = self._generations(owners, completions, totals, per_fn, advantages.tolist(), logged)
         return StepOutput(metrics=metrics, generations=generations)
 
-    def _score(self, owners: list[data.Example], completions: list[rollout.Completion]):
+    def _score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
+        """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
+        parsed = [split_thinking(c.text) for c in completions]
         extras = {
+            "finish_reason": [c.finish_reason for c in completions],
+            "thinking": [thinking for thinking, _ in parsed],
+            "answer": [answer for _, answer in parsed],
+            "tool_calls": [[msgspec.to_builtins(t) for t in parse_tool_calls(answer)] for _, answer in parsed],
             "num_tokens": [len(c.token_ids) for c in completions],
-            "max_completion_length": self.config.generation.max_completion_length,
+            "prompt_tokens": [len(e.prompt_ids) for e in owners],
+            "max_completion_length": self.config.generation.max_completion_length,  # built-ins only
         }
-        return score(
-            self.rewards,
-            [e.prompt for e in owners],
-            [c.text for c in completions],
-            data.columns_for(owners),
-            extras,
-            lambda message: self.log("warning", message),
+        warn = lambda message: self.log("warning", message)  # noqa: E731
+        logged = StepLog(len(completions), warn)
+        state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
+        totals, per_fn = score(
+            self.rewards, [e.prompt for e in owners], [c.text for c in completions], data.columns_for(owners),
+            extras, warn, completion_ids=[list(c.token_ids) for c in completions], trainer_state=state, log=logged,
         )
+        return totals, per_fn, logged
 
     def _micro_batches(self, examples, completions, advantages: list[float]) -> list[MicroBatch]:
         cfg = self.config
@@ -216,7 +226,7 @@ class Trainer:
             batches.append(batch)
         return batches
 
-    def _generations(self, owners, completions, totals, per_fn, advantages) -> list[Generation]:
+    def _generations(self, owners, completions, totals, per_fn, advantages, logged: StepLog) -> list[Generation]:
         G = self.config.grpo.group_size
         out = []
         for i, (ex, c) in enumerate(zip(owners, completions)):
@@ -235,6 +245,7 @@ class Trainer:
                     num_tokens=len(c.token_ids),
                     finish_reason=c.finish_reason,
                     tool_calls=parse_tool_calls(answer),
+                    reward_notes=logged.notes(i),
                 )
             )
         return out
@@ -257,7 +268,7 @@ class Trainer:
             self.model, self.tokenizer, [e.prompt_ids for e in examples], num_samples, self.config.generation,
             greedy=greedy, logprobs=False, plan=self.plan, decode=self.decode,
         )  # fmt: skip
-        totals, per_fn = self._score([examples[c.prompt_index] for c in completions], completions)
+        totals, per_fn, _ = self._score([examples[c.prompt_index] for c in completions], completions)
         return EvalBatch(per_fn, totals, [len(c.token_ids) for c in completions], [c.finish_reason for c in completions])
 
     def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:

@@ -14,8 +14,11 @@ MODEL_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
 
 
 def is_llama_family(model: Any) -> bool:
+    """A llama-family model whose every layer attends to the full context (mlx-lm's llama takes
+    ``layer_types`` with sliding-window layers, which the masks here do not model)."""
     args = getattr(model, "args", None)
-    return getattr(args, "model_type", None) in MODEL_TYPES and hasattr(model, "model")
+    full = all(t == "full_attention" for t in (getattr(args, "layer_types", None) or []))
+    return getattr(args, "model_type", None) in MODEL_TYPES and hasattr(model, "model") and full
 
 
 def padded_causal_mask(left_pad: mx.array, queries: int, first: mx.array | int, keys: int) -> mx.array:

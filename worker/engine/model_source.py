@@ -1,0 +1,112 @@
+"""Where a model comes from and whether it can be trained as configured, checked before loading.
+
+- ``resolve``: ``model.path`` is a local folder or a Hugging Face id (``org/name``) found in the hub
+  cache (``HF_HOME``/``HF_HUB_CACHE``) or downloaded into it; with ``HF_HUB_OFFLINE=1`` only the
+  cache is read. A model found nowhere is one sentence naming the id and what was tried.
+- ``check_architecture``: a ``model_type`` mlx-lm has no module for is one sentence naming it.
+- ``check_quantized``: full fine-tuning of a quantized model would train only its few unquantized
+  tensors (norms, biases), so it is a config error that says to use ``[model.lora]`` (QLoRA).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from grpo_tui.protocol.config import ConfigError, ModelConfig
+
+HUB_ID_HELP = "a local model folder or a Hugging Face id like Qwen/Qwen3-0.6B"
+
+
+class ModelSourceError(RuntimeError):
+    """The model cannot be found or loaded; the message is one sentence naming it."""
+
+
+def _offline() -> bool:
+    """HF_HUB_OFFLINE as the hub library itself reads it (once, at import)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def resolve(path: str) -> Path:
+    """The local folder holding ``path``: the folder itself, or the hub snapshot of an id."""
+    local = Path(path).expanduser()
+    if local.exists():
+        if not (local / "config.json").exists():
+            raise ModelSourceError(f"model folder {str(local)!r} has no config.json, so it is not a model")
+        return local
+    if path.count("/") != 1 or path.startswith(("/", ".", "~")):
+        raise ModelSourceError(f"model {path!r} was not found: it is neither an existing folder nor {HUB_ID_HELP}")
+    from huggingface_hub import constants, snapshot_download
+    from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS  # what mlx_lm.load reads, so nothing more is fetched
+
+    cache = constants.HF_HUB_CACHE
+    try:
+        return Path(snapshot_download(path, allow_patterns=DEFAULT_ALLOW_PATTERNS, local_files_only=_offline()))
+    except Exception as exc:  # noqa: BLE001 — the hub raises a dozen kinds; all mean "not available"
+        if _offline():
+            raise ModelSourceError(
+                f"model {path!r} was not found: it is not a local folder, the Hugging Face cache ({cache}) "
+                "has no snapshot of it, and HF_HUB_OFFLINE=1 forbids downloading it"
+            ) from None
+        raise ModelSourceError(
+            f"model {path!r} was not found: it is not a local folder or in the Hugging Face cache ({cache}), "
+            f"and downloading it failed ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    try:
+        return json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"cannot read {Path(folder) / 'config.json'} ({exc.__class__.__name__}: {exc})") from None
+
+
+def check_architecture(folder: Path, config: dict[str, Any]) -> str:
+    """The model type; ``ModelSourceError`` when this mlx-lm cannot build it."""
+    from importlib.metadata import version
+
+    from mlx_lm.utils import MODEL_REMAPPING
+
+    model_type = config.get("model_type")
+    if not model_type:
+        raise ModelSourceError(f"{Path(folder) / 'config.json'} names no model_type, so mlx-lm cannot tell the architecture")
+    module = MODEL_REMAPPING.get(model_type, model_type)
+    if importlib.util.find_spec(f"mlx_lm.models.{module}") is None:
+        raise ModelSourceError(
+            f"model type {model_type!r} ({Path(folder) / 'config.json'}) is not supported by mlx-lm "
+            f"{version('mlx-lm')}, which has no mlx_lm.models.{module} module; a newer mlx-lm may add it"
+        )
+    return str(model_type)
+
+
+def quantization(config: dict[str, Any]) -> dict[str, Any] | None:
+    """mlx's quantization block (``{"bits", "group_size", ...}``) or a Hugging Face one, if any."""
+    found = config.get("quantization") or config.get("quantization_config")
+    return found if isinstance(found, dict) else None
+
+
+def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
+    """Full fine-tuning of a quantized model is a config error (one sentence, names the fix)."""
+    q = quantization(config)
+    if q is None or model.lora is not None:
+        return
+    bits = q.get("bits")
+    kind = f"{bits}-bit quantized" if bits else "quantized"
+    raise ConfigError(
+        "model.lora",
+        f"{model.path!r} is a {kind} model, and full fine-tuning would train only its few unquantized "
+        "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA)",
+    )
+
+
+def inspect_model(model: ModelConfig) -> tuple[Path, str]:
+    """Resolve and check ``model`` before the slow load: (local folder, model type)."""
+    folder = resolve(model.path)
+    config = read_config(folder)
+    model_type = check_architecture(folder, config)
+    check_quantized(model, config)
+    return folder, model_type
