@@ -18,6 +18,7 @@ from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import Config
 
+from . import chunked_head
 from .accel import cpu_fast, fastgen, host_vocab, memory, patches, shared_prompt, two_cores
 
 # Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs
@@ -42,12 +43,20 @@ def _on(environ: Mapping[str, str], name: str) -> bool:
     return environ.get(SWITCHES[name], "1") != "0"
 
 
-def prepare_process(environ: Mapping[str, str] | None = None) -> bool:
+def saves_memory(config: Config) -> bool:
+    """Whether the config asks for any memory switch (docs/config.md, "Memory")."""
+    t = config.training
+    return t.gradient_checkpointing or t.vocab_chunk_size > 0 or t.logprob_batch_size > 0 or t.memory_limit_gb > 0
+
+
+def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False) -> bool:
     """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
-    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins) and malloc keeping freed memory. Returns
-    whether malloc keeps freed memory (glibc only, so the answer comes from trying)."""
+    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins; not when ``saving_memory`` (a memory switch is on): it
+    keeps more branches' arrays alive at once, ~1 GiB on a 0.6B model, and buys the two CPU
+    streams of small models only) and malloc keeping freed memory. Returns whether malloc keeps
+    freed memory (glibc only, so the answer comes from trying)."""
     env = os.environ if environ is None else environ
-    if environ is None:
+    if environ is None and not saving_memory:
         os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)
     return _on(env, "keep_freed_memory") and memory.keep_freed_memory()
 
@@ -67,6 +76,10 @@ class EnginePlan:
     cpu_kernels: bool  # accel.cpu_fast via accel.patches: x86 exp/SwiGLU/attention/RoPE
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
+    # The memory switches of [training] (docs/config.md, "Memory"); 0 / False = off.
+    gradient_checkpointing: bool = False  # engine.checkpointing: blocks recomputed backward
+    vocab_chunk_size: int = 0  # engine.chunked_head: positions per head/log-softmax chunk
+    logprob_batch_size: int = 0  # batch.row_parts: completions per forward/backward
 
     def pack_group(self, group_size: int) -> int:
         """The ``group`` to pack micro-batches with: the shared-prompt layout, or plain rows."""
@@ -90,6 +103,12 @@ class EnginePlan:
             paths.append("malloc keeps freed memory")
         if self.evaluation_width:
             paths.append(f"evaluation order width {self.evaluation_width}")
+        if self.gradient_checkpointing:
+            paths.append("gradient checkpointing (blocks recomputed in the backward pass)")
+        if self.vocab_chunk_size:
+            paths.append(f"LM head and log-softmax in chunks of {self.vocab_chunk_size} positions")
+        if self.logprob_batch_size:
+            paths.append(f"log-prob/loss passes of at most {self.logprob_batch_size} completions")
         paths.append(f"{self.device}, {self.parameters:,} parameters, vocabulary {self.vocabulary:,}")
         return "; ".join(paths)
 
@@ -103,7 +122,11 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     vocabulary = int(getattr(getattr(model, "args", None), "vocab_size", 0) or 0)
     small = parameters <= SMALL_MODEL_PARAMETERS
     shared = _on(env, "shared_prompt") and shared_prompt.supports(model) and config.grpo.group_size >= 2
-    compiled = _on(env, "compiled_loss") and shared and small
+    training = config.training
+    vocab_chunk = training.vocab_chunk_size if chunked_head.supports(model) else 0
+    # The chunked head evaluates chunk by chunk (eager graphs only); with any memory switch the
+    # trace's fused buffers would be one more full-size copy.
+    compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config)
     # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it; the reference
     # model's eager log-probs (beta > 0) still can.
     host = (_on(env, "host_vocab") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY
@@ -121,4 +144,7 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         cpu_kernels=_on(env, "cpu_kernels") and cpu_fast.enabled() and patches.can_patch(model),
         keep_freed_memory=keeps_freed_memory,
         evaluation_width=env.get(BFS_WIDTH_VARIABLE),
+        gradient_checkpointing=training.gradient_checkpointing,
+        vocab_chunk_size=vocab_chunk,
+        logprob_batch_size=training.logprob_batch_size,
     )

@@ -23,7 +23,7 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import Generation, StepOutput
-from . import data, model as model_io, plan as engine_plan, rollout
+from . import checkpointing, data, model as model_io, plan as engine_plan, rollout
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
@@ -49,7 +49,8 @@ def _mean(values: list[float | None]) -> float | None:
 
 class Trainer:
     def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
-        keeps_freed_memory = engine_plan.prepare_process()  # before MLX evaluates or allocates anything
+        # Before MLX evaluates or allocates anything.
+        keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config))
         self.config = config
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
@@ -60,6 +61,8 @@ class Trainer:
         for model in (self.model, self.ref_model):
             if model is not None and self.plan.cpu_kernels:
                 patches.patch_model(model)
+        if self.plan.gradient_checkpointing:
+            checkpointing.checkpoint_blocks(self.model)
         # Compiled functions live as long as the model they were traced for.
         self.losses = LossFunctions()
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
@@ -200,7 +203,8 @@ class Trainer:
                 group=self.plan.pack_group(G),
             )
             if self.ref_model is not None:
-                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab)
+                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab,
+                                       vocab_chunk=self.plan.vocab_chunk_size)
                 batch.ref_logps = mx.stop_gradient(logps)
                 mx.eval(batch.ref_logps)
             batches.append(batch)
