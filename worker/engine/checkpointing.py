@@ -24,7 +24,7 @@ def _checkpointed(cls: type) -> type:
     plain_call = cls.__call__
 
     def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        cache = kwargs.get("cache", args[2] if len(args) > 2 else None)
+        cache: Any = kwargs.get("cache", args[2] if len(args) > 2 else None)
         # A cache that keeps the block's keys as a side output (accel.shared_prompt's prompt pass)
         # carries gradient that mx.checkpoint's recomputation would cut: that block runs as it is.
         if not self.training or getattr(cache, "keeps_keys", False):
