@@ -16,7 +16,8 @@ printed to show it. Each system runs in its own process (the peers in their own 
 Printed per shape: median wall-clock s/step over the steps after the warm-up and median CPU-s/step
 (all threads of the process: steadier than wall time when other programs share the machine),
 grpo-tui's speed-up over each peer by both, generated tokens per step, peak memory per step (``mx.get_peak_memory``, MLX systems) and
-each process's peak RSS; grpo-tui's rollout tokens/s against raw ``mlx_lm.batch_generate``; and the
+each process's peak resident memory over its training steps (``VmHWM``: what a user's memory monitor shows; torch's for
+TRL), read after each step so that the runners' extra measurements after the steps do not count; grpo-tui's rollout tokens/s against raw ``mlx_lm.batch_generate``; and the
 training phase's model-FLOPs utilisation: 6 · parameters · tokens / training-phase time, against the
 float32 sgemm peak measured in the same process with the same BLAS.
 """
@@ -127,7 +128,12 @@ def summarise(result: dict, warmup: int) -> dict:
         return statistics.median(values) if values else None
 
     keys = ("s", "cpu_s", "generation_s", "training_s", "generated_tokens", "training_tokens", "peak_memory_mb")
-    return {k: med(k) for k in keys}
+    summary = {k: med(k) for k in keys}
+    # Peak RSS is a high-water mark: the training steps' last reading (all of them, warm-up too),
+    # else the process's at exit (which may include a runner's extra measurements).
+    rss = [s["max_rss_mb"] for s in result["steps"] if s.get("max_rss_mb") is not None]
+    summary["max_rss_mb"] = max(rss) if rss else result.get("max_rss_mb")
+    return summary
 
 
 def _fmt(value: float | None, width: int, spec: str, unit: str = "") -> str:
@@ -157,7 +163,7 @@ def report(shape: str, work: dict, model: Path, results: dict[str, dict]) -> lis
         lines.append(
             f"{system:<12} {_fmt(s['s'], 8, '.3f')} {_fmt(s['cpu_s'], 10, '.2f')} {_fmt(s['generation_s'], 9, '.3f', 's')} "
             f"{_fmt(s['generated_tokens'], 12, '.0f')} "
-            f"{_fmt(s['peak_memory_mb'], 13, '.0f', ' MB')} {_fmt(result.get('max_rss_mb'), 9, '.0f', ' MB')}   {ratio}"
+            f"{_fmt(s['peak_memory_mb'], 13, '.0f', ' MB')} {_fmt(s['max_rss_mb'], 9, '.0f', ' MB')}   {ratio}"
         )
     if "steps" not in ours:
         return lines

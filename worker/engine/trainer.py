@@ -8,6 +8,7 @@ functions, and ``train_step`` returns a ``StepOutput`` with every ``protocol.mes
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import Generation, StepOutput
-from . import checkpointing, data, model as model_io, plan as engine_plan, rollout
+from . import checkpointing, chunked_head, data, memory_fit, model as model_io, plan as engine_plan, rollout
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
@@ -61,8 +62,6 @@ class Trainer:
         for model in (self.model, self.ref_model):
             if model is not None and self.plan.cpu_kernels:
                 patches.patch_model(model)
-        if self.plan.gradient_checkpointing:
-            checkpointing.checkpoint_blocks(self.model)
         # Compiled functions live as long as the model they were traced for.
         self.losses = LossFunctions()
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
@@ -73,6 +72,14 @@ class Trainer:
         if config.data.eval_path:
             self.eval_dataset = data.read_jsonl(config.data.eval_path, config.data)
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
+        if config.training.memory_limit_gb > 0:
+            choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
+            self.plan = dataclasses.replace(self.plan, gradient_checkpointing=choice.gradient_checkpointing,
+                                            vocab_chunk_size=choice.vocab_chunk_size if chunked_head.supports(self.model) else 0,
+                                            logprob_batch_size=choice.logprob_batch_size)
+            log("info", choice.describe(config.training.memory_limit_gb))
+        if self.plan.gradient_checkpointing:
+            checkpointing.checkpoint_blocks(self.model)
         self.dataset_size = len(self.dataset)
         self.dataset_hash = data.file_hash(config.data.path)
         self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
