@@ -92,7 +92,7 @@ def read_rows(path: Path, n: int, prompt_tokens: int = 0) -> list[dict[str, str]
     if len(rows) < n:
         raise SystemExit(f"{path} has {len(rows)} rows, {n} are needed")
     filler = (FILLER * (prompt_tokens // len(FILLER) + 1))[:prompt_tokens]
-    return [{"prompt": filler + r["prompt"], "answer": str(r["answer"])} for r in rows[:n]]
+    return [{"prompt": (filler + "\n\n" if filler else "") + r["prompt"], "answer": str(r["answer"])} for r in rows[:n]]
 
 
 def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path, timeout: float, **extra) -> dict:
