@@ -17,7 +17,8 @@ SWITCHES = {"gradient_checkpointing": True, "vocab_chunk_size": 5, "logprob_batc
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_a_run_with_every_memory_switch_trains(tmp_path, tiny_model, lora):
+def test_a_run_with_every_memory_switch_trains(tmp_path, tiny_model, lora, monkeypatch):
+    monkeypatch.delenv("MLX_BFS_MAX_WIDTH", raising=False)  # an in-process Trainer of another test set it
     adapters = {"model.lora": {"rank": 4, "layers": -1}} if lora else {}
     config = write_config(tmp_path, tiny_model, grpo={"group_size": 3, "beta": 0.05},
                           training={"max_steps": 2, "batch_size": 2} | SWITCHES, **adapters)
@@ -36,7 +37,8 @@ def test_a_run_with_every_memory_switch_trains(tmp_path, tiny_model, lora):
     assert mlx_lm.load(str(tiny_model), adapter_path=str(final))[0] if lora else mlx_lm.load(str(final))[0]
 
 
-def test_a_memory_limit_says_what_it_chose(tmp_path, tiny_model):
+def test_a_memory_limit_says_what_it_chose(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.delenv("MLX_BFS_MAX_WIDTH", raising=False)
     # The tiny model fits anything: the fit turns nothing on, says so, and the run trains.
     config = write_config(tmp_path, tiny_model, training={"max_steps": 1, "memory_limit_gb": 64.0})
     worker = WorkerProcess(config)

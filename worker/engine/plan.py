@@ -92,17 +92,22 @@ class EnginePlan:
         paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
         if self.compiled_loss:
             paths.append("compiled loss")
-        if self.host_vocab:
+        # The speed paths' own memory, said with them (docs/config.md, "Memory").
+        if self.host_vocab and self.vocab_chunk_size:
+            buffer = self.vocab_chunk_size * self.vocabulary * 4 / 2**20
+            paths.append(f"vocabulary log-softmax in numpy per chunk (a {buffer:.0f} MB host buffer)")
+        elif self.host_vocab:
             where = " (reference model)" if self.compiled_loss else ""
-            paths.append(f"vocabulary log-softmax in numpy{where}, up to {host_vocab.MAX_LOGITS // 2**20}M logits")
+            paths.append(f"vocabulary log-softmax in numpy{where}, up to {host_vocab.MAX_LOGITS // 2**20}M logits "
+                         f"(a host buffer of up to {host_vocab.MAX_LOGITS * 4 // 2**20} MB)")
         if self.two_streams:
             paths.append("batch halves on two CPU streams")
         if self.cpu_kernels:
             paths.append("x86 CPU exp/SwiGLU/attention/RoPE")
         if self.keep_freed_memory:
-            paths.append("malloc keeps freed memory")
+            paths.append("malloc keeps freed memory (resident memory stays at the run's peak)")
         if self.evaluation_width:
-            paths.append(f"evaluation order width {self.evaluation_width}")
+            paths.append(f"evaluation order width {self.evaluation_width} (~1 GiB more peak on a 0.6B model)")
         if self.gradient_checkpointing:
             paths.append("gradient checkpointing (blocks recomputed in the backward pass)")
         if self.vocab_chunk_size:
