@@ -35,33 +35,36 @@ LORA = {"rank": 16, "layers": -1}
 GIB = 1024
 
 
-def measure(layers: int, finetune: str, mode: str, switches: dict, steps: int, data: Path, timeout: float) -> dict:
-    work = {**MEMORY_PROBE, "name": f"memory-{layers}l-{finetune}-{mode}", "warmup": 1, "steps": steps}
+def measure(layers: int, finetune: str, mode: str, switches: dict, steps: int, warmup: int, data: Path,
+            timeout: float) -> dict:
+    work = {**MEMORY_PROBE, "name": f"memory-{layers}l-{finetune}-{mode}", "warmup": warmup, "steps": steps}
     extra = {"init_optimizer": True, "training": switches if mode == "switches" else {}}
     if finetune == "lora":
         extra["lora"] = LORA
     result = run_system("grpo-tui", work, shapes.qwen3_06b_model(layers), data, BENCH / "logs", timeout, **extra)
     if "error" in result:
         return {"error": result["error"]}
-    s = summarise(result, 1)
+    s = summarise(result, warmup)
     # The peak over every step, warm-up included: memory is a high-water mark.
     peak = max(step["peak_memory_mb"] for step in result["steps"])
-    return {"peak_gib": peak / GIB, "rss_gib": s["max_rss_mb"] / GIB, "s": s["s"], "training_s": s["training_s"]}
+    cpu = [step["training_cpu_s"] for step in result["steps"][warmup:] if step.get("training_cpu_s") is not None]
+    return {"peak_gib": peak / GIB, "rss_gib": s["max_rss_mb"] / GIB, "s": s["s"], "training_s": s["training_s"],
+            "training_cpu_s": sum(cpu) / len(cpu) if cpu else float("nan")}
 
 
 def _line(layers: int | str, finetune: str, mode: str, row: dict, base: dict | None) -> str:
     if "error" in row:
         return f"{layers:>6} {finetune:<5} {mode:<9} failed: {row['error']}"
-    ratio = f"{row['s'] / base['s']:.2f}×" if base and "error" not in base and mode != "default" else ""
+    ratio = f"{row['training_s'] / base['training_s']:.2f}×" if base and "error" not in base and mode != "default" else ""
     return (f"{layers:>6} {finetune:<5} {mode:<9} {row['peak_gib']:>9.2f} {row['rss_gib']:>9.2f} {row['s']:>8.2f} "
-            f"{row['training_s']:>10.2f} {ratio:>7}")
+            f"{row['training_s']:>10.2f} {row['training_cpu_s']:>12.2f} {ratio:>13}")
 
 
 def extrapolate(rows: dict, depths: list[int], full: int) -> dict:
     """Each figure at ``full`` layers from a straight line through the two shallowest depths."""
     low, high = depths[0], depths[1]
     out = {}
-    for key in ("peak_gib", "rss_gib", "s", "training_s"):
+    for key in ("peak_gib", "rss_gib", "s", "training_s", "training_cpu_s"):
         slope = (rows[high][key] - rows[low][key]) / (high - low)
         out[key] = rows[low][key] + slope * (full - low)
     return out
@@ -72,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", default="4,8", help="comma-separated depths of the 0.6B shape")
     parser.add_argument("--finetune", default="full,lora", help="full, lora or both")
     parser.add_argument("--switches", type=json.loads, default=SWITCHES, help="the [training] keys of the memory mode")
-    parser.add_argument("--steps", type=int, default=1, help="measured steps after the one warm-up step")
+    parser.add_argument("--steps", type=int, default=1, help="measured steps")
+    parser.add_argument("--warmup", type=int, default=0, help="steps before them (the switches change only the "
+                        "training phase, which traces nothing: its first step is a steady one)")
     parser.add_argument("--data", type=Path, default=ROOT / "examples" / "data" / "arith.jsonl")
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
@@ -84,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         f"bench/memory.py {' '.join(argv if argv is not None else sys.argv[1:])} — {started}",
         f"1 prompt × G={MEMORY_PROBE['group_size']} × {MEMORY_PROBE['max_completion_length']} tokens, 0.6B shape, "
         f"float32, AdamW state allocated; switches: {json.dumps(args.switches)}; LoRA: {json.dumps(LORA)}",
-        f"{'layers':>6} {'tune':<5} {'mode':<9} {'peak GiB':>9} {'RSS GiB':>9} {'s/step':>8} {'training s':>10} {'vs dflt':>7}",
+        f"{'layers':>6} {'tune':<5} {'mode':<9} {'peak GiB':>9} {'RSS GiB':>9} {'s/step':>8} {'training s':>10} {'training CPU':>12} {'train vs dflt':>13}",
     ]
     print("\n".join(lines), flush=True)
     results: dict = {}
     for finetune in [f.strip() for f in args.finetune.split(",")]:
         for mode in ("default", "switches"):
             for layers in depths:
-                row = measure(layers, finetune, mode, args.switches, args.steps, args.data, args.timeout)
+                row = measure(layers, finetune, mode, args.switches, args.steps, args.warmup, args.data, args.timeout)
                 results.setdefault((finetune, mode), {})[layers] = row
                 base = results.get((finetune, "default"), {}).get(layers)
                 lines.append(_line(layers, finetune, mode, row, base))

@@ -86,7 +86,8 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
     steps = []
     for step in range(1, spec["warmup"] + spec["steps"] + 1):
         t0, c0 = time.perf_counter(), time.process_time()
-        m = trainer.train_step(step).metrics
+        phases: dict[str, float] = {}  # CPU time at the start of each phase
+        m = trainer.train_step(step, on_phase=lambda p: phases.setdefault(p, time.process_time())).metrics
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         generated = round(m.completion_mean_length * spec["batch_size"] * spec["group_size"])
         steps.append(
@@ -99,6 +100,8 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
                 "training_tokens": m.num_tokens,  # prompt + completion tokens the training forward sees
                 "peak_memory_mb": m.peak_memory_mb,
                 "max_rss_mb": max_rss_mb(),  # the process's peak resident memory so far
+                # The training phase's CPU time (all threads): steadier than wall time on a busy machine.
+                "training_cpu_s": c0 + cpu - phases["training"] if "training" in phases else None,
             }
         )
         print(f"step {step}: {wall:.2f}s {json.dumps(steps[-1])}", file=sys.stderr)

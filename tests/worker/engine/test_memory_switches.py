@@ -16,6 +16,7 @@ from grpo_tui.worker.engine import checkpointing, chunked_head, loss as loss_ste
 from grpo_tui.worker.engine.batch import pack, row_parts
 from grpo_tui.worker.engine.grpo import LossSettings
 from grpo_tui.worker.engine.update import optimize_pass
+from tests.worker.engine.same_update import assert_same_update
 from tests.worker.engine.test_loss import CONFIG as LOSS_CONFIG
 
 G = 4
@@ -145,15 +146,7 @@ def test_every_switch_together_trains_like_none(loss_type, lora):
             checkpointing.checkpoint_blocks(model)
         batches = [_batch(seed, 2) for seed in (4, 5)]
         results[on] = _update(model, config, plan, batches)
-    (on, params_on, old_on), (off, params_off, old_off) = results[True], results[False]
-    assert on.applied and on.loss == pytest.approx(off.loss, rel=1e-5, abs=1e-7)
-    assert on.grad_norm == pytest.approx(off.grad_norm, rel=1e-4)
-    for name in off.stats:
-        assert on.stats[name] == pytest.approx(off.stats[name], abs=1e-6), name
-    for a, b in zip(old_on, old_off):
-        np.testing.assert_allclose(a, b, atol=1e-5)
-    for name, p in params_off.items():
-        np.testing.assert_allclose(np.array(params_on[name]), np.array(p), atol=1e-6, rtol=1e-4, err_msg=name)
+    assert_same_update(results[True], results[False], atol=1e-6, rtol=1e-4)
 
 
 def test_the_plan_names_the_switches_and_drops_the_compiled_loss():
