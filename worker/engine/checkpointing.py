@@ -3,11 +3,11 @@
 activations there (``mx.checkpoint``), trading about one more forward pass for most of the
 activation memory.
 
-A per-instance ``__class__`` swap like ``accel.patches`` (never a class-wide patch, which would also
-change every other model in the process), and only while the model trains: the rollout and the
-reference model's log-probs run the block as it is, and so does the shared prompt's pass (its
-keys/values leave the block through the cache; ``accel.shared_prompt``). Same numbers as the plain blocks (tested), except
-with LoRA dropout, whose mask is drawn again when a block is recomputed.
+A per-instance ``__class__`` swap like ``accel.patches`` (never a class-wide patch, which would
+also change every other model in the process), and only while the model trains: the rollout and
+the reference model's log-probs run the block as it is, and so does the shared prompt's pass (its
+keys/values leave the block through the cache; ``accel.shared_prompt``). Same numbers as the plain
+blocks (tested), except with LoRA dropout, whose mask is drawn again when a block is recomputed.
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     shared = _on(env, "shared_prompt") and shared_prompt.supports(model) and config.grpo.group_size >= 2
     training = config.training
     vocab_chunk = training.vocab_chunk_size if chunked_head.supports(model) else 0
-    # The chunked head evaluates chunk by chunk (eager graphs only); with any memory switch the
-    # trace's fused buffers would be one more full-size copy.
+    # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
+    # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
     compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config)
     # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it; the reference
     # model's eager log-probs (beta > 0) still can.

@@ -74,9 +74,9 @@ class Trainer:
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
         if config.training.memory_limit_gb > 0:
             choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
+            chunk = choice.vocab_chunk_size if chunked_head.supports(self.model) else 0
             self.plan = dataclasses.replace(self.plan, gradient_checkpointing=choice.gradient_checkpointing,
-                                            vocab_chunk_size=choice.vocab_chunk_size if chunked_head.supports(self.model) else 0,
-                                            logprob_batch_size=choice.logprob_batch_size)
+                                            vocab_chunk_size=chunk, logprob_batch_size=choice.logprob_batch_size)
             log("info", choice.describe(config.training.memory_limit_gb))
         if self.plan.gradient_checkpointing:
             checkpointing.checkpoint_blocks(self.model)
