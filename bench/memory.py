@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", default="4,8", help="comma-separated depths of the 0.6B shape")
     parser.add_argument("--finetune", default="full,lora", help="full, lora or both")
     parser.add_argument("--switches", type=json.loads, default=SWITCHES, help="the [training] keys of the memory mode")
+    parser.add_argument("--modes", default="default,switches", help="default, switches or both")
     parser.add_argument("--steps", type=int, default=1, help="measured steps")
     parser.add_argument("--warmup", type=int, default=0, help="steps before them (the switches change only the "
                         "training phase, which traces nothing: its first step is a steady one)")
@@ -94,14 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines), flush=True)
     results: dict = {}
     for finetune in [f.strip() for f in args.finetune.split(",")]:
-        for mode in ("default", "switches"):
+        for mode in [m.strip() for m in args.modes.split(",")]:
             for layers in depths:
                 row = measure(layers, finetune, mode, args.switches, args.steps, args.warmup, args.data, args.timeout)
                 results.setdefault((finetune, mode), {})[layers] = row
                 base = results.get((finetune, "default"), {}).get(layers)
                 lines.append(_line(layers, finetune, mode, row, base))
                 print(lines[-1], flush=True)
-        if len(depths) >= 2:
+        if len(depths) >= 2 and all((finetune, mode) in results for mode in ("default", "switches")):
             rows = {mode: results[(finetune, mode)] for mode in ("default", "switches")}
             if all("error" not in r for m in rows.values() for r in m.values()):
                 default = extrapolate(rows["default"], depths, full)
