@@ -2,6 +2,7 @@
 
 - ``demo``: the quickstart's model, ``examples/models/tiny-arith`` (2 layers, hidden 128, a
   character-level vocabulary of ~100 tokens), built by ``examples/build_tiny_arith.py``.
+- ``qwen2.5-0.5b``: Qwen2.5-0.5B's dimensions (``QWEN25_05B``) built the same way as the next.
 - ``qwen3-0.6b``: a Qwen3-0.6B-shaped model with random weights (hidden 1024, 28 layers, 16 heads,
   8 KV heads, head_dim 128, intermediate 3072, vocabulary 151,936, tied embeddings; float32, about
   596M parameters, 2.4 GB on disk), built once under ``.bench/models/``. Weights don't matter for
@@ -37,6 +38,18 @@ QWEN3_06B = {
     "num_key_value_heads": 8,
     "head_dim": 128,
     "intermediate_size": 3072,
+    "vocab_size": 151936,
+}
+# Qwen2.5-0.5B's dimensions (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864, the same
+# 151,936 vocabulary) in the Qwen3 architecture the builder writes (no q/k/v biases, with q/k norms):
+# the same matmul and vocabulary sizes, which is what speed and memory depend on.
+QWEN25_05B = {
+    "hidden_size": 896,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 4864,
     "vocab_size": 151936,
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -159,10 +172,20 @@ def build_random_qwen3(out: Path, arch: dict, *, seed: int = 0, dtype: str = "fl
 
 def qwen3_06b_model(layers: int | None = None) -> Path:
     """The Qwen3-0.6B-shaped folder (``layers`` overrides the depth, for quick development runs)."""
-    arch = dict(QWEN3_06B)
+    return shaped_model("qwen3-0.6b-shape", QWEN3_06B, layers)
+
+
+def qwen25_05b_model(layers: int | None = None) -> Path:
+    """The Qwen2.5-0.5B-shaped folder (see ``QWEN25_05B``)."""
+    return shaped_model("qwen2.5-0.5b-shape", QWEN25_05B, layers)
+
+
+def shaped_model(base: str, shape: dict, layers: int | None = None) -> Path:
+    """A random model folder of ``shape`` under ``.bench/models/``, built once."""
+    arch = dict(shape)
     if layers is not None:
         arch["num_hidden_layers"] = layers
-    name = "qwen3-0.6b-shape" + (f"-{layers}l" if layers is not None else "")
+    name = base + (f"-{layers}l" if layers is not None else "")
     out = MODELS / name
     if not (out / "model.safetensors").exists():
         print(f"building {out} ({param_count(arch) / 1e6:.0f}M parameters, float32) ...", file=sys.stderr)

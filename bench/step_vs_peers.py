@@ -16,7 +16,8 @@ printed to show it. Each system runs in its own process (the peers in their own 
 Printed per shape: median wall-clock s/step over the steps after the warm-up and median CPU-s/step
 (all threads of the process: steadier than wall time when other programs share the machine),
 grpo-tui's speed-up over each peer by both, generated tokens per step, peak memory per step (``mx.get_peak_memory``, MLX systems) and
-each process's peak RSS; grpo-tui's rollout tokens/s against raw ``mlx_lm.batch_generate``; and the
+each process's peak resident memory over its training steps (``VmHWM``: what a user's memory monitor shows; torch's for
+TRL), read after each step so that the runners' extra measurements after the steps do not count; grpo-tui's rollout tokens/s against raw ``mlx_lm.batch_generate``; and the
 training phase's model-FLOPs utilisation: 6 · parameters · tokens / training-phase time, against the
 float32 sgemm peak measured in the same process with the same BLAS.
 """
@@ -52,7 +53,14 @@ SYSTEMS = tuple(RUNNERS)
 SHAPES = {
     "demo": {"batch_size": 8, "group_size": 8, "max_completion_length": 24, "learning_rate": 2e-4, "steps": 5},
     "qwen3-0.6b": {"batch_size": 2, "group_size": 4, "max_completion_length": 32, "learning_rate": 1e-6, "steps": 3},
+    # Realistic shapes (not in the default run; ``--shape``): a 0.5B model with 128-token completions,
+    # and the 0.6B shape with 256-token prompts (``prompt_tokens``: a filler context before each prompt).
+    "qwen2.5-0.5b": {"batch_size": 2, "group_size": 4, "max_completion_length": 128, "learning_rate": 1e-6, "steps": 2},
+    "prompt-heavy": {"batch_size": 1, "group_size": 8, "max_completion_length": 64, "learning_rate": 1e-6, "steps": 2,
+                     "prompt_tokens": 256},
 }
+DEFAULT_SHAPES = ("demo", "qwen3-0.6b")
+FILLER = "Context: the numbers below are small whole numbers; answer with <answer>N</answer>. "
 # The memory question of issue 7: one 0.6B-shaped step with a group of 8 completions of 256 tokens.
 MEMORY_PROBE = {"batch_size": 1, "group_size": 8, "max_completion_length": 256, "learning_rate": 1e-6, "steps": 1}
 
@@ -72,14 +80,19 @@ def python_for(system: str) -> str:
 
 
 def model_folder(shape: str, layers: int | None) -> Path:
-    return shapes.demo_model(wait_s=1800) if shape == "demo" else shapes.qwen3_06b_model(layers)
+    if shape == "demo":
+        return shapes.demo_model(wait_s=1800)
+    return shapes.qwen25_05b_model(layers) if shape == "qwen2.5-0.5b" else shapes.qwen3_06b_model(layers)
 
 
-def read_rows(path: Path, n: int) -> list[dict[str, str]]:
+def read_rows(path: Path, n: int, prompt_tokens: int = 0) -> list[dict[str, str]]:
+    """``n`` rows; with ``prompt_tokens``, each prompt after that many characters of filler context
+    (the bench tokenizer is character-level: about one token per character)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if len(rows) < n:
         raise SystemExit(f"{path} has {len(rows)} rows, {n} are needed")
-    return [{"prompt": r["prompt"], "answer": str(r["answer"])} for r in rows[:n]]
+    filler = (FILLER * (prompt_tokens // len(FILLER) + 1))[:prompt_tokens]
+    return [{"prompt": (filler + "\n\n" if filler else "") + r["prompt"], "answer": str(r["answer"])} for r in rows[:n]]
 
 
 def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path, timeout: float, **extra) -> dict:
@@ -89,7 +102,7 @@ def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path
     spec = {
         **work,
         "model": str(model),
-        "rows": read_rows(rows_path, work["batch_size"] * total),
+        "rows": read_rows(rows_path, work["batch_size"] * total, work.get("prompt_tokens", 0)),
         "temperature": 1.0,
         "seed": 0,
         "fixed_length": True,
@@ -127,7 +140,12 @@ def summarise(result: dict, warmup: int) -> dict:
         return statistics.median(values) if values else None
 
     keys = ("s", "cpu_s", "generation_s", "training_s", "generated_tokens", "training_tokens", "peak_memory_mb")
-    return {k: med(k) for k in keys}
+    summary = {k: med(k) for k in keys}
+    # Peak RSS is a high-water mark: the training steps' last reading (all of them, warm-up too),
+    # else the process's at exit (which may include a runner's extra measurements).
+    rss = [s["max_rss_mb"] for s in result["steps"] if s.get("max_rss_mb") is not None]
+    summary["max_rss_mb"] = max(rss) if rss else result.get("max_rss_mb")
+    return summary
 
 
 def _fmt(value: float | None, width: int, spec: str, unit: str = "") -> str:
@@ -157,7 +175,7 @@ def report(shape: str, work: dict, model: Path, results: dict[str, dict]) -> lis
         lines.append(
             f"{system:<12} {_fmt(s['s'], 8, '.3f')} {_fmt(s['cpu_s'], 10, '.2f')} {_fmt(s['generation_s'], 9, '.3f', 's')} "
             f"{_fmt(s['generated_tokens'], 12, '.0f')} "
-            f"{_fmt(s['peak_memory_mb'], 13, '.0f', ' MB')} {_fmt(result.get('max_rss_mb'), 9, '.0f', ' MB')}   {ratio}"
+            f"{_fmt(s['peak_memory_mb'], 13, '.0f', ' MB')} {_fmt(s['max_rss_mb'], 9, '.0f', ' MB')}   {ratio}"
         )
     if "steps" not in ours:
         return lines
@@ -238,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1500, help="seconds per system run")
     args = parser.parse_args(argv)
 
-    chosen = ["demo"] if args.quick else (list(SHAPES) if args.shape == "all" else [args.shape])
+    chosen = ["demo"] if args.quick else (list(DEFAULT_SHAPES) if args.shape == "all" else [args.shape])
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:

@@ -167,6 +167,11 @@ class TrainingConfig(_Section):
     warmup_steps: int = 0
     warmup_ratio: float = 0.0
     min_lr_rate: float = 0.0  # cosine_with_min_lr's floor, a fraction of learning_rate
+    # Memory switches (docs/config.md, "Memory"): each trades speed for memory, same numbers.
+    gradient_checkpointing: bool = False  # TRL's name: recompute each block's activations backward
+    vocab_chunk_size: int = 0  # positions per LM-head/log-softmax chunk; 0 = all at once
+    logprob_batch_size: int = 0  # completions per log-prob/loss forward+backward; 0 = the micro-batch
+    memory_limit_gb: float = 0.0  # pick the switches that fit this estimate; 0 = off
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0:
@@ -192,6 +197,12 @@ class TrainingConfig(_Section):
         if self.nan_patience < 1:
             raise _invalid("nan_patience", self.nan_patience, "must be at least 1")
         check_schedule(self)
+        if self.vocab_chunk_size < 0:
+            raise _invalid("vocab_chunk_size", self.vocab_chunk_size, "must be >= 0 (0 = the whole vocabulary pass at once)")
+        if self.logprob_batch_size < 0:
+            raise _invalid("logprob_batch_size", self.logprob_batch_size, "must be >= 0 (0 = the whole micro-batch)")
+        if self.memory_limit_gb < 0 or not math.isfinite(self.memory_limit_gb):
+            raise _invalid("memory_limit_gb", self.memory_limit_gb, "must be >= 0 (0 = off)")
 
 
 class CheckpointConfig(_Section):

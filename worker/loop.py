@@ -411,7 +411,8 @@ class TrainingLoop:
             await self.store.finish_run(self.run_id, status)
 
     async def _crash(self, exc: Exception) -> int:
-        message = str(exc) if type(exc).__name__ == "RewardError" else f"{type(exc).__name__}: {exc}"
+        # These say what is wrong in a sentence (a reward function; a config the model cannot run with).
+        message = str(exc) if type(exc).__name__ in ("RewardError", "ConfigError") else f"{type(exc).__name__}: {exc}"
         self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
         if self.store is not None:
             self.store.queue_log(self.step, "error", message)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_spec, write_result  # noqa: E402
+from common import load_spec, max_rss_mb, write_result  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
@@ -52,10 +52,12 @@ learning_rate = {learning_rate}
 batch_size = {batch_size}
 max_steps = {total_steps}
 seed = {seed}
+{training_extra}
 [checkpoint]
 output_dir = {output_dir!r}
 [store]
 enabled = false
+{lora}
 """
 
 
@@ -69,6 +71,10 @@ def make_trainer(spec: dict) -> Trainer:
         output_dir=str(work / "run"),
         total_steps=spec["warmup"] + spec["steps"],
         reward=str(Path(__file__).resolve().parent / "common.py") + ":grpo_tui_reward",
+        # bench/memory.py: extra [training] keys (the memory switches) and LoRA adapters.
+        training_extra="".join(f"{k} = {json.dumps(v)}\n" for k, v in spec.get("training", {}).items()),
+        lora="[model.lora]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in spec["lora"].items())
+        if spec.get("lora") else "",
     )
     trainer = Trainer(parse_config(text), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     if spec["fixed_length"]:
@@ -80,7 +86,8 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
     steps = []
     for step in range(1, spec["warmup"] + spec["steps"] + 1):
         t0, c0 = time.perf_counter(), time.process_time()
-        m = trainer.train_step(step).metrics
+        phases: dict[str, float] = {}  # CPU time at the start of each phase
+        m = trainer.train_step(step, on_phase=lambda p: phases.setdefault(p, time.process_time())).metrics
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         generated = round(m.completion_mean_length * spec["batch_size"] * spec["group_size"])
         steps.append(
@@ -92,6 +99,9 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
                 "generated_tokens": generated,
                 "training_tokens": m.num_tokens,  # prompt + completion tokens the training forward sees
                 "peak_memory_mb": m.peak_memory_mb,
+                "max_rss_mb": max_rss_mb(),  # the process's peak resident memory so far
+                # The training phase's CPU time (all threads): steadier than wall time on a busy machine.
+                "training_cpu_s": c0 + cpu - phases["training"] if "training" in phases else None,
             }
         )
         print(f"step {step}: {wall:.2f}s {json.dumps(steps[-1])}", file=sys.stderr)
@@ -157,6 +167,8 @@ def main() -> None:
         mx.eval(trainer.optimizer.state)
     params = sum(v.size for _, v in tree_flatten(trainer.model.parameters()))
     result = {"system": "grpo-tui", "blas": blas, "params": params, "steps": run_steps(trainer, spec)}
+    # The training run's peak RSS, before the rollout comparison loads a second, stock model.
+    result["max_rss_mb"] = max_rss_mb()
     if spec.get("rollout_repeats"):
         result["rollout"] = rollout_vs_batch_generate(trainer, spec, spec["rollout_repeats"])
     if spec.get("sgemm"):

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PhaseTimer, StepClock, bench_reward, load_spec, write_result  # noqa: E402
+from common import PhaseTimer, StepClock, bench_reward, load_spec, max_rss_mb, write_result  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import mlx.optimizers as optim  # noqa: E402
@@ -50,6 +50,7 @@ class Recorder(TrainingCallback):
                 "generation_s": GENERATION.take(),
                 "generated_tokens": round(info["train_average_generated_tokens"] * self.rows_per_step),
                 "peak_memory_mb": info["peak_memory"] * 1e9 / 2**20,
+                "max_rss_mb": max_rss_mb(),
             }
         )
         print(f"step {n}: {wall:.2f}s", file=sys.stderr)

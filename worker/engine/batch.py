@@ -122,3 +122,23 @@ def halves(batch: MicroBatch) -> list[MicroBatch]:
         cut = batch.group // 2
         return [_part(batch, slice(0, cut), group=cut), _part(batch, slice(cut, rows), group=rows - cut)]
     return [batch]
+
+
+def row_parts(batch: MicroBatch, size: int) -> list[MicroBatch]:
+    """The micro-batch as parts of at most ``size`` completions (``[training] logprob_batch_size``;
+    0 or at least the batch: the batch itself). In the shared-prompt layout a part holds whole
+    prompt groups when ``size`` allows, else a slice of one group's completions with its prompt
+    (which then runs once per part)."""
+    rows = batch.targets.shape[0]
+    if size <= 0 or size >= rows:
+        return [batch]
+    if batch.prompts is None:
+        return [_part(batch, slice(s, min(s + size, rows))) for s in range(0, rows, size)]
+    group, groups = batch.group, batch.prompts.shape[0]
+    if size >= group:
+        per = size // group
+        return [_part(batch, slice(g * group, min(g + per, groups) * group), slice(g, min(g + per, groups)))
+                for g in range(0, groups, per)]
+    return [_part(batch, slice(g * group + s, g * group + min(s + size, group)), slice(g, g + 1),
+                  group=min(size, group - s))
+            for g in range(groups) for s in range(0, group, size)]

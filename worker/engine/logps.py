@@ -13,6 +13,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import chunked_head
 from .accel import host_vocab, shared_prompt, two_cores
 from .accel.llama_family import is_llama_family
 from .batch import MicroBatch
@@ -32,10 +33,17 @@ def _head(model: nn.Module, hidden: mx.array) -> mx.array:
     return model.lm_head(hidden)
 
 
+def batch_hidden(model: nn.Module, batch: MicroBatch) -> mx.array:
+    """(B, T, hidden) final hidden states that predict ``batch.targets`` (llama family)."""
+    if batch.prompts is not None:
+        return shared_prompt.hidden_states(model, batch.prompts, batch.prompt_pad, batch.group, batch.targets)
+    return model.model(batch.inputs)[:, batch.start:, :]
+
+
 def batch_logits(model: nn.Module, batch: MicroBatch) -> mx.array:
     """(B, T, vocab) logits that predict ``batch.targets``."""
     if batch.prompts is not None:
-        return _head(model, shared_prompt.hidden_states(model, batch.prompts, batch.prompt_pad, batch.group, batch.targets))
+        return _head(model, batch_hidden(model, batch))
     return completion_logits(model, batch.inputs, batch.start)
 
 
@@ -49,12 +57,17 @@ def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.ar
 
 
 def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
-                split_rows: bool = True, host: bool = False) -> tuple[mx.array, mx.array]:
+                split_rows: bool = True, host: bool = False, vocab_chunk: int = 0) -> tuple[mx.array, mx.array]:
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
 
-    ``host`` (the plan's ``host_vocab``; eager graphs only): the vocabulary log-softmax runs in
-    numpy when the logits fit ``accel.host_vocab``'s cap. Else, with ``split_rows``, the
-    vocabulary-wide reductions run on half the rows per CPU stream."""
+    ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
+    run ``chunked_head``'s way, that many positions at a time. ``host`` (the plan's
+    ``host_vocab``; eager graphs only): the vocabulary log-softmax runs in numpy when the logits
+    fit ``accel.host_vocab``'s cap (or per chunk). Else, with ``split_rows``, the vocabulary-wide
+    reductions run on half the rows per CPU stream."""
+    if vocab_chunk > 0:
+        return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature,
+                                          vocab_chunk, host)
     logits = batch_logits(model, batch).astype(mx.float32) / temperature
     if host and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape

@@ -19,6 +19,7 @@ from mlx.utils import tree_flatten
 from grpo_tui.protocol.config import Config
 
 from . import architectures
+from . import chunked_head
 from .accel import cpu_fast, fastgen, host_vocab, memory, patches, shared_prompt, two_cores
 
 # Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs
@@ -43,12 +44,20 @@ def _on(environ: Mapping[str, str], name: str) -> bool:
     return environ.get(SWITCHES[name], "1") != "0"
 
 
-def prepare_process(environ: Mapping[str, str] | None = None) -> bool:
+def saves_memory(config: Config) -> bool:
+    """Whether the config asks for any memory switch (docs/config.md, "Memory")."""
+    t = config.training
+    return t.gradient_checkpointing or t.vocab_chunk_size > 0 or t.logprob_batch_size > 0 or t.memory_limit_gb > 0
+
+
+def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False) -> bool:
     """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
-    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins) and malloc keeping freed memory. Returns
-    whether malloc keeps freed memory (glibc only, so the answer comes from trying)."""
+    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins; not when ``saving_memory`` (a memory switch is on): it
+    keeps more branches' arrays alive at once, ~1 GiB on a 0.6B model, and buys the two CPU
+    streams of small models only) and malloc keeping freed memory. Returns whether malloc keeps
+    freed memory (glibc only, so the answer comes from trying)."""
     env = os.environ if environ is None else environ
-    if environ is None:
+    if environ is None and not saving_memory:
         os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)
     return _on(env, "keep_freed_memory") and memory.keep_freed_memory()
 
@@ -70,6 +79,10 @@ class EnginePlan:
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
     speed_paths_off: str | None = None  # architectures.speed_paths_off: why this architecture runs stock
     one_row_rollout: str | None = None  # architectures.one_row_rollout: why rows are generated one by one
+    # The memory switches of [training] (docs/config.md, "Memory"); 0 / False = off.
+    gradient_checkpointing: bool = False  # engine.checkpointing: blocks recomputed backward
+    vocab_chunk_size: int = 0  # engine.chunked_head: positions per head/log-softmax chunk
+    logprob_batch_size: int = 0  # batch.row_parts: completions per forward/backward
 
     def pack_group(self, group_size: int) -> int:
         """The ``group`` to pack micro-batches with: the shared-prompt layout, or plain rows."""
@@ -82,21 +95,32 @@ class EnginePlan:
         paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
         if self.compiled_loss:
             paths.append("compiled loss")
-        if self.host_vocab:
+        # The speed paths' own memory, said with them (docs/config.md, "Memory").
+        if self.host_vocab and self.vocab_chunk_size:
+            buffer = self.vocab_chunk_size * self.vocabulary * 4 / 2**20
+            paths.append(f"vocabulary log-softmax in numpy per chunk (a {buffer:.0f} MB host buffer)")
+        elif self.host_vocab:
             where = " (reference model)" if self.compiled_loss else ""
-            paths.append(f"vocabulary log-softmax in numpy{where}, up to {host_vocab.MAX_LOGITS // 2**20}M logits")
+            paths.append(f"vocabulary log-softmax in numpy{where}, up to {host_vocab.MAX_LOGITS // 2**20}M logits "
+                         f"(a host buffer of up to {host_vocab.MAX_LOGITS * 4 // 2**20} MB)")
         if self.two_streams:
             paths.append("batch halves on two CPU streams")
         if self.cpu_kernels:
             paths.append("x86 CPU exp/SwiGLU/attention/RoPE")
         if self.keep_freed_memory:
-            paths.append("malloc keeps freed memory")
+            paths.append("malloc keeps freed memory (resident memory stays at the run's peak)")
         if self.evaluation_width:
-            paths.append(f"evaluation order width {self.evaluation_width}")
+            paths.append(f"evaluation order width {self.evaluation_width} (~1 GiB more peak on a 0.6B model)")
         if self.one_row_rollout:
             paths.append(f"rollout one row at a time ({self.one_row_rollout})")
         if self.speed_paths_off:
             paths.append(self.speed_paths_off)
+        if self.gradient_checkpointing:
+            paths.append("gradient checkpointing (blocks recomputed in the backward pass)")
+        if self.vocab_chunk_size:
+            paths.append(f"LM head and log-softmax in chunks of {self.vocab_chunk_size} positions")
+        if self.logprob_batch_size:
+            paths.append(f"log-prob/loss passes of at most {self.logprob_batch_size} completions")
         paths.append(f"{self.device}, {self.parameters:,} parameters, vocabulary {self.vocabulary:,}")
         return "; ".join(paths)
 
@@ -110,7 +134,11 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     vocabulary = int(getattr(getattr(model, "args", None), "vocab_size", 0) or 0)
     small = parameters <= SMALL_MODEL_PARAMETERS
     shared = _on(env, "shared_prompt") and shared_prompt.supports(model) and config.grpo.group_size >= 2
-    compiled = _on(env, "compiled_loss") and shared and small
+    training = config.training
+    vocab_chunk = training.vocab_chunk_size if chunked_head.supports(model) else 0
+    # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
+    # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
+    compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config)
     # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it; the reference
     # model's eager log-probs (beta > 0) still can.
     host = (_on(env, "host_vocab") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY
@@ -130,4 +158,7 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         evaluation_width=env.get(BFS_WIDTH_VARIABLE),
         speed_paths_off=architectures.speed_paths_off(model),
         one_row_rollout=architectures.one_row_rollout(model),
+        gradient_checkpointing=training.gradient_checkpointing,
+        vocab_chunk_size=vocab_chunk,
+        logprob_batch_size=training.logprob_batch_size,
     )

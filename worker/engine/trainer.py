@@ -8,6 +8,7 @@ functions, and ``train_step`` returns a ``StepOutput`` with every ``protocol.mes
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import EvalBatch, Generation, StepOutput
-from . import data, model as model_io, plan as engine_plan, rollout
+from . import checkpointing, chunked_head, data, memory_fit, model as model_io, plan as engine_plan, rollout
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
@@ -59,7 +60,8 @@ def _mean(values: list[float | None]) -> float | None:
 
 class Trainer:
     def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
-        keeps_freed_memory = engine_plan.prepare_process()  # before MLX evaluates or allocates anything
+        # Before MLX evaluates or allocates anything.
+        keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config))
         self.config = config
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
@@ -81,6 +83,14 @@ class Trainer:
         if d.eval_path or d.eval_split:
             self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split)[0]
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
+        if config.training.memory_limit_gb > 0:
+            choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
+            chunk = choice.vocab_chunk_size if chunked_head.supports(self.model) else 0
+            self.plan = dataclasses.replace(self.plan, gradient_checkpointing=choice.gradient_checkpointing,
+                                            vocab_chunk_size=chunk, logprob_batch_size=choice.logprob_batch_size)
+            log("info", choice.describe(config.training.memory_limit_gb))
+        if self.plan.gradient_checkpointing:
+            checkpointing.checkpoint_blocks(self.model)
         self.dataset_size = len(self.dataset)
         self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
         self.num_epochs = config.training.num_epochs
@@ -220,7 +230,8 @@ class Trainer:
                 group=self.plan.pack_group(G),
             )
             if self.ref_model is not None:
-                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab)
+                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab,
+                                       vocab_chunk=self.plan.vocab_chunk_size)
                 batch.ref_logps = mx.stop_gradient(logps)
                 mx.eval(batch.ref_logps)
             batches.append(batch)

@@ -16,7 +16,7 @@ from mlx.utils import tree_flatten, tree_map
 from grpo_tui.protocol.config import Config
 
 from .accel import two_cores
-from .batch import MicroBatch, halves
+from .batch import MicroBatch, halves, row_parts
 from .grpo import LossSettings
 from .loss import LossFunctions, loss_and_grad
 from .plan import EnginePlan
@@ -83,6 +83,13 @@ def _global_norm(grads: Any) -> mx.array:
     return mx.sqrt(sum(_sum_of_squares(g) for _, g in tree_flatten(grads)))
 
 
+def _accumulate(grads: Any, results: list) -> Any:
+    """``grads`` plus each result's gradients (lazy; a helper so that no local keeps a part alive)."""
+    for _, part_grads in results:
+        grads = part_grads if grads is None else tree_map(mx.add, grads, part_grads)
+    return grads
+
+
 def optimize_pass(
     model: nn.Module,
     optimizer: optim.Optimizer,
@@ -104,21 +111,29 @@ def optimize_pass(
     total_loss, grads = 0.0, None
     sums: dict[str, float] = {}
     for batch in batches:
-        parts = halves(batch) if parallel else [batch]
-        results = []
-        for part, stream in zip(parts, two_cores.streams()):
-            with mx.stream(stream):
-                results.append(loss_and_grad(
-                    model, part, settings, config.generation.temperature, num_items, len(batches),
-                    compiled=compiled, host=plan.host_vocab, whole=batch if len(parts) > 1 else None,
-                    functions=functions,
-                ))
-        with two_cores.half_the_blas_threads() if len(parts) > 1 else nullcontext():
-            mx.eval(results)
+        # logprob_batch_size: one forward/backward per piece, each normalised as a part of the
+        # whole micro-batch (grpo.PartOf), so the summed loss and gradient are the unsplit ones.
+        pieces = row_parts(batch, plan.logprob_batch_size)
+        values = []
+        for piece in pieces:
+            parts = halves(piece) if parallel else [piece]
+            results = []
+            for part, stream in zip(parts, two_cores.streams()):
+                with mx.stream(stream):
+                    results.append(loss_and_grad(
+                        model, part, settings, config.generation.temperature, num_items, len(batches),
+                        compiled=compiled, host=plan.host_vocab,
+                        whole=batch if len(parts) > 1 or len(pieces) > 1 else None,
+                        functions=functions, vocab_chunk=plan.vocab_chunk_size,
+                    ))
+            grads = _accumulate(grads, results)
+            values += [value for value, _ in results]
+            del results  # the sum is evaluated with the parts: no second gradient tree stays alive
+            with two_cores.half_the_blas_threads() if len(parts) > 1 else nullcontext():
+                mx.eval(values[-len(parts):], grads)
         if record_old:
-            batch.old_logps = mx.concatenate([logps for (_, logps, _), _ in results])
-        for (loss, _, metrics), part_grads in results:
-            grads = part_grads if grads is None else tree_map(mx.add, grads, part_grads)
+            batch.old_logps = mx.concatenate([logps for _, logps, _ in values])
+        for loss, _, metrics in values:
             total_loss += loss.item()
             tokens = metrics.pop("tokens").item()
             for k, v in metrics.items():

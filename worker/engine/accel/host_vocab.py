@@ -76,18 +76,29 @@ def _host(array: mx.array) -> np.ndarray:
     return np.array(array, copy=False)
 
 
-@mx.custom_function
-def logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
-    """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), ``targets`` (N,)."""
+def rows_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
+    """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), evaluated now
+    (also ``engine.chunked_head``'s per-chunk log-softmax)."""
     x = _host(logits)
     parts = _by_halves(_forward_rows, x, _host(targets), _scratch(x.shape))
     return mx.array(np.concatenate([p for p, _ in parts])), mx.array(np.concatenate([e for _, e in parts]))
 
 
+def rows_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
+    """d(cotangent · log softmax(logits)[target]) / d logits, evaluated now."""
+    x = _host(logits)
+    gradient = _scratch(x.shape)
+    _by_halves(_gradient_rows, x, _host(targets), _host(cotangent.astype(mx.float32)), gradient)
+    return mx.array(gradient)  # mx.array copies: the buffer is free again
+
+
+@mx.custom_function
+def logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
+    """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), ``targets`` (N,)."""
+    return rows_forward(logits, targets)
+
+
 @logps_entropy.vjp
 def _logps_entropy_vjp(primals, cotangents, outputs):
     logits, targets = primals
-    x = _host(logits)
-    gradient = _scratch(x.shape)
-    _by_halves(_gradient_rows, x, _host(targets), _host(cotangents[0].astype(mx.float32)), gradient)
-    return mx.array(gradient), mx.zeros_like(targets)  # mx.array copies: the buffer is free again
+    return rows_gradient(logits, targets, cotangents[0]), mx.zeros_like(targets)

@@ -26,6 +26,8 @@ def supports(model: nn.Module) -> bool:
 class _PromptCache(MaskedCache):
     """Keeps the prompt's keys/values of one layer (offset 0)."""
 
+    keeps_keys = True  # a side output: engine.checkpointing must not recompute the block (its gradient)
+
     def __init__(self, mask: mx.array) -> None:
         super().__init__(0, mask)
         self.keys = self.values = None
@@ -37,6 +39,8 @@ class _PromptCache(MaskedCache):
 
 class _PrefixCache(_PromptCache):
     """Completion tokens after a given (repeated) prompt cache."""
+
+    keeps_keys = False
 
     def __init__(self, keys: mx.array, values: mx.array, offset: int, mask: mx.array) -> None:
         super().__init__(mask)

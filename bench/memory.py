@@ -1,0 +1,119 @@
+"""Memory against speed: grpo-tui's default step vs the memory switches, side by side.
+
+    .venv/bin/python bench/memory.py                      # 4 and 8 layers, full and LoRA (about 10 min on 2 cores)
+    .venv/bin/python bench/memory.py --layers 4 --finetune full
+    .venv/bin/python bench/memory.py --switches '{"vocab_chunk_size": 256}'
+
+The work is the issue's memory shape on the Qwen3-0.6B-shaped model (``bench/shapes.py``): one
+prompt × G = 8 completions × 256 tokens, fixed length, float32, AdamW's moments allocated before
+the first step (the steady state). Each configuration runs in its own process (the
+``bench/peers/grpo_tui_step.py`` runner, one warm-up step and the measured steps), one after the
+other, never two at once. Printed per configuration: peak MLX memory (``mx.get_peak_memory``), the
+process's peak resident memory (``VmHWM``), wall s/step and the training phase's share, and each
+mode's ratio to the default. Every term of a step's memory and time grows linearly with depth
+around a constant (embedding, logits), so two depths give the 28-layer figures by a straight line;
+the full depth is not run here (it would need more memory than a shared 24 GiB machine allows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import shapes  # noqa: E402
+from step_vs_peers import BENCH, MEMORY_PROBE, run_system, summarise  # noqa: E402
+
+# The memory switches as a user would set them for this shape (docs/config.md, "Memory").
+SWITCHES = {"gradient_checkpointing": True, "vocab_chunk_size": 256, "logprob_batch_size": 4}
+LORA = {"rank": 16, "layers": -1}
+GIB = 1024
+
+
+def measure(layers: int, finetune: str, mode: str, switches: dict, steps: int, warmup: int, data: Path,
+            timeout: float) -> dict:
+    work = {**MEMORY_PROBE, "name": f"memory-{layers}l-{finetune}-{mode}", "warmup": warmup, "steps": steps}
+    extra = {"init_optimizer": True, "training": switches if mode == "switches" else {}}
+    if finetune == "lora":
+        extra["lora"] = LORA
+    result = run_system("grpo-tui", work, shapes.qwen3_06b_model(layers), data, BENCH / "logs", timeout, **extra)
+    if "error" in result:
+        return {"error": result["error"]}
+    s = summarise(result, warmup)
+    # The peak over every step, warm-up included: memory is a high-water mark.
+    peak = max(step["peak_memory_mb"] for step in result["steps"])
+    cpu = [step["training_cpu_s"] for step in result["steps"][warmup:] if step.get("training_cpu_s") is not None]
+    return {"peak_gib": peak / GIB, "rss_gib": s["max_rss_mb"] / GIB, "s": s["s"], "training_s": s["training_s"],
+            "training_cpu_s": sum(cpu) / len(cpu) if cpu else float("nan")}
+
+
+def _line(layers: int | str, finetune: str, mode: str, row: dict, base: dict | None) -> str:
+    if "error" in row:
+        return f"{layers:>6} {finetune:<5} {mode:<9} failed: {row['error']}"
+    ratio = f"{row['training_s'] / base['training_s']:.2f}×" if base and "error" not in base and mode != "default" else ""
+    return (f"{layers:>6} {finetune:<5} {mode:<9} {row['peak_gib']:>9.2f} {row['rss_gib']:>9.2f} {row['s']:>8.2f} "
+            f"{row['training_s']:>10.2f} {row['training_cpu_s']:>12.2f} {ratio:>13}")
+
+
+def extrapolate(rows: dict, depths: list[int], full: int) -> dict:
+    """Each figure at ``full`` layers from a straight line through the two shallowest depths."""
+    low, high = depths[0], depths[1]
+    out = {}
+    for key in ("peak_gib", "rss_gib", "s", "training_s", "training_cpu_s"):
+        slope = (rows[high][key] - rows[low][key]) / (high - low)
+        out[key] = rows[low][key] + slope * (full - low)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", default="4,8", help="comma-separated depths of the 0.6B shape")
+    parser.add_argument("--finetune", default="full,lora", help="full, lora or both")
+    parser.add_argument("--switches", type=json.loads, default=SWITCHES, help="the [training] keys of the memory mode")
+    parser.add_argument("--modes", default="default,switches", help="default, switches or both")
+    parser.add_argument("--steps", type=int, default=1, help="measured steps")
+    parser.add_argument("--warmup", type=int, default=0, help="steps before them (the switches change only the "
+                        "training phase, which traces nothing: its first step is a steady one)")
+    parser.add_argument("--data", type=Path, default=ROOT / "examples" / "data" / "arith.jsonl")
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args(argv)
+    depths = sorted(int(d) for d in args.layers.split(","))
+    full = shapes.QWEN3_06B["num_hidden_layers"]
+    (BENCH / "logs").mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    lines = [
+        f"bench/memory.py {' '.join(argv if argv is not None else sys.argv[1:])} — {started}",
+        f"1 prompt × G={MEMORY_PROBE['group_size']} × {MEMORY_PROBE['max_completion_length']} tokens, 0.6B shape, "
+        f"float32, AdamW state allocated; switches: {json.dumps(args.switches)}; LoRA: {json.dumps(LORA)}",
+        f"{'layers':>6} {'tune':<5} {'mode':<9} {'peak GiB':>9} {'RSS GiB':>9} {'s/step':>8} {'training s':>10} {'training CPU':>12} {'train vs dflt':>13}",
+    ]
+    print("\n".join(lines), flush=True)
+    results: dict = {}
+    for finetune in [f.strip() for f in args.finetune.split(",")]:
+        for mode in [m.strip() for m in args.modes.split(",")]:
+            for layers in depths:
+                row = measure(layers, finetune, mode, args.switches, args.steps, args.warmup, args.data, args.timeout)
+                results.setdefault((finetune, mode), {})[layers] = row
+                base = results.get((finetune, "default"), {}).get(layers)
+                lines.append(_line(layers, finetune, mode, row, base))
+                print(lines[-1], flush=True)
+        if len(depths) >= 2 and all((finetune, mode) in results for mode in ("default", "switches")):
+            rows = {mode: results[(finetune, mode)] for mode in ("default", "switches")}
+            if all("error" not in r for m in rows.values() for r in m.values()):
+                default = extrapolate(rows["default"], depths, full)
+                for mode in ("default", "switches"):
+                    estimate = extrapolate(rows[mode], depths, full)
+                    lines.append(_line(f"~{full}", finetune, mode, estimate, default) + "  (extrapolated)")
+                    print(lines[-1], flush=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    (BENCH / f"memory-{stamp}.txt").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

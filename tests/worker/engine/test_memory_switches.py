@@ -1,0 +1,162 @@
+"""The memory switches of ``[training]`` (gradient checkpointing, the chunked LM head and
+log-softmax, the log-prob batch size) compute the unsplit path's loss, log-probs, metrics and
+gradients, for full and LoRA fine-tuning, on a tiny model with a 5000-token vocabulary."""
+
+import dataclasses
+
+import mlx.core as mx
+import mlx.optimizers as optim
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.models import qwen3
+
+from grpo_tui.protocol.config import LoraConfig, parse_config
+from grpo_tui.worker.engine import checkpointing, chunked_head, loss as loss_step, model as model_io, plan as engine_plan
+from grpo_tui.worker.engine.batch import pack, row_parts
+from grpo_tui.worker.engine.grpo import LossSettings
+from grpo_tui.worker.engine.update import optimize_pass
+from tests.worker.engine.same_update import assert_same_update
+from tests.worker.engine.test_loss import CONFIG as LOSS_CONFIG
+
+G = 4
+VOCAB = 5000
+CONFIG = LOSS_CONFIG.replace('loss_type = "dapo"', 'loss_type = "{loss_type}"') + """[training]
+learning_rate = 0.01
+max_grad_norm = 0.0
+{training}
+"""
+
+
+def _config(loss_type: str = "dapo", training: str = ""):
+    return parse_config(CONFIG.format(loss_type=loss_type, training=training), check_paths=False)
+
+
+def _model(lora: bool, seed: int = 0, tie: bool = True):
+    mx.random.seed(seed)
+    args = qwen3.ModelArgs(model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                           num_attention_heads=4, rms_norm_eps=1e-6, vocab_size=VOCAB, num_key_value_heads=2,
+                           max_position_embeddings=512, rope_theta=10000.0, head_dim=16, tie_word_embeddings=tie)
+    model = qwen3.Model(args)
+    mx.eval(model.parameters())
+    if lora:
+        model.freeze()
+        model_io.add_lora(model, LoraConfig(rank=4, layers=-1))
+        # LoRA's B starts at zero: make it non-zero so the adapters' gradients are all exercised.
+        for _, module in model.named_modules():
+            if hasattr(module, "lora_b"):
+                module.lora_b = mx.random.normal(module.lora_b.shape) * 0.05
+        mx.eval(model.parameters())
+    model.train()
+    return model
+
+
+def _batch(seed: int, groups: int, group: int = G):
+    rng = np.random.default_rng(seed)
+    heads = [[int(t) for t in rng.integers(3, VOCAB, int(rng.integers(4, 10)))] for _ in range(groups)]
+    prompts = [h for h in heads for _ in range(G)]
+    completions = [[int(t) for t in rng.integers(3, VOCAB, int(rng.integers(2, 9)))] for _ in prompts]
+    advantages = [float(a) for a in rng.normal(size=len(prompts))]
+    keep = [i % 5 != 3 for i in range(len(prompts))]
+    return pack(prompts, completions, advantages, keep, group=group)
+
+
+def _grads(model, batch, config, **options):
+    (loss, logps, metrics), grads = loss_step.loss_and_grad(
+        model, batch, LossSettings.from_config(config), config.generation.temperature, 37.0, 2, compiled=False,
+        **options)
+    mx.eval(loss, logps, metrics, grads)
+    return loss.item(), np.array(logps), {k: v.item() for k, v in metrics.items()}, dict(tree_flatten(grads))
+
+
+def _assert_same(got, want, atol=1e-5):
+    assert got[0] == pytest.approx(want[0], rel=1e-5, abs=1e-7)
+    np.testing.assert_allclose(got[1], want[1], atol=atol)
+    for name, value in want[2].items():
+        assert got[2][name] == pytest.approx(value, abs=1e-5), name
+    assert got[3].keys() == want[3].keys()
+    for name, g in want[3].items():
+        np.testing.assert_allclose(np.array(got[3][name]), np.array(g), atol=1e-6, rtol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("group", [G, 1], ids=["shared-prompt", "plain"])
+@pytest.mark.parametrize("host", [False, True], ids=["mlx", "numpy"])
+def test_the_chunked_head_equals_the_whole_vocabulary(lora, group, host):
+    model, config = _model(lora), _config("bnpo")
+    batch = _batch(0, 2, group)
+    whole = _grads(model, batch, config, host=host)
+    chunked = _grads(model, batch, config, host=host, vocab_chunk=7)  # 7 does not divide the positions
+    _assert_same(chunked, whole)
+    if lora:
+        assert not any("embed" in name for name in chunked[3])
+
+
+def test_an_untied_head_chunks_too():
+    model, config = _model(False, tie=False), _config("grpo")
+    assert chunked_head.supports(model)
+    batch = _batch(1, 2)
+    _assert_same(_grads(model, batch, config, vocab_chunk=5), _grads(model, batch, config))
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("group", [G, 1], ids=["shared-prompt", "plain"])
+def test_checkpointed_blocks_give_the_same_gradients(lora, group):
+    config = _config("dapo")
+    batch = _batch(2, 2, group)
+    plain = _grads(_model(lora), batch, config)
+    model = _model(lora)
+    assert checkpointing.checkpoint_blocks(model) and checkpointing.is_checkpointed(model)
+    _assert_same(_grads(model, batch, config), plain)
+    model.eval()  # the rollout runs the plain blocks (no mx.checkpoint outside training)
+    assert model(batch.targets).shape == (*batch.targets.shape, VOCAB)
+
+
+def test_row_parts_cover_the_batch():
+    batch = _batch(3, 3)  # 12 completions, groups of 4
+    assert row_parts(batch, 0) == [batch] and row_parts(batch, 12) == [batch]
+    whole_groups = row_parts(batch, 8)
+    assert [p.targets.shape[0] for p in whole_groups] == [8, 4]
+    assert [p.prompts.shape[0] for p in whole_groups] == [2, 1]
+    inside = row_parts(batch, 3)
+    assert [p.targets.shape[0] for p in inside] == [3, 1] * 3 and [p.group for p in inside] == [3, 1] * 3
+    plain = row_parts(_batch(3, 3, group=1), 5)
+    assert [p.targets.shape[0] for p in plain] == [5, 5, 2]
+    np.testing.assert_array_equal(np.concatenate([np.array(p.targets) for p in inside]), np.array(batch.targets))
+
+
+def _update(model, config, plan, batches):
+    # Plain SGD: AdamW's first step is lr·sign(gradient), which turns float noise on a near-zero
+    # gradient into a full-size difference; SGD's step is the gradient itself.
+    result = optimize_pass(model, optim.SGD(learning_rate=1.0), batches, config, plan, record_old=True)
+    return result, dict(tree_flatten(model.trainable_parameters())), [np.array(b.old_logps) for b in batches]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_every_switch_together_trains_like_none(loss_type, lora):
+    config = _config(loss_type)
+    results = {}
+    for on in (False, True):
+        model = _model(lora)
+        plan = engine_plan.decide(model, config)
+        plan = dataclasses.replace(plan, compiled_loss=False, two_streams=False)
+        if on:
+            plan = dataclasses.replace(plan, gradient_checkpointing=True, vocab_chunk_size=6, logprob_batch_size=3)
+            checkpointing.checkpoint_blocks(model)
+        batches = [_batch(seed, 2) for seed in (4, 5)]
+        results[on] = _update(model, config, plan, batches)
+    assert_same_update(results[True], results[False], atol=1e-6, rtol=1e-4)
+
+
+def test_the_plan_names_the_switches_and_drops_the_compiled_loss():
+    model = _model(False)
+    plain = engine_plan.decide(model, _config())
+    assert "chunks" not in plain.describe() and "checkpointing" not in plain.describe()
+    plan = engine_plan.decide(model, _config(training="gradient_checkpointing = true\nvocab_chunk_size = 64\n"
+                                                      "logprob_batch_size = 2"))
+    assert plan.gradient_checkpointing and plan.vocab_chunk_size == 64 and plan.logprob_batch_size == 2
+    assert not plan.compiled_loss
+    text = plan.describe()
+    for words in ("gradient checkpointing", "chunks of 64 positions", "at most 2 completions"):
+        assert words in text

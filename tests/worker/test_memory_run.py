@@ -1,0 +1,63 @@
+"""The memory switches through the real worker process: a run with all of them on trains, and the
+engine log line says what runs."""
+
+from __future__ import annotations
+
+import math
+
+import mlx_lm
+import pytest
+
+from grpo_tui.protocol import messages as m
+from tests.worker_harness import WorkerProcess, tiny_model, write_config
+
+__all__ = ["tiny_model"]  # the fixture, imported for pytest
+
+SWITCHES = {"gradient_checkpointing": True, "vocab_chunk_size": 5, "logprob_batch_size": 1}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_run_with_every_memory_switch_trains(tmp_path, tiny_model, lora, monkeypatch):
+    monkeypatch.delenv("MLX_BFS_MAX_WIDTH", raising=False)  # an in-process Trainer of another test set it
+    adapters = {"model.lora": {"rank": 4, "layers": -1}} if lora else {}
+    config = write_config(tmp_path, tiny_model, grpo={"group_size": 3, "beta": 0.05},
+                          training={"max_steps": 2, "batch_size": 2} | SWITCHES, **adapters)
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    engine = [log.message for log in worker.of(m.Log) if log.message.startswith("engine:")]
+    assert len(engine) == 1
+    for words in ("gradient checkpointing", "chunks of 5 positions", "at most 1 completions"):
+        assert words in engine[0]
+    assert "compiled loss" not in engine[0] and "evaluation order width" not in engine[0]
+    steps = worker.of(m.Step)
+    assert [s.step for s in steps] == [1, 2]
+    assert all(math.isfinite(s.loss) and s.gradients_applied and s.peak_memory_mb > 0 for s in steps)
+    final = tmp_path / "out" / "final"
+    assert mlx_lm.load(str(tiny_model), adapter_path=str(final))[0] if lora else mlx_lm.load(str(final))[0]
+
+
+def test_a_memory_limit_says_what_it_chose(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.delenv("MLX_BFS_MAX_WIDTH", raising=False)
+    # The tiny model fits anything: the fit turns nothing on, says so, and the run trains.
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 1, "memory_limit_gb": 64.0})
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    messages = [log.message for log in worker.of(m.Log)]
+    assert [t for t in messages if t.startswith("memory_limit_gb = 64: ")] == [
+        next(t for t in messages if t.startswith("memory_limit_gb"))]
+    assert "no memory switch" in next(t for t in messages if t.startswith("memory_limit_gb"))
+    engine = next(text for text in messages if text.startswith("engine:"))
+    assert "evaluation order width" not in engine and "compiled loss" not in engine
+
+
+def test_an_absurd_memory_limit_stops_before_the_first_step_in_one_sentence(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, training={"memory_limit_gb": 0.001})
+    worker = WorkerProcess(config)
+    assert worker.finish() != 0
+    errors = worker.of(m.Error)
+    assert len(errors) == 1 and errors[0].fatal and not worker.of(m.Step)
+    message = errors[0].message
+    assert message.startswith("training.memory_limit_gb: 0.001 GB is too little for this model: ")
+    assert message.count(". ") == 0 and "\n" not in message and "ConfigError" not in message

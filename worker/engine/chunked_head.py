@@ -1,0 +1,117 @@
+"""The LM head and vocabulary log-softmax a chunk of positions at a time (``[training]
+vocab_chunk_size``; docs/config.md, "Memory").
+
+Unchunked, a micro-batch's (rows, steps, vocabulary) float32 logits exist at once, several times
+over in the differentiated graph (logits, softmax, their cotangents): on a 152k vocabulary, 8 × 256
+positions are 1.2 GB per copy. Here one custom function takes the final hidden states and the head's
+weight and returns the targets' log-probs and the entropy; it projects ``chunk`` positions onto the
+vocabulary at a time, and its gradient recomputes each chunk's logits instead of keeping them. Each
+chunk is evaluated before the next is built, so only one chunk's logits are alive (eager graphs only,
+which is why the plan turns the compiled loss off with it). Same numbers as the unchunked path,
+tested for full and LoRA fine-tuning.
+
+On CPU with the plan's ``host_vocab`` each chunk's log-softmax runs in numpy (``accel.host_vocab``),
+so no vocabulary size falls back to MLX's slow x86 ``exp``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .accel import host_vocab
+from .accel.llama_family import is_llama_family
+
+
+def head_weight(model: nn.Module) -> mx.array | None:
+    """The (vocabulary, hidden) weight of a plain (unquantized, bias-free) LM head, else None."""
+    if not is_llama_family(model):
+        return None
+    tied = getattr(model.args, "tie_word_embeddings", False)
+    head = model.model.embed_tokens if tied else getattr(model, "lm_head", None)
+    if not isinstance(head, (nn.Linear, nn.Embedding)) or "bias" in head or "scales" in head:
+        return None
+    return head["weight"]
+
+
+def supports(model: nn.Module) -> bool:
+    return head_weight(model) is not None
+
+
+def _mlx_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
+    lse = mx.logsumexp(logits, axis=-1)
+    picked = mx.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
+    entropy = lse - mx.sum(mx.softmax(logits, axis=-1) * logits, axis=-1)
+    return picked - lse, entropy
+
+
+def _mlx_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
+    # d logp[target] / d logits = onehot(target) - softmax(logits)
+    onehot = mx.arange(logits.shape[-1])[None, :] == targets[:, None]
+    return (onehot.astype(mx.float32) - mx.softmax(logits, axis=-1)) * cotangent[:, None]
+
+
+@lru_cache(maxsize=None)
+def _function(chunk: int, temperature: float, weight_grad: bool, host: bool) -> Callable:
+    """The custom function for one setting (cached: a custom function is built once per setting)."""
+    forward_rows = host_vocab.rows_forward if host else _mlx_forward
+
+    def chunks(rows: int) -> list[slice]:
+        return [slice(s, min(s + chunk, rows)) for s in range(0, rows, chunk)]
+
+    def logits_of(hidden: mx.array, weight: mx.array) -> mx.array:
+        return (hidden @ weight.T).astype(mx.float32) / temperature
+
+    @mx.custom_function
+    def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
+        logps, entropy = [], []
+        for rows in chunks(hidden.shape[0]):
+            picked, ent = forward_rows(logits_of(hidden[rows], weight), targets[rows])
+            mx.eval(picked, ent)  # this chunk's logits are free before the next chunk's exist
+            logps.append(picked)
+            entropy.append(ent)
+        return mx.concatenate(logps), mx.concatenate(entropy)
+
+    @logps_entropy.vjp
+    def _vjp(primals, cotangents, outputs):
+        hidden, weight, targets = primals
+        cotangent = cotangents[0].astype(mx.float32) / temperature  # the entropy is a metric
+        d_hidden, d_weight = [], None
+        for rows in chunks(hidden.shape[0]):
+            logits = logits_of(hidden[rows], weight)
+            if host:
+                d_logits = host_vocab.rows_gradient(logits, targets[rows], cotangent[rows])
+            else:
+                d_logits = _mlx_gradient(logits, targets[rows], cotangent[rows])
+            d_logits = d_logits.astype(hidden.dtype)
+            d_hidden.append(d_logits @ weight)
+            if weight_grad:  # LoRA's frozen head needs none: skip its matmul
+                part = d_logits.T @ hidden[rows]
+                d_weight = part if d_weight is None else d_weight + part
+            mx.eval(d_hidden[-1], d_weight)
+        return (mx.concatenate(d_hidden), mx.zeros_like(weight) if d_weight is None else d_weight,
+                mx.zeros_like(targets))
+
+    return logps_entropy
+
+
+def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, temperature: float, chunk: int,
+                  host: bool) -> tuple[mx.array, mx.array]:
+    """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the model's
+    head on logits / temperature, ``chunk`` positions at a time."""
+    weight = head_weight(model)
+    assert weight is not None, "the plan enables vocab_chunk_size only for plain heads"
+    rows, steps, width = hidden.shape
+    weight_grad = _head_trainable(model)
+    fn = _function(chunk, float(temperature), weight_grad, host)
+    logps, entropy = fn(hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
+    return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
+
+
+def _head_trainable(model: nn.Module) -> bool:
+    tied = getattr(model.args, "tie_word_embeddings", False)
+    head = model.model.embed_tokens if tied else model.lm_head
+    return "weight" in head.trainable_parameters()

@@ -1,0 +1,137 @@
+"""``[training] memory_limit_gb``: pick the memory switches whose estimated step fits (docs/config.md,
+"Memory").
+
+The estimate is a simple model of a training step's peak, from the parameter count, the vocabulary,
+the layer shape and the batch: weights, gradients and AdamW's two moments (and a reference copy
+when ``beta > 0``), the activations the backward pass keeps (all blocks', or with gradient
+checkpointing each block's input and one block's), the logits (a few (positions, vocabulary) float32
+copies, or one chunk's) and a fixed allowance for the process itself. Its per-token activation
+constant was fitted to ``bench/memory.py``'s measurements of the Qwen3-0.6B shape; it errs high.
+Candidates go from the fastest to the most frugal, and the first that fits is taken; switches the
+user set stay on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from grpo_tui.protocol.config import Config, ConfigError, TrainingConfig
+
+GB = 1e9
+# Stored activations per token and block, in units of (hidden, intermediate, heads × sequence) values:
+# norms, q/k/v/o, the SwiGLU inputs and output, the attention weights (fitted, see above).
+HIDDEN_TERMS, INTERMEDIATE_TERMS, ATTENTION_TERMS = 10, 4, 2
+LOGIT_COPIES = 4  # logits, softmax and their cotangents alive at once in the unchunked backward
+CHUNK = 256  # the vocabulary chunk (positions) the fit chooses
+PROCESS_BYTES = 1.0 * GB  # interpreter, MLX, BLAS, tokenizer, rollout cache, host buffers
+
+
+@dataclass(frozen=True)
+class Choice:
+    gradient_checkpointing: bool
+    vocab_chunk_size: int
+    logprob_batch_size: int
+    estimate_gb: float
+
+    def describe(self, limit: float) -> str:
+        on = [name for name, value in (("gradient_checkpointing", self.gradient_checkpointing),
+                                       ("vocab_chunk_size", self.vocab_chunk_size),
+                                       ("logprob_batch_size", self.logprob_batch_size)) if value]
+        picked = ", ".join(f"{name} = {str(getattr(self, name)).lower()}" for name in on) or "no memory switch"
+        return f"memory_limit_gb = {limit:g}: {picked} (a step is estimated at {self.estimate_gb:.1f} GB)"
+
+
+@dataclass(frozen=True)
+class StepShape:
+    parameters: int
+    trainable: int
+    bytes_per_value: int
+    vocabulary: int
+    hidden: int
+    intermediate: int
+    heads: int
+    layers: int
+    rows: int  # completions per micro-batch
+    group: int
+    prompt_tokens: int  # the longest prompt
+    completion_tokens: int
+    reference: bool
+
+    @classmethod
+    def of(cls, model: nn.Module, config: Config, prompt_tokens: int) -> "StepShape":
+        args = model.args
+        params = tree_flatten(model.parameters())
+        trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+        g, t = config.grpo, config.training
+        return cls(
+            parameters=sum(v.size for _, v in params),
+            trainable=trainable,
+            bytes_per_value=max((v.itemsize for _, v in params), default=4),
+            vocabulary=int(args.vocab_size),
+            hidden=int(args.hidden_size),
+            intermediate=int(getattr(args, "intermediate_size", 4 * args.hidden_size)),
+            heads=int(getattr(args, "num_attention_heads", 1)),
+            layers=len(model.model.layers),
+            rows=t.batch_size // t.gradient_accumulation_steps * g.group_size,
+            group=g.group_size,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=config.generation.max_completion_length,
+            reference=g.beta > 0,
+        )
+
+
+def estimate(shape: StepShape, checkpointing: bool, chunk: int, logprob_rows: int) -> float:
+    """The estimated peak bytes of one training step."""
+    b = shape.bytes_per_value
+    static = (shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * b
+    rows = min(logprob_rows or shape.rows, shape.rows)
+    groups = max(1, -(-rows // shape.group))
+    tokens = rows * shape.completion_tokens + groups * shape.prompt_tokens
+    sequence = shape.prompt_tokens + shape.completion_tokens
+    per_token = b * (HIDDEN_TERMS * shape.hidden + INTERMEDIATE_TERMS * shape.intermediate
+                     + ATTENTION_TERMS * shape.heads * sequence)
+    if checkpointing:
+        activations = tokens * (shape.layers * shape.hidden * b + per_token)
+    else:
+        activations = tokens * shape.layers * per_token
+    positions = rows * shape.completion_tokens
+    logits = (min(chunk, positions) if chunk else positions) * shape.vocabulary * 4 * LOGIT_COPIES
+    return static + activations + logits + PROCESS_BYTES
+
+
+def candidates(rows: int) -> list[tuple[bool, int, int]]:
+    """(checkpointing, vocabulary chunk, log-prob rows) from the fastest to the most frugal."""
+    out = [(False, 0, 0), (False, CHUNK, 0), (True, CHUNK, 0)]
+    size = rows // 2
+    while size >= 1:
+        out.append((True, CHUNK, size))
+        size //= 2
+    out.append((True, CHUNK // 4, 1))
+    return out
+
+
+def choose(model: nn.Module, config: Config, prompt_tokens: int) -> Choice:
+    """The first candidate (kept at least as frugal as the user's own switches) under the limit;
+    a ``ConfigError`` naming ``training.memory_limit_gb`` in one sentence when none is."""
+    return choose_for(StepShape.of(model, config, prompt_tokens), config.training)
+
+
+def choose_for(shape: StepShape, t: TrainingConfig) -> Choice:
+    """``choose`` for a step's shape and the ``[training]`` table."""
+    tried = None
+    for checkpointing, chunk, rows in candidates(shape.rows):
+        checkpointing = checkpointing or t.gradient_checkpointing
+        chunk = min(c for c in (chunk, t.vocab_chunk_size) if c) if chunk or t.vocab_chunk_size else 0
+        rows = min(r for r in (rows, t.logprob_batch_size) if r) if rows or t.logprob_batch_size else 0
+        tried = Choice(checkpointing, chunk, rows, estimate(shape, checkpointing, chunk, rows) / GB)
+        if tried.estimate_gb <= t.memory_limit_gb:
+            return tried
+    assert tried is not None
+    static = (shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * shape.bytes_per_value / GB
+    raise ConfigError("training.memory_limit_gb", (
+        f"{t.memory_limit_gb:g} GB is too little for this model: even with every memory switch a step needs about "
+        f"{tried.estimate_gb:.1f} GB (the weights, gradients and AdamW state alone are {static:.1f} GB)"
+    ))
