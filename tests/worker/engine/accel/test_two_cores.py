@@ -102,7 +102,9 @@ def test_an_update_on_two_streams_equals_one_on_one(model_path, monkeypatch):
         batches = [_batch(model.args.vocab_size, seed, 2) for seed in (3, 4)]
         result = optimize_pass(model, make_optimizer(config), batches, config, plan, record_old=True)
         updated[switch] = (result, dict(tree_flatten(model.parameters())), [np.array(b.old_logps) for b in batches])
-    assert_same_update(updated["1"], updated["0"], atol=2e-5)  # lr 0.01
+    # lr 0.01: AdamW divides by sqrt(v), so a near-zero gradient summed in another order (two streams,
+    # another BLAS) can move its update by a sizeable share of lr; 1e-4 is 1% of the step.
+    assert_same_update(updated["1"], updated["0"], atol=1e-4)
 
 
 def test_large_models_stay_on_one_stream(model, monkeypatch):
