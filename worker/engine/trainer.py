@@ -23,7 +23,7 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import Generation, StepOutput
-from . import data, model as model_io, plan as engine_plan, rollout
+from . import data, distributed, model as model_io, plan as engine_plan, rollout, sampling
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
@@ -51,6 +51,8 @@ class Trainer:
     def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
         keeps_freed_memory = engine_plan.prepare_process()  # before MLX evaluates or allocates anything
         self.config = config
+        self.ranks = distributed.Ranks.join(config.distributed.backend)
+        self.ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
         log("info", f"loading {config.model.path}")
@@ -94,23 +96,30 @@ class Trainer:
     def train_step(self, step: int, on_phase: Callable[[str], None] = lambda p: None) -> StepOutput:
         cfg = self.config
         G = cfg.grpo.group_size
-        mx.random.seed((cfg.training.seed * 1_000_003 + step) % 2**32)
+        # Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py).
+        mx.random.seed((cfg.training.seed * 1_000_003 + step + 7919 * self.ranks.rank) % 2**32)
         mx.reset_peak_memory()
+        self.ranks.start_step()
         epoch, _, indices = self.batch(step)
         examples = [self.dataset[i] for i in indices]
+        mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
 
         on_phase("generating")
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
-        prompts = [e.prompt_ids for e in examples]
+        prompts = [examples[i].prompt_ids for i in mine]
+        keys = sampling.step_keys(cfg.training.seed, step, list(mine), G)
         completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False,
-                                       plan=self.plan, decode=self.decode)
+                                       plan=self.plan, decode=self.decode, keys=keys)
         generation_s = time.perf_counter() - t0
 
         on_phase("scoring")
         t0 = time.perf_counter()
-        owners = [examples[c.prompt_index] for c in completions]
+        owners = [examples[mine.start + c.prompt_index] for c in completions]
         totals, per_fn = self._score(owners, completions)
+        # Every rank's scored completions, so what follows sees the whole batch on every rank.
+        completions, totals, per_fn = distributed.gather_scored(self.ranks, completions, totals, per_fn, mine.start)
+        owners = [examples[c.prompt_index] for c in completions]
         rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
         advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
         stds = group_std(rewards, G)
@@ -123,7 +132,8 @@ class Trainer:
         self.model.train()
         passes = [
             optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
-                          record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses)
+                          record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses,
+                          ranks=self.ranks)
             for k in range(cfg.grpo.num_iterations)
         ]
         self.model.eval()
@@ -189,7 +199,7 @@ class Trainer:
         G, steps = cfg.grpo.group_size, cfg.training.gradient_accumulation_steps
         per = len(examples) // steps * G  # completions per micro-batch (whole groups)
         batches = []
-        for k in range(steps):
+        for k in self.ranks.micro_batches(steps):  # this rank's share (distributed.py)
             part = completions[k * per : (k + 1) * per]
             keep = [not (cfg.grpo.mask_truncated_completions and c.finish_reason != "stop") for c in part]
             batch = pack(
