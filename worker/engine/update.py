@@ -108,6 +108,7 @@ def optimize_pass(
     settings = LossSettings.from_config(config)
     # The compiled loss is written for the shared-prompt layout, which the plan's batches have.
     compiled = plan.compiled_loss and all(b.prompts is not None for b in batches)
+    accumulation = len(batches) * (ranks.size if ranks is not None else 1)  # every rank has an equal share
     parallel = plan.two_streams
     total_loss, grads = 0.0, None
     sums: dict[str, float] = {}
@@ -117,7 +118,7 @@ def optimize_pass(
         for part, stream in zip(parts, two_cores.streams()):
             with mx.stream(stream):
                 results.append(loss_and_grad(
-                    model, part, settings, config.generation.temperature, num_items, len(batches),
+                    model, part, settings, config.generation.temperature, num_items, accumulation,
                     compiled=compiled, host=plan.host_vocab, whole=batch if len(parts) > 1 else None,
                     functions=functions,
                 ))

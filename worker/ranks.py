@@ -1,0 +1,67 @@
+"""Several ranks, process side (no MLX): the ``mlx.launch`` command line, and which rank this is.
+
+``mlx.launch`` starts one process per rank (local ranks with ``-n``, or one per host of ``--hosts``
+/ ``--hostfile``), sets ``MLX_RANK`` in each, broadcasts its stdin to all of them and merges their
+stdout and stderr into its own. So the rank is known before MLX loads, and only rank 0 may write
+frames to stdout, read commands, or touch the output folder (docs/architecture.md, "Several ranks").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from grpo_tui.protocol.config import Config
+
+# mlx.launch's entry point, run with this interpreter (its console script may name another one).
+_LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; sys.exit(main())"
+
+
+def rank() -> int:
+    """This process's rank: ``MLX_RANK`` from ``mlx.launch``, 0 when started alone."""
+    try:
+        return int(os.environ.get("MLX_RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def is_leader() -> bool:
+    return rank() == 0
+
+
+def wanted(config: Config) -> bool:
+    """Whether the config asks for more than one process."""
+    d = config.distributed
+    return d.ranks > 1 or bool(d.hosts) or d.hostfile is not None
+
+
+def launch_command(command: list[str], *, ranks: int = 1, backend: str = "ring", hosts: list[str] | None = None,
+                   hostfile: str | None = None) -> list[str]:
+    """``command`` (a full argv, interpreter first) under ``mlx.launch``; ``-n`` repeats each host
+    (``localhost`` when none is given) ``ranks`` times. One local rank needs no launcher (and
+    ``mlx.launch -n 1``'s empty ring hostfile fails ``mx.distributed.init``): ``command`` itself."""
+    if ranks <= 1 and not hosts and hostfile is None:
+        return list(command)
+    launch = [sys.executable, "-c", _LAUNCHER, "--backend", backend]
+    if hostfile is not None:
+        launch += ["--hostfile", hostfile]
+    else:
+        launch += ["--hosts", ",".join(hosts or ["127.0.0.1"]), "-n", str(ranks)]
+    # The ranks run ``command`` as given: the launcher's own --python would prepend an interpreter.
+    return launch + ["--", *command]
+
+
+def launcher_failure(stderr: str) -> str | None:
+    """``mlx.launch`` exits 0 even when a rank fails; it prints one warning per failed rank
+    ("Node with rank R exited with code C" or "... was killed"). The first such line, cleaned."""
+    for line in stderr.splitlines():
+        if "Node with rank" in line and ("exited with code" in line or "was killed" in line):
+            start = line.index("Node with rank")
+            return line[start:].split("\x1b")[0].strip()
+    return None
+
+
+def config_launch(config: Config, command: list[str]) -> list[str]:
+    d = config.distributed
+    return launch_command(command, ranks=d.ranks if not (d.hosts or d.hostfile) else 1, backend=d.backend,
+                          hosts=d.hosts or None, hostfile=d.hostfile)
