@@ -26,6 +26,7 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, checkpoint_dir_name, last_good_dir_name
 
 from . import checkpoint as ckpt
+from . import ranks
 from .control import Control, choose_samples
 from .frames import Emitter
 from .records import StepOutput, Trainer
@@ -72,6 +73,8 @@ class TrainingLoop:
         self.epoch_metrics: list[tuple[float | None, float | None]] = []
         self.epoch_started = time.time()
         self._lock: Any = None  # the output folder's lock file, held while the process lives
+        self.leader = ranks.is_leader()  # only rank 0 touches the output folder (ranks.py)
+        self.distributed = ranks.launched()
 
     # ------------------------------------------------------------ small helpers
 
@@ -120,6 +123,8 @@ class TrainingLoop:
 
     async def _start(self) -> bool:
         cfg = self.config
+        if not self.leader:
+            return await self._follow()
         self.emit(m.Status(phase="loading", message="preparing the output folder"))
         self._lock = ckpt.lock_output_dir(self.output_dir)
         if self._lock is None:
@@ -147,6 +152,8 @@ class TrainingLoop:
             await self.store.update_run(self.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
         if resume is not None:
             await self._restore(*resume)
+        if self.distributed:
+            await self.mlx(trainer.sync_from_leader, self.step)  # type: ignore[attr-defined]
         self.emit(
             m.Init(
                 model=trainer.model_name, model_path=cfg.model.path, config=resolved_config(cfg, blas),
@@ -154,6 +161,12 @@ class TrainingLoop:
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
             )
         )  # fmt: skip
+        return True
+
+    async def _follow(self) -> bool:
+        """A rank > 0 starts: no lock, store or run log; rank 0's weights and step."""
+        self.loaded = trainer = await self.mlx(trainer_class(), self.config, lambda level, message: None)
+        self.control.step = await self.mlx(trainer.sync_from_leader, 0)  # type: ignore[attr-defined]
         return True
 
     async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | Literal[False]:
@@ -231,6 +244,10 @@ class TrainingLoop:
         first = True
         while self.step < total:
             await self._between_steps()
+            if self.distributed:  # every rank takes rank 0's decision at the same boundary
+                go = await self.mlx(self.trainer.leader_value, int(self.control.stop_reason is None))  # type: ignore[attr-defined]
+                if not go:
+                    self.control.stop(self.control.stop_reason or "stop")
             if self.control.stop_reason is not None:
                 break
             await self._run_step(self.step + 1, first)
@@ -338,6 +355,8 @@ class TrainingLoop:
     async def _checkpoint(self, kind: m.CheckpointKind) -> Path:
         trainer, step = self.trainer, self.step
         name = checkpoint_dir_name(kind, step)
+        if not self.leader:  # one writer: rank 0 saves the (identical) weights once
+            return self.output_dir / name
         epoch, step_in_epoch = self._position(step)
         done = [i for s in range(step - step_in_epoch + 1, step + 1) for i in trainer.batch(s)[2]] if step else []
         state = ckpt.TrainingState(
@@ -378,6 +397,8 @@ class TrainingLoop:
     async def _crash(self, exc: Exception) -> int:
         message = str(exc) if type(exc).__name__ == "RewardError" else f"{type(exc).__name__}: {exc}"
         self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
+        if not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it
+            print(f"rank {ranks.rank()}: {message}", file=sys.stderr, flush=True)
         if self.store is not None:
             self.store.queue_log(self.step, "error", message)
         try:

@@ -21,6 +21,7 @@ from grpo_tui.protocol.blas import reexec_if_needed
 from grpo_tui.protocol.codec import ProtocolError, decode_command
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 
+from . import ranks
 from .frames import Emitter, reserve_stdout
 from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop, release_mlx_streams
 
@@ -104,7 +105,8 @@ class Inputs:
 async def run_worker(config: Config, emitter: Emitter, plain: bool) -> int:
     """The training loop with its inputs, until the ``complete`` frame."""
     training = TrainingLoop(config, emitter, plain=plain)
-    Inputs(training).start(asyncio.get_running_loop())
+    if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
+        Inputs(training).start(asyncio.get_running_loop())
     return await training.run()
 
 
@@ -127,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     if config is not None:
         # Before stdout is reserved and before MLX loads: the re-executed process starts clean.
         reexec_if_needed(config.runtime.blas)
-    emitter = Emitter(reserve_stdout(), plain=args.plain)
+    frames = reserve_stdout()
+    if not ranks.is_leader():  # mlx.launch merges every rank's stdout: rank 0 alone writes frames
+        os.close(frames)
+        frames = os.open(os.devnull, os.O_WRONLY)
+    emitter = Emitter(frames, plain=args.plain)
     emitter.emit(m.Hello(protocol_version=m.PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid()))
     try:
         if config is None:

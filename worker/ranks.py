@@ -25,6 +25,11 @@ def rank() -> int:
         return 0
 
 
+def launched() -> bool:
+    """Started by ``mlx.launch``: one of several ranks."""
+    return "MLX_RANK" in os.environ
+
+
 def is_leader() -> bool:
     return rank() == 0
 

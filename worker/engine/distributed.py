@@ -81,7 +81,10 @@ class Ranks:
 
     def _timed(self, fn: Any, *args: Any) -> Any:
         t0 = time.perf_counter()
-        out = fn(*args)
+        try:
+            out = fn(*args)
+        except RuntimeError as exc:  # the ring backend: "[ring] connection to a peer was lost"
+            raise RankLost(lost_message(self, exc)) from exc
         self.comm_s += time.perf_counter() - t0
         return out
 
@@ -198,3 +201,45 @@ def gather_scored(ranks: Ranks, completions: list[Completion], totals: list[floa
     all_totals = [t for p in parts for t in p.totals]
     all_per_fn = {label: [v for p in parts for v in p.per_fn[label]] for label in per_fn}
     return all_completions, all_totals, all_per_fn
+
+
+# ------------------------------------------------------------ rank 0 leads
+
+class RankLost(RuntimeError):
+    """A collective failed because a peer left (its process died or its link broke)."""
+
+
+def lost_message(ranks: Ranks, exc: Exception) -> str:
+    peer = "rank 1" if ranks.size == 2 else f"one of ranks 0..{ranks.size - 1} other than {ranks.rank}"
+    return f"{peer} stopped (seen by rank {ranks.rank}: {exc}); the run cannot go on with fewer ranks"
+
+
+def leader_value(ranks: Ranks, value: int) -> int:
+    """Rank 0's ``value`` on every rank: an all_sum where the other ranks add 0. The ranks call it
+    at every step boundary, so a pause on rank 0 holds the others in this collective."""
+    if ranks.size == 1:
+        return value
+    return int(round(ranks.sum_floats([float(value) if ranks.rank == 0 else 0.0])[0]))
+
+
+def broadcast_state(ranks: Ranks, model: Any, optimizer: Any) -> None:
+    """Rank 0's trainable weights and optimizer state on every rank (after rank 0 alone read a
+    checkpoint; also makes a random LoRA initialisation identical). The names and shapes go first,
+    as bytes, so a rank whose optimizer state is still empty allocates what it receives."""
+    if ranks.size == 1:
+        return
+    params = dict(tree_flatten(model.trainable_parameters()))
+    state = dict(tree_flatten(optimizer.state))
+    spec = {f"p:{k}": (list(v.shape), str(v.dtype)) for k, v in params.items()}
+    spec |= {f"o:{k}": (list(v.shape), str(v.dtype)) for k, v in state.items() if isinstance(v, mx.array)}
+    leader = msgspec.json.decode(ranks.gather_bytes(msgspec.json.encode(spec))[0])
+    mine = {f"p:{k}": v for k, v in params.items()} | {f"o:{k}": v for k, v in state.items()}
+    zeros = {key: mx.zeros(shape, dtype=getattr(mx, name.removeprefix("mlx.core."))) for key, (shape, name) in leader.items()}
+    # Keys, not a nested tree: the leader's key order, the same on every rank.
+    outgoing = {key: (mine[key] if ranks.rank == 0 else zeros[key]) for key in sorted(leader)}
+    received = dict(zip(outgoing, ranks.sum_tree(list(outgoing.values()))))
+    model.update(tree_unflatten([(k[2:], v) for k, v in received.items() if k.startswith("p:")]), strict=False)
+    opt = [(k[2:], v) for k, v in received.items() if k.startswith("o:")]
+    if opt:
+        optimizer.state = tree_unflatten(opt)
+    mx.eval(model.trainable_parameters(), optimizer.state)

@@ -252,6 +252,17 @@ class Trainer:
         _, per_fn = self._score(examples, completions)
         return {label: _mean(values) for label, values in per_fn.items()}
 
+    # ------------------------------------------------------------ several ranks (distributed.py)
+
+    def leader_value(self, value: int) -> int:
+        """Rank 0's ``value`` on every rank (the loop's step-boundary agreement)."""
+        return distributed.leader_value(self.ranks, value)
+
+    def sync_from_leader(self, step: int) -> int:
+        """Rank 0's weights, optimizer state and step on every rank, after rank 0 resumed."""
+        distributed.broadcast_state(self.ranks, self.model, self.optimizer)
+        return distributed.leader_value(self.ranks, step)
+
     # ------------------------------------------------------------ checkpoints
 
     def save_model(self, directory: Path) -> None:
