@@ -403,7 +403,10 @@ class TrainingLoop:
             self.store.queue_log(self.step, "error", message)
         try:
             # A step that failed before its update left the weights untouched: worth keeping.
-            if self.loaded is not None and self.phase in ("generating", "scoring") and self.steps_since_checkpoint():
+            # So did a lost rank (every collective comes before the one update of a single pass).
+            lost = type(exc).__name__ == "RankLost" and self.config.grpo.num_iterations == 1
+            untouched = self.phase in ("generating", "scoring") or lost
+            if self.loaded is not None and untouched and self.steps_since_checkpoint():
                 await self._checkpoint("emergency")
             await self.finish_store("crashed")
         except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error

@@ -119,13 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         help='override checkpoint.resume: "latest", a checkpoint path, or "false" (the dashboard '
         "restarts a crashed worker with --resume latest)",
     )
+    ranks.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         config, problem = load_config(args.config), None
         if args.resume:
             config.checkpoint.resume = resume_setting(args.resume)
+        ranks.apply_arguments(config, args)
     except ConfigError as exc:
         config, problem = None, exc
+    if config is not None and ranks.wanted(config) and not ranks.launched():
+        ranks.relaunch(config)  # this process becomes mlx.launch; each rank runs this same command
     if config is not None:
         # Before stdout is reserved and before MLX loads: the re-executed process starts clean.
         reexec_if_needed(config.runtime.blas)

@@ -8,10 +8,12 @@ frames to stdout, read commands, or touch the output folder (docs/architecture.m
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import get_args
 
-from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.config import Backend, Config, ConfigError
 
 # mlx.launch's entry point, run with this interpreter (its console script may name another one).
 _LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; sys.exit(main())"
@@ -70,3 +72,36 @@ def config_launch(config: Config, command: list[str]) -> list[str]:
     d = config.distributed
     return launch_command(command, ranks=d.ranks if not (d.hosts or d.hostfile) else 1, backend=d.backend,
                           hosts=d.hosts or None, hostfile=d.hostfile)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``[distributed]`` settings as flags (they override the config)."""
+    group = parser.add_argument_group("several ranks (mlx.launch; docs/config.md, [distributed])")
+    group.add_argument("--ranks", type=int, metavar="N", help="local ranks: mlx.launch -n N")
+    group.add_argument("--hosts", metavar="A,B", help="one rank per host: mlx.launch --hosts")
+    group.add_argument("--hostfile", metavar="FILE", help="mlx.launch --hostfile (JSON)")
+    group.add_argument("--backend", choices=get_args(Backend), help="mx.distributed backend (default ring)")
+
+
+def apply_arguments(config: Config, args: argparse.Namespace) -> None:
+    d = config.distributed
+    if args.ranks is not None:
+        if args.ranks < 1:
+            raise ConfigError("distributed.ranks", f"{args.ranks} (from --ranks) must be at least 1")
+        d.ranks = args.ranks
+    if args.hosts:
+        d.hosts, d.hostfile = [h.strip() for h in args.hosts.split(",") if h.strip()], None
+    if args.hostfile:
+        if not os.path.isfile(args.hostfile):
+            raise ConfigError("distributed.hostfile", f"{args.hostfile!r} (from --hostfile) does not exist")
+        d.hostfile, d.hosts = os.path.abspath(args.hostfile), []
+    if args.backend:
+        d.backend = args.backend
+
+
+def relaunch(config: Config) -> None:
+    """Replace this process with ``mlx.launch`` running this same worker command on every rank."""
+    command = config_launch(config, [sys.executable, "-m", "grpo_tui.worker", *sys.argv[1:]])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
