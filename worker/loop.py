@@ -153,7 +153,7 @@ class TrainingLoop:
         if resume is not None:
             await self._restore(*resume)
         if self.distributed:
-            await self.mlx(trainer.sync_from_leader, self.step)  # type: ignore[attr-defined]
+            await self.mlx(trainer.sync_from_leader, self.step)
         self.emit(
             m.Init(
                 model=trainer.model_name, model_path=cfg.model.path, config=resolved_config(cfg, blas),
@@ -166,7 +166,7 @@ class TrainingLoop:
     async def _follow(self) -> bool:
         """A rank > 0 starts: no lock, store or run log; rank 0's weights and step."""
         self.loaded = trainer = await self.mlx(trainer_class(), self.config, lambda level, message: None)
-        self.control.step = await self.mlx(trainer.sync_from_leader, 0)  # type: ignore[attr-defined]
+        self.control.step = await self.mlx(trainer.sync_from_leader, 0)
         return True
 
     async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | Literal[False]:
@@ -244,11 +244,13 @@ class TrainingLoop:
         first = True
         while self.step < total:
             await self._between_steps()
+            stopping = self.control.stop_reason is not None
             if self.distributed:  # every rank takes rank 0's decision at the same boundary
-                go = await self.mlx(self.trainer.leader_value, int(self.control.stop_reason is None))  # type: ignore[attr-defined]
-                if not go:
+                # (a stop that lands during this collective waits for the next boundary)
+                stopping = not await self.mlx(self.trainer.leader_value, int(not stopping))  # type: ignore[attr-defined]
+                if stopping:
                     self.control.stop(self.control.stop_reason or "stop")
-            if self.control.stop_reason is not None:
+            if stopping:
                 break
             await self._run_step(self.step + 1, first)
             first = False

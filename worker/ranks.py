@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import get_args
 
-from grpo_tui.protocol.config import Backend, Config, ConfigError
+from grpo_tui.protocol.config import Config, ConfigError
+from grpo_tui.protocol.distributed import add_arguments
+
+__all__ = ["add_arguments", "apply_arguments", "config_launch", "launch_command", "launched", "rank", "relaunch"]
 
 # mlx.launch's entry point, run with this interpreter (its console script may name another one).
 _LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; sys.exit(main())"
@@ -72,15 +74,6 @@ def config_launch(config: Config, command: list[str]) -> list[str]:
     d = config.distributed
     return launch_command(command, ranks=d.ranks if not (d.hosts or d.hostfile) else 1, backend=d.backend,
                           hosts=d.hosts or None, hostfile=d.hostfile)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``[distributed]`` settings as flags (they override the config)."""
-    group = parser.add_argument_group("several ranks (mlx.launch; docs/config.md, [distributed])")
-    group.add_argument("--ranks", type=int, metavar="N", help="local ranks: mlx.launch -n N")
-    group.add_argument("--hosts", metavar="A,B", help="one rank per host: mlx.launch --hosts")
-    group.add_argument("--hostfile", metavar="FILE", help="mlx.launch --hostfile (JSON)")
-    group.add_argument("--backend", choices=get_args(Backend), help="mx.distributed backend (default ring)")
 
 
 def apply_arguments(config: Config, args: argparse.Namespace) -> None:
