@@ -65,7 +65,9 @@ class Inputs:
         pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
         worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
         run.exit_code = 128 + signum
-        if busy and not worth_waiting:
+        # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
+        # next collective fails at once, and the crash path names the lost rank and saves.
+        if busy and not worth_waiting and not ranks.launched():
             run.log("warning", f"{name}: exiting now; nothing worth saving is lost")
             self._abandoning = asyncio.ensure_future(self._abandon())
             return

@@ -83,4 +83,5 @@ def test_a_killed_rank_ends_the_run_with_one_clear_error(tmp_path, tiny_model):
     errors = [e for e in worker.of(m.Error) if e.fatal]
     assert len(errors) == 1, worker.events
     assert "rank 1" in errors[0].message
-    print(errors[0].message, worker.stderr.decode()[-2000:])
+    # rank 0 could still write: the weights after the last completed step are kept
+    assert any(e.kind == "emergency" for e in worker.of(m.Checkpoint))
