@@ -233,7 +233,6 @@ class DistributedConfig(_Section):
     backend: Backend = "ring"
     hosts: list[str] = msgspec.field(default_factory=list)  # mlx.launch --hosts
     hostfile: str | None = None  # mlx.launch --hostfile
-    collective_timeout_s: float = 600.0  # a peer silent this long is taken for dead
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -242,8 +241,6 @@ class DistributedConfig(_Section):
             raise _invalid("hosts", self.hosts, "and distributed.hostfile are exclusive; give one")
         if any(not h or "," in h for h in self.hosts):
             raise _invalid("hosts", self.hosts, "must be host names, one per element")
-        if self.collective_timeout_s <= 0:
-            raise _invalid("collective_timeout_s", self.collective_timeout_s, "must be > 0")
 
 
 class Config(_Section):

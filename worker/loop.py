@@ -159,6 +159,7 @@ class TrainingLoop:
                 model=trainer.model_name, model_path=cfg.model.path, config=resolved_config(cfg, blas),
                 dataset_size=trainer.dataset_size, steps_per_epoch=trainer.steps_per_epoch,
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
+                ranks=ranks.describe(trainer)[0], backend=ranks.describe(trainer)[1],
             )
         )  # fmt: skip
         return True

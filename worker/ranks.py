@@ -15,7 +15,7 @@ import sys
 from grpo_tui.protocol.config import Config, ConfigError
 from grpo_tui.protocol.distributed import add_arguments
 
-__all__ = ["add_arguments", "apply_arguments", "config_launch", "launch_command", "launched", "rank", "relaunch"]
+__all__ = ["add_arguments", "apply_arguments", "config_launch", "describe", "launch_command", "launched", "rank", "relaunch"]
 
 # mlx.launch's entry point, run with this interpreter (its console script may name another one).
 _LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; sys.exit(main())"
@@ -98,3 +98,10 @@ def relaunch(config: Config) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(command[0], command)
+
+
+def describe(trainer: object) -> tuple[int, str]:
+    """The ``init`` frame's ``ranks`` and ``backend`` (a test fake trainer has no ``ranks``)."""
+    group = getattr(trainer, "ranks", None)
+    size = int(getattr(group, "size", 1))
+    return size, str(getattr(group, "backend", "")) if size > 1 else ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -26,6 +26,7 @@ import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import ConfigError
+from grpo_tui.protocol.messages import RankTiming
 
 from .rollout import Completion
 
@@ -47,14 +48,14 @@ class Ranks:
     size: int = 1
     comm_s: float = 0.0
     comm_bytes: int = 0
-    _timing: list[float] = field(default_factory=list)
+    backend: str = ""
 
     @classmethod
     def join(cls, backend: str = "any") -> "Ranks":
         if not launched():
             return cls()
         group = mx.distributed.init(strict=True, backend=backend)
-        return cls(group=group, rank=group.rank(), size=group.size())
+        return cls(group=group, rank=group.rank(), size=group.size(), backend=backend)
 
     # ------------------------------------------------------------ the split
 
@@ -167,6 +168,19 @@ class Ranks:
 
     def start_step(self) -> None:
         self.comm_s, self.comm_bytes = 0.0, 0
+
+
+def timings(ranks: Ranks, generation_s: float, training_s: float) -> tuple[list[RankTiming], int | None]:
+    """Every rank's (generation, training, collective) times, and the slowest rank; one small
+    gather at the end of the step (its own time is not counted)."""
+    if ranks.size == 1:
+        return [], None
+    comm_s = ranks.comm_s
+    rows = ranks.gather_floats([generation_s, training_s, comm_s])
+    out = [RankTiming(rank=r, generation_ms=g * 1000, training_ms=t * 1000, all_reduce_ms=c * 1000)
+           for r, (g, t, c) in enumerate(rows)]
+    slowest = max(range(ranks.size), key=lambda r: rows[r][0] + rows[r][1])
+    return out, slowest
 
 
 # ------------------------------------------------------------ the scored rollout of a rank

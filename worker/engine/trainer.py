@@ -139,6 +139,7 @@ class Trainer:
         self.model.eval()
         training_s = time.perf_counter() - t0
 
+        rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
         lengths = [len(c.token_ids) for c in completions]
         prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
         n = len(passes)
@@ -174,6 +175,9 @@ class Trainer:
             active_memory_mb=mx.get_active_memory() / MB,
             gradients_applied=not skipped,
             skipped_reason="; ".join(skipped) or None,
+            ranks=rank_times,
+            slowest_rank=slowest,
+            all_reduce_bytes=self.ranks.comm_bytes,
         )
         if skipped:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
