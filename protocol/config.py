@@ -244,6 +244,26 @@ class RuntimeConfig(_Section):
     blas: str = "auto"  # "auto" | "off" | path to a BLAS shared library
 
 
+Backend = Literal["ring", "mpi", "jaccl", "nccl"]  # mx.distributed's backends, as mlx.launch names them
+
+
+class DistributedConfig(_Section):
+    """Data parallelism over mx.distributed, started by mlx.launch (docs/config.md, "[distributed]")."""
+
+    ranks: int = 1  # local ranks (mlx.launch -n) when neither hosts nor hostfile is given
+    backend: Backend = "ring"
+    hosts: list[str] = msgspec.field(default_factory=list)  # mlx.launch --hosts
+    hostfile: str | None = None  # mlx.launch --hostfile
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise _invalid("ranks", self.ranks, "must be at least 1")
+        if self.hosts and self.hostfile:
+            raise _invalid("hosts", self.hosts, "and distributed.hostfile are exclusive; give one")
+        if any(not h or "," in h for h in self.hosts):
+            raise _invalid("hosts", self.hosts, "must be host names, one per element")
+
+
 class Config(_Section):
     model: ModelConfig
     data: DataConfig
@@ -257,6 +277,7 @@ class Config(_Section):
     display: DisplayConfig = msgspec.field(default_factory=DisplayConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     eval: EvalConfig | None = None  # held-out evaluation when the [eval] table is present
+    distributed: DistributedConfig = msgspec.field(default_factory=DistributedConfig)
 
     def __post_init__(self) -> None:
         if not self.rewards:
@@ -454,5 +475,7 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
     resume = config.checkpoint.resume
     if isinstance(resume, str) and resume != "latest":
         config.checkpoint.resume = must_exist("checkpoint.resume", resume)
+    if config.distributed.hostfile is not None:
+        config.distributed.hostfile = must_exist("distributed.hostfile", config.distributed.hostfile)
     if config.runtime.blas not in ("auto", "off"):
         config.runtime.blas = must_exist("runtime.blas", config.runtime.blas)

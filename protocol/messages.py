@@ -60,6 +60,8 @@ class Init(_Message):
     total_steps: int = 0
     num_epochs: int = 1
     output_dir: str = ""
+    ranks: int = 1  # data-parallel ranks (mx.distributed); 1 = a single process
+    backend: str = ""  # mx.distributed's backend when ranks > 1
 
 
 class DatabasePath(_Message):
@@ -113,6 +115,15 @@ class ClipRatio(msgspec.Struct, kw_only=True):
     region: float | None = 0.0
 
 
+class RankTiming(msgspec.Struct, kw_only=True):
+    """One rank's share of a step (several ranks only)."""
+
+    rank: int
+    generation_ms: float
+    training_ms: float
+    all_reduce_ms: float  # time inside this rank's collectives (gather, all-sums), waiting included
+
+
 class Step(_Message):
     step: int
     epoch: int
@@ -140,6 +151,9 @@ class Step(_Message):
     gradients_applied: bool = True
     skipped_reason: str | None = None
     extra_metrics: dict[str, float] = {}  # what reward functions logged with log_metric, step means
+    ranks: list[RankTiming] = []  # per rank, with several ranks
+    slowest_rank: int | None = None  # the rank with the longest generation + training
+    all_reduce_bytes: int = 0  # sent by one rank through collectives this step
 
 
 class ToolCall(msgspec.Struct, kw_only=True):

@@ -346,9 +346,10 @@ class GrpoApp(DashboardKeys):
             await self.proc.wait(2.0)  # reap it while the event loop still runs
 
 
-def run_dashboard(config_path: str, config: Config) -> int:
-    """``grpo-tui run``: returns the process exit code."""
-    app = GrpoApp(str(Path(config_path)), config)
+def run_dashboard(config_path: str, config: Config, worker_args: Sequence[str] = ()) -> int:
+    """``grpo-tui run``: returns the process exit code. ``worker_args``: extra worker flags (--ranks)."""
+    path = str(Path(config_path))
+    app = GrpoApp(path, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", path, *worker_args])
     try:
         code = app.run()
     finally:

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from grpo_tui.protocol import __version__
+from grpo_tui.protocol import __version__, distributed
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.layout import STORE_FILE
 
@@ -45,6 +45,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if _load(args.config) is None:
         return 2
     argv = [sys.executable, "-m", "grpo_tui.worker", args.config] + (["--plain"] if args.plain else [])
+    argv += distributed.forwarded(args)
     sys.stdout.flush()
     os.execv(sys.executable, argv)
     return 0  # not reached
@@ -56,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     from grpo_tui.tui.app import run_dashboard
 
-    return run_dashboard(args.config, config)
+    return run_dashboard(args.config, config, distributed.forwarded(args))
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
@@ -77,11 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="open the dashboard and train (starts the worker)")
     p.add_argument("config", help="path to config.toml")
+    distributed.add_arguments(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames")
     p.add_argument("config", help="path to config.toml")
     p.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
+    distributed.add_arguments(p)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("browse", help=f"browse a run store ({STORE_FILE}) without training")

@@ -82,6 +82,8 @@ class RunState:
     database: m.DatabasePath | None = None
     epoch: int = 0  # 0-based, as the worker counts; shown 1-based
     total_epochs: int = 1
+    ranks: int = 1  # data-parallel ranks, and their mx.distributed backend
+    backend: str = ""
     step: int = 0
     total_steps: int = 0
     steps_per_epoch: int = 0
@@ -196,6 +198,7 @@ class RunState:
         self.model, self.model_path, self.config = e.model, e.model_path, e.config
         self.total_steps, self.steps_per_epoch = e.total_steps, e.steps_per_epoch
         self.total_epochs, self.output_dir = max(e.num_epochs, 1), e.output_dir
+        self.ranks, self.backend = e.ranks, e.backend
         self.run_name = self.run_name or (e.config.get("name") or "")
         return {"header", "config", "progress"}
 

@@ -27,6 +27,7 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, checkpoint_dir_name, last_good_dir_name
 
 from . import checkpoint as ckpt
+from . import ranks
 from .control import Control, choose_samples
 from .evaluation import due, run_eval
 from .frames import Emitter
@@ -76,6 +77,8 @@ class TrainingLoop:
         self.epoch_metrics: list[tuple[float | None, float | None]] = []
         self.epoch_started = time.time()
         self._lock: Any = None  # the output folder's lock file, held while the process lives
+        self.leader = ranks.is_leader()  # only rank 0 touches the output folder (ranks.py)
+        self.distributed = ranks.launched()
 
     # ------------------------------------------------------------ small helpers
 
@@ -124,6 +127,8 @@ class TrainingLoop:
 
     async def _start(self) -> bool:
         cfg = self.config
+        if not self.leader:
+            return await self._follow()
         self.emit(m.Status(phase="loading", message="preparing the output folder"))
         self._lock = ckpt.lock_output_dir(self.output_dir)
         if self._lock is None:
@@ -154,13 +159,22 @@ class TrainingLoop:
             await self.store.update_run(self.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
         if resume is not None:
             await self._restore(*resume)
+        if self.distributed:
+            await self.mlx(trainer.sync_from_leader, self.step)
         self.emit(
             m.Init(
                 model=trainer.model_name, model_path=cfg.model.path, config=resolved_config(cfg, blas),
                 dataset_size=trainer.dataset_size, steps_per_epoch=trainer.steps_per_epoch,
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(self.output_dir),
+                ranks=ranks.describe(trainer)[0], backend=ranks.describe(trainer)[1],
             )
         )  # fmt: skip
+        return True
+
+    async def _follow(self) -> bool:
+        """A rank > 0 starts: no lock, store or run log; rank 0's weights and step."""
+        self.loaded = trainer = await self.mlx(trainer_class(), self.config, lambda level, message: None)
+        self.control.step = await self.mlx(trainer.sync_from_leader, 0)
         return True
 
     async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | Literal[False]:
@@ -247,7 +261,13 @@ class TrainingLoop:
             await self._maybe_eval(0)
         while self.step < total:
             await self._between_steps()
-            if self.control.stop_reason is not None:
+            stopping = self.control.stop_reason is not None
+            if self.distributed:  # every rank takes rank 0's decision at the same boundary
+                # (a stop that lands during this collective waits for the next boundary)
+                stopping = not await self.mlx(self.trainer.leader_value, int(not stopping))  # type: ignore[attr-defined]
+                if stopping:
+                    self.control.stop(self.control.stop_reason or "stop")
+            if stopping:
                 break
             await self._run_step(self.step + 1, first)
             first = False
@@ -373,6 +393,8 @@ class TrainingLoop:
     async def _checkpoint(self, kind: m.CheckpointKind) -> Path:
         trainer, step = self.trainer, self.step
         name = checkpoint_dir_name(kind, step)
+        if not self.leader:  # one writer: rank 0 saves the (identical) weights once
+            return self.output_dir / name
         epoch, step_in_epoch = self._position(step)
         done = [i for s in range(step - step_in_epoch + 1, step + 1) for i in trainer.batch(s)[2]] if step else []
         state = ckpt.TrainingState(
@@ -414,11 +436,16 @@ class TrainingLoop:
         # These say what is wrong in a sentence (a reward function; a config the model cannot run with).
         message = str(exc) if type(exc).__name__ in ("RewardError", "ConfigError") else f"{type(exc).__name__}: {exc}"
         self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
+        if not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it
+            print(f"rank {ranks.rank()}: {message}", file=sys.stderr, flush=True)
         if self.store is not None:
             self.store.queue_log(self.step, "error", message)
         try:
             # A step that failed before its update left the weights untouched: worth keeping.
-            if self.loaded is not None and self.phase in ("generating", "scoring") and self.steps_since_checkpoint():
+            # So did a lost rank (every collective comes before the one update of a single pass).
+            lost = type(exc).__name__ == "RankLost" and self.config.grpo.num_iterations == 1
+            untouched = self.phase in ("generating", "scoring") or lost
+            if self.loaded is not None and untouched and self.steps_since_checkpoint():
                 await self._checkpoint("emergency")
             await self.finish_store("crashed")
         except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error

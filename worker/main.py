@@ -21,6 +21,7 @@ from grpo_tui.protocol.blas import reexec_if_needed
 from grpo_tui.protocol.codec import ProtocolError, decode_command
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 
+from . import ranks
 from .frames import Emitter, reserve_stdout
 from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop, release_mlx_streams
 from .plain_lines import is_json, parse_plain
@@ -72,7 +73,9 @@ class Inputs:
         pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
         worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
         run.exit_code = 128 + signum
-        if busy and not worth_waiting:
+        # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
+        # next collective fails at once, and the crash path names the lost rank and saves.
+        if busy and not worth_waiting and not ranks.launched():
             run.log("warning", f"{name}: exiting now; nothing worth saving is lost")
             self._abandoning = asyncio.ensure_future(self._abandon())
             return
@@ -112,7 +115,8 @@ class Inputs:
 async def run_worker(config: Config, emitter: Emitter, plain: bool) -> int:
     """The training loop with its inputs, until the ``complete`` frame."""
     training = TrainingLoop(config, emitter, plain=plain)
-    Inputs(training).start(asyncio.get_running_loop())
+    if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
+        Inputs(training).start(asyncio.get_running_loop())
     return await training.run()
 
 
@@ -125,17 +129,25 @@ def main(argv: list[str] | None = None) -> int:
         help='override checkpoint.resume: "latest", a checkpoint path, or "false" (the dashboard '
         "restarts a crashed worker with --resume latest)",
     )
+    ranks.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         config, problem = load_config(args.config), None
         if args.resume:
             config.checkpoint.resume = resume_setting(args.resume)
+        ranks.apply_arguments(config, args)
     except ConfigError as exc:
         config, problem = None, exc
+    if config is not None and ranks.wanted(config) and not ranks.launched():
+        ranks.relaunch(config)  # this process becomes mlx.launch; each rank runs this same command
     if config is not None:
         # Before stdout is reserved and before MLX loads: the re-executed process starts clean.
         reexec_if_needed(config.runtime.blas)
-    emitter = Emitter(reserve_stdout(), plain=args.plain)
+    frames = reserve_stdout()
+    if not ranks.is_leader():  # mlx.launch merges every rank's stdout: rank 0 alone writes frames
+        os.close(frames)
+        frames = os.open(os.devnull, os.O_WRONLY)
+    emitter = Emitter(frames, plain=args.plain)
     emitter.emit(m.Hello(protocol_version=m.PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid()))
     try:
         if config is None:

@@ -23,6 +23,8 @@ class RunHeader(Static):
         text.append(f" · run {clean(state.run_name, single_line=True) or MISSING}")
         text.append(f" · epoch {state.epoch + 1}/{state.total_epochs}")
         text.append(f" · step {state.step}/{state.total_steps or '?'}")
+        if state.ranks > 1:
+            text.append(f" · {state.ranks} ranks ({clean(state.backend, single_line=True)})")
         text.append(" · ")
         text.append(STATUS_GLYPHS[state.status], _STATUS_STYLE[state.status])
         if state.status in ("starting", "restarting") or (state.status == "running" and state.phase != "training"):

@@ -27,6 +27,7 @@ from . import architectures
 from .accel import fastgen
 from .plan import EnginePlan
 from .stopping import cut_at_stop, make_row_stops
+from .sampling import KeyedSampler
 
 # A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
 # MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".
@@ -90,11 +91,16 @@ def generate(
     logprobs: bool = True,
     plan: EnginePlan | None = None,
     decode: fastgen.DecodeStep | None = None,
+    keys: list[int] | None = None,
 ) -> list[Completion]:
     """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j].
     ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them). The
     trainer passes its ``plan`` and compiled ``decode`` step; without a plan (tests, benchmarks)
-    the compiled loop runs wherever it can, with MLX's own kernels."""
+    the compiled loop runs wherever it can, with MLX's own kernels. ``keys`` (one
+    ``sampling.row_key`` per row): the compiled loop draws each row from its own keyed stream, so
+    the tokens do not depend on the batch a row is in (ranks, resume). mlx-lm's BatchGenerator
+    drops finished rows from its batch, so its sampler cannot tell the rows apart: it ignores
+    ``keys`` and draws from ``mx.random`` (not rank-invariant; the trainer logs it)."""
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
     rules = make_row_stops(len(prompts) * n, tokenizer, gen)
@@ -103,6 +109,8 @@ def generate(
         # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
         # sampling do not care about a constant shift of the logits.
         normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
+        if keys is not None and not greedy:
+            sampler = KeyedSampler(gen, keys)
         tokens, stopped, sampled = fastgen.generate_tokens(
             model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
             fast_exp=plan is not None and plan.cpu_kernels, decode=decode, row_stops=rules,

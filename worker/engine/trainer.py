@@ -25,7 +25,8 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import EvalBatch, Generation, StepOutput
-from . import checkpointing, chunked_head, data, memory_fit, model as model_io, plan as engine_plan, rollout
+from . import checkpointing, chunked_head, data, distributed, memory_fit, model as model_io, plan as engine_plan
+from . import rollout, sampling
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
@@ -63,6 +64,8 @@ class Trainer:
         # Before MLX evaluates or allocates anything.
         keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config))
         self.config = config
+        self.ranks = distributed.Ranks.join(config.distributed.backend)
+        self.ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
         log("info", f"loading {config.model.path}")
@@ -114,23 +117,33 @@ class Trainer:
     def train_step(self, step: int, on_phase: Callable[[str], None] = lambda p: None) -> StepOutput:
         cfg = self.config
         G = cfg.grpo.group_size
-        mx.random.seed((cfg.training.seed * 1_000_003 + step) % 2**32)
+        # Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py).
+        mx.random.seed((cfg.training.seed * 1_000_003 + step + 7919 * self.ranks.rank) % 2**32)
         mx.reset_peak_memory()
+        self.ranks.start_step()
         epoch, _, indices = self.batch(step)
         examples = [self.dataset[i] for i in indices]
+        mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
 
         on_phase("generating")
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
-        prompts = [e.prompt_ids for e in examples]
+        prompts = [examples[i].prompt_ids for i in mine]
+        keys = sampling.step_keys(cfg.training.seed, step, list(mine), G)
         completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False,
-                                       plan=self.plan, decode=self.decode)
+                                       plan=self.plan, decode=self.decode, keys=keys)
         generation_s = time.perf_counter() - t0
 
         on_phase("scoring")
         t0 = time.perf_counter()
-        owners = [examples[c.prompt_index] for c in completions]
+        owners = [examples[mine.start + c.prompt_index] for c in completions]
         totals, per_fn, logged = self._score(owners, completions, step)
+        # Every rank's scored completions (and what its reward functions logged), so what follows
+        # sees the whole batch on every rank.
+        completions, totals, per_fn, logged = distributed.gather_scored(
+            self.ranks, completions, totals, per_fn, logged, mine.start
+        )
+        owners = [examples[c.prompt_index] for c in completions]
         rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
         advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
         stds = group_std(rewards, G)
@@ -145,12 +158,14 @@ class Trainer:
         self.model.train()
         passes = [
             optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
-                          record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses)
+                          record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses,
+                          ranks=self.ranks)
             for k in range(cfg.grpo.num_iterations)
         ]
         self.model.eval()
         training_s = time.perf_counter() - t0
 
+        rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
         lengths = [len(c.token_ids) for c in completions]
         prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
         n = len(passes)
@@ -187,6 +202,9 @@ class Trainer:
             gradients_applied=not skipped,
             skipped_reason="; ".join(skipped) or None,
             extra_metrics=logged.metric_means(),
+            ranks=rank_times,
+            slowest_rank=slowest,
+            all_reduce_bytes=self.ranks.comm_bytes,
         )
         if skipped:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
@@ -219,7 +237,7 @@ class Trainer:
         G, steps = cfg.grpo.group_size, cfg.training.gradient_accumulation_steps
         per = len(examples) // steps * G  # completions per micro-batch (whole groups)
         batches = []
-        for k in range(steps):
+        for k in self.ranks.micro_batches(steps):  # this rank's share (distributed.py)
             part = completions[k * per : (k + 1) * per]
             keep = [not _masked(cfg.grpo, c.finish_reason) for c in part]
             batch = pack(
@@ -286,6 +304,17 @@ class Trainer:
         """Mean score of each reward function on the first ``limit`` eval prompts, one completion each."""
         result = self.evaluate_batch(list(range(self.eval_size))[:limit], greedy=greedy, num_samples=1, seed=None)
         return {label: _mean(values) for label, values in result.per_fn.items()}
+
+    # ------------------------------------------------------------ several ranks (distributed.py)
+
+    def leader_value(self, value: int) -> int:
+        """Rank 0's ``value`` on every rank (the loop's step-boundary agreement)."""
+        return distributed.leader_value(self.ranks, value)
+
+    def sync_from_leader(self, step: int) -> int:
+        """Rank 0's weights, optimizer state and step on every rank, after rank 0 resumed."""
+        distributed.broadcast_state(self.ranks, self.model, self.optimizer)
+        return distributed.leader_value(self.ranks, step)
 
     # ------------------------------------------------------------ checkpoints
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -20,6 +20,9 @@ from .batch import MicroBatch, halves, row_parts
 from .grpo import LossSettings
 from .loss import LossFunctions, loss_and_grad
 from .plan import EnginePlan
+
+if TYPE_CHECKING:
+    from .distributed import Ranks
 
 
 @dataclass
@@ -99,14 +102,20 @@ def optimize_pass(
     *,
     record_old: bool,
     functions: LossFunctions | None = None,
+    ranks: Ranks | None = None,
 ) -> PassResult:
     """Accumulate gradients over ``batches``, clip, and apply one AdamW update unless something is
     non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``.
-    Which paths run is the ``plan``'s; ``functions`` keeps the loss functions between passes."""
+    Which paths run is the ``plan``'s; ``functions`` keeps the loss functions between passes.
+    ``ranks``: these are this rank's micro-batches; token counts, losses, statistics and gradients are
+    summed over the ranks before the norm, so clipping and the NaN guard see the global values."""
     num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
+    if ranks is not None:
+        num_items = ranks.sum_floats([num_items])[0]  # dapo: the whole batch's active tokens
     settings = LossSettings.from_config(config)
     # The compiled loss is written for the shared-prompt layout, which the plan's batches have.
     compiled = plan.compiled_loss and all(b.prompts is not None for b in batches)
+    accumulation = len(batches) * (ranks.size if ranks is not None else 1)  # every rank has an equal share
     parallel = plan.two_streams
     total_loss, grads = 0.0, None
     sums: dict[str, float] = {}
@@ -121,7 +130,7 @@ def optimize_pass(
             for part, stream in zip(parts, two_cores.streams()):
                 with mx.stream(stream):
                     results.append(loss_and_grad(
-                        model, part, settings, config.generation.temperature, num_items, len(batches),
+                        model, part, settings, config.generation.temperature, num_items, accumulation,
                         compiled=compiled, host=plan.host_vocab,
                         whole=batch if len(parts) > 1 or len(pieces) > 1 else None,
                         functions=functions, vocab_chunk=plan.vocab_chunk_size,
@@ -139,6 +148,11 @@ def optimize_pass(
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v.item() * tokens
             sums["tokens"] = sums.get("tokens", 0.0) + tokens
+    if ranks is not None and ranks.size > 1:
+        keys = sorted(sums)
+        total_loss, *summed = ranks.sum_floats([total_loss] + [sums[k] for k in keys])
+        sums = dict(zip(keys, summed))
+        grads = ranks.sum_tree(grads)
     stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k != "tokens"}
 
     norm = _global_norm(grads)

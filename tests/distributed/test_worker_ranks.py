@@ -1,0 +1,87 @@
+"""The worker on two local ranks (``--ranks 2``: mlx.launch, ring): one writer, commands obeyed by
+both ranks at the same step boundary, and a killed rank ending the run with one clear error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from grpo_tui.protocol import messages as m
+from tests.worker_harness import WorkerProcess, query, tiny_model, write_config  # noqa: F401 - fixture
+
+SETTINGS = {
+    "grpo": {"group_size": 2},
+    "training": {"batch_size": 2, "gradient_accumulation_steps": 2, "learning_rate": 1e-2, "max_steps": 6, "num_epochs": 20, "seed": 0},
+    "checkpoint": {"save_every": 0},
+}
+
+
+def _rank_pid(root: int, rank: int, timeout: float = 60) -> int:
+    """The pid of ``rank`` among the descendants of ``root`` (MLX_RANK in its environment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            if f"MLX_RANK={rank}".encode() not in environ:
+                continue
+            pid = int(entry)
+            while pid > 1:  # walk up to the launcher
+                if pid == root:
+                    return int(entry)
+                ppid = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("PPid:")]
+                pid = int(ppid[0].split()[1])
+            del status
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} under {root}")
+
+
+def test_two_ranks_one_writer_and_commands_on_both(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, **SETTINGS)
+    worker = WorkerProcess(config, "--ranks", "2")
+    try:
+        worker.wait_for(m.Step, lambda e: e.step == 1)
+        worker.send(m.Pause())
+        paused = worker.wait_for(m.Paused)
+        worker.send(m.SaveCheckpoint())
+        saved = worker.wait_for(m.Checkpoint, lambda e: e.kind == "manual")
+        assert saved.step == paused.step
+        worker.send(m.Resume())
+        worker.wait_for(m.Step, lambda e: e.step == paused.step + 1)
+        worker.send(m.Stop())
+        done = worker.wait_for(m.Complete)
+        assert done.status == "stopped"
+        assert worker.finish() == 0
+    finally:
+        worker.kill()
+    assert len(worker.of(m.Hello)) == 1 and not worker.bad_lines  # rank 1 wrote nothing on stdout
+    steps = [s.step for s in worker.of(m.Step)]
+    assert steps == list(range(1, done.total_steps + 1))
+    db = tmp_path / "out" / "outputs.db"
+    assert [r[0] for r in query(db, "SELECT step FROM steps ORDER BY step")] == steps  # each step once
+    assert query(db, "SELECT COUNT(*) FROM generations")[0][0] == len(steps) * 2 * 2
+    assert (Path(saved.path) / "training_state.json").is_file()
+    assert b"Node with rank" not in worker.stderr  # both ranks exited cleanly
+
+
+def test_a_killed_rank_ends_the_run_with_one_clear_error(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, **{**SETTINGS, "training": {**SETTINGS["training"], "max_steps": 50}})
+    worker = WorkerProcess(config, "--ranks", "2")
+    try:
+        worker.wait_for(m.Step, lambda e: e.step == 2)
+        os.kill(_rank_pid(worker.proc.pid, 1), signal.SIGKILL)
+        worker.finish(timeout=60)
+    finally:
+        worker.kill()
+    errors = [e for e in worker.of(m.Error) if e.fatal]
+    assert len(errors) == 1, worker.events
+    assert "rank 1" in errors[0].message
+    # rank 0 could still write: the weights after the last completed step are kept
+    assert any(e.kind == "emergency" for e in worker.of(m.Checkpoint))
