@@ -11,10 +11,12 @@ import json
 import sqlite3
 from typing import Any
 
+import msgspec
+
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Metric columns of ``steps``: every field of the ``step`` message, clip_ratio flattened and the
 # per-function reward means and the reward functions' logged metrics stored as JSON.
@@ -25,9 +27,10 @@ STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
     for c in (("clip_ratio_low", "clip_ratio_high", "clip_ratio_region") if f == "clip_ratio" else (f,))
 )
 
-JSON_STEP_COLUMNS = ("rewards", "extra_metrics")
+JSON_STEP_COLUMNS = ("rewards", "extra_metrics", "ranks")
 # Version 1's steps columns, frozen: a field added to ``Step`` later arrives by a migration.
-_V1_STEP_COLUMNS = tuple(c for c in STEP_METRIC_COLUMNS if c != "extra_metrics")
+_LATER_STEP_COLUMNS = ("extra_metrics", "ranks", "slowest_rank", "all_reduce_bytes")
+_V1_STEP_COLUMNS = tuple(c for c in STEP_METRIC_COLUMNS if c not in _LATER_STEP_COLUMNS)
 
 _V1 = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -134,8 +137,15 @@ ALTER TABLE steps ADD COLUMN extra_metrics TEXT;
 ALTER TABLE generations ADD COLUMN reward_notes TEXT;
 """
 
+# Several ranks: each rank's timings (JSON), the slowest rank, the bytes one rank all-reduced.
+_V4 = """
+ALTER TABLE steps ADD COLUMN ranks TEXT;
+ALTER TABLE steps ADD COLUMN slowest_rank REAL;
+ALTER TABLE steps ADD COLUMN all_reduce_bytes REAL;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 class StoreError(RuntimeError):
@@ -197,7 +207,7 @@ def step_row(step: Step) -> dict[str, Any]:
         if field == "clip_ratio":
             row.update(clip_ratio_low=value.low, clip_ratio_high=value.high, clip_ratio_region=value.region)
         elif field in JSON_STEP_COLUMNS:
-            row[field] = json.dumps(value)
+            row[field] = json.dumps(msgspec.to_builtins(value))
         elif field == "gradients_applied":
             row[field] = 1.0 if value else 0.0
         else:

@@ -150,6 +150,18 @@ async def test_what_reward_functions_logged_is_stored_with_the_step_and_each_gen
     assert notes[1] == ('{"json_schema": "$.a: \'x\' is not of type \'integer\'"}',) and notes[0] == (None,)
 
 
+async def test_a_step_of_several_ranks_keeps_each_ranks_timings(store):
+    from grpo_tui.protocol.messages import RankTiming
+
+    step = output(1)
+    step.metrics.ranks = [RankTiming(rank=r, generation_ms=10.0 + r, training_ms=5.0, all_reduce_ms=1.5) for r in range(2)]
+    step.metrics.slowest_rank, step.metrics.all_reduce_bytes = 1, 4096
+    await store.write_step(await store.create_run("ranks", "tiny", "/models/tiny", {}, 10), step)
+    ranks, slowest, sent = rows(store.path, "SELECT ranks, slowest_rank, all_reduce_bytes FROM steps")[0]
+    assert json.loads(ranks)[1] == {"rank": 1, "generation_ms": 11.0, "training_ms": 5.0, "all_reduce_ms": 1.5}
+    assert (slowest, sent) == (1, 4096)
+
+
 async def test_a_version_1_store_is_upgraded_in_place_keeping_its_rows(tmp_path):
     from grpo_tui.protocol.schema import MIGRATIONS
 
@@ -167,4 +179,4 @@ async def test_a_version_1_store_is_upgraded_in_place_keeping_its_rows(tmp_path)
         await s.close()
     assert rows(path, "SELECT run_id, step, loss, extra_metrics FROM steps ORDER BY id") == [(1, 1, 0.25, None), (2, 1, 0.1, "{}")]
     with sqlite3.connect(path) as conn:
-        assert check_readable(conn) == SCHEMA_VERSION == 3
+        assert check_readable(conn) == SCHEMA_VERSION == 4

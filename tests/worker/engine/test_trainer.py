@@ -122,8 +122,8 @@ def test_accumulation_gives_the_same_update_as_one_batch(tmp_path, model_dir):
         assert m1.loss == pytest.approx(m2.loss, abs=1e-5)
         assert m1.grad_norm == pytest.approx(m2.grad_norm, rel=1e-3, abs=1e-6)
     w1, w2 = weights(one), weights(two)
-    for k in w1:
-        np.testing.assert_allclose(w1[k], w2[k], atol=1e-5)
+    for k in w1:  # AdamW divides by sqrt(v): a near-zero gradient summed in another order moves by ~lr/10
+        np.testing.assert_allclose(w1[k], w2[k], atol=1e-4)
 
 
 def test_kl_and_several_iterations(tmp_path, model_dir):
@@ -137,9 +137,10 @@ def test_kl_and_several_iterations(tmp_path, model_dir):
 def test_masking_truncated_completions_removes_their_gradient(tmp_path, model_dir):
     t = make(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\n").replace(
         "group_size = 4", "group_size = 4\nmask_truncated_completions = true"))
+    t.tokenizer.eos_token_ids = []  # no completion can stop: every one is truncated, whatever is sampled
     before = weights(t)
     m = t.train_step(1).metrics
-    assert m.completion_clipped_ratio == 1.0  # the random model never stops within 8 tokens
+    assert m.completion_clipped_ratio == 1.0
     assert m.loss == 0.0 and m.grad_norm == 0.0
     for k, v in weights(t).items():
         np.testing.assert_array_equal(before[k], v)
