@@ -1,0 +1,169 @@
+"""Small terminal charts drawn straight into Rich ``Text``: braille line charts and a heat strip.
+
+The Charts tab shows ~20 charts at once. plotext (the main chart) takes milliseconds per chart and
+redraws its whole canvas; these are a few hundred cells each, cached by the widgets, and cost well
+under a millisecond to draw. No Textual here, so the drawing is tested on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Span, Text
+
+from grpo_tui.tui.state import format_number
+
+LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")
+# braille dot bits by (column, row) inside one 2 x 4 cell
+_DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+_BRAILLE = 0x2800
+AXIS_WIDTH = 8  # y-axis labels (7 characters: format_number's "0.0002", "-1.2e-05") and a rule
+HEAT = tuple(
+    Style(bgcolor=f"rgb({r},{g},{b})")
+    for r, g, b in ((30, 40, 90), (40, 80, 140), (30, 130, 150), (60, 170, 120), (150, 200, 60), (250, 220, 40))
+)
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    steps: Sequence[int]
+    values: Sequence[float | None]
+
+
+def tidy(text: Text) -> Text:
+    """Trim blanks off the ends of every styled span, in place.
+
+    A screenshot (SVG) writes one text element per run of equal style, placed at its cell; some
+    renderers drop a run's leading blanks and squeeze the rest into its width, so "15,360" followed
+    by a dim "   tokens/s" reads "15,360tokens/s". With blanks left unstyled every run starts on a glyph.
+    """
+    plain = text.plain
+    spans = []
+    for span in text.spans:
+        start, end = span.start, span.end
+        while start < end and plain[start] == " ":
+            start += 1
+        while end > start and plain[end - 1] == " ":
+            end -= 1
+        if start < end:
+            spans.append(Span(start, end, span.style))
+    text.spans = spans
+    return text
+
+
+def axis_label(value: float, width: int = AXIS_WIDTH - 1) -> str:
+    text = format_number(value)
+    if len(text) > width:
+        text = f"{value:.1e}"
+    return text[:width].rjust(width)
+
+
+def bounds(values: Sequence[float]) -> tuple[float, float]:
+    """A y range around ``values`` that never collapses to a point (a flat series sits mid-height)."""
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12 * max(1.0, abs(hi)):
+        pad = abs(hi) * 0.1 or 1.0
+        # a flat non-negative series (a ratio stuck at 0) keeps 0 as its floor
+        return (max(lo - pad, 0.0) if lo >= 0 else lo - pad), hi + pad
+    return lo, hi
+
+
+def points(series: Series) -> list[tuple[int, float]]:
+    return [(s, v) for s, v in zip(series.steps, series.values) if v is not None and math.isfinite(v)]
+
+
+def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bool = False) -> list[Text]:
+    """``height`` rows of ``width`` cells: y labels on the left, braille lines, then an x-axis row.
+
+    Lines are drawn in ``LINE_COLORS`` order; where two share a cell the later one's colour wins.
+    """
+    plot_w, plot_h = width - AXIS_WIDTH, height - 1
+    if plot_w < 4 or plot_h < 1:
+        return [Text("") for _ in range(max(height, 0))]
+    drawn = [(i, points(s)) for i, s in enumerate(series)]
+    drawn = [(i, p) for i, p in drawn if p]
+    if not drawn:
+        rows = [Text(" " * width) for _ in range(height)]
+        rows[plot_h // 2] = Text("no data yet".center(width), "dim")
+        return rows
+    xs = [x for _, p in drawn for x, _ in p]
+    ys = [y for _, p in drawn for _, y in p]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = bounds(ys)
+    dots_w, dots_h = plot_w * 2, plot_h * 4
+    cells = [[0] * plot_w for _ in range(plot_h)]
+    owner = [[-1] * plot_w for _ in range(plot_h)]
+
+    def dot(px: int, py: int, who: int) -> None:
+        row, col = py // 4, px // 2
+        cells[row][col] |= _DOTS[px % 2][py % 4]
+        owner[row][col] = who
+
+    for who, pts in drawn:
+        # one column of dots per x pixel, spanning every value that lands there and the step from the
+        # previous pixel, so spikes survive downsampling and the line stays connected
+        columns: dict[int, list[int]] = {}  # px -> [lowest, highest, first, last] dot row
+        for x, y in pts:
+            px = 0 if x1 == x0 else round((x - x0) / (x1 - x0) * (dots_w - 1))
+            py = min(dots_h - 1, max(0, round((y1 - y) / (y1 - y0) * (dots_h - 1))))
+            if px in columns:
+                col = columns[px]
+                col[0], col[1], col[3] = min(col[0], py), max(col[1], py), py
+            else:
+                columns[px] = [py, py, py, py]
+        previous: tuple[int, int] | None = None
+        for px in sorted(columns):
+            lo, hi, first, last = columns[px]
+            if previous is not None:  # interpolate across the pixels between two steps
+                ppx, py0 = previous
+                for x in range(ppx + 1, px + 1):
+                    ya = round(py0 + (first - py0) * (x - 1 - ppx) / (px - ppx))
+                    yb = round(py0 + (first - py0) * (x - ppx) / (px - ppx))
+                    for py in range(min(ya, yb), max(ya, yb) + 1):
+                        dot(x, py, who)
+            for py in range(lo, hi + 1):
+                dot(px, py, who)
+            previous = (px, last)
+    scale = 100.0 if percent else 1.0
+    rows: list[Text] = []
+    for r in range(plot_h):
+        label = axis_label(y1 * scale) if r == 0 else axis_label(y0 * scale) if r == plot_h - 1 else ""
+        row = tidy(Text().append(label.ljust(AXIS_WIDTH - 1) + "│", "dim"))
+        for c in range(plot_w):
+            bits, who = cells[r][c], owner[r][c]
+            row.append(chr(_BRAILLE + bits) if bits else " ", LINE_COLORS[who % len(LINE_COLORS)] if bits else "")
+        rows.append(row)
+    left, right = str(x0), str(x1)
+    axis = " " * AXIS_WIDTH + left + right.rjust(plot_w - len(left))
+    rows.append(tidy(Text().append(axis[:width], "dim")))
+    return rows
+
+
+def heat_strip(columns: Sequence[Sequence[float]], width: int, height: int,
+               lo: float, hi: float) -> list[list[Style | None]]:
+    """A ``height`` x ``width`` grid of cell styles: column c is the histogram of ``columns`` mapped
+    to it (time runs left to right), row 0 the top (highest) bin; brighter = more of the column's values."""
+    grid: list[list[Style | None]] = [[None] * width for _ in range(height)]
+    n = len(columns)
+    if n == 0 or width <= 0 or height <= 0:
+        return grid
+    span = hi - lo if hi > lo else 1.0
+    for c in range(width):
+        first = c * n // width
+        last = max(first + 1, (c + 1) * n // width)
+        counts = [0] * height
+        total = 0
+        for values in columns[first:last]:
+            for v in values:
+                b = min(height - 1, max(0, int((v - lo) / span * height)))
+                counts[height - 1 - b] += 1
+                total += 1
+        for r, count in enumerate(counts):
+            if count:
+                share = count / total
+                grid[r][c] = HEAT[min(len(HEAT) - 1, int(share * len(HEAT)))]
+    return grid

@@ -1,0 +1,111 @@
+"""One metric (or a few related ones) over steps: a small braille line chart in a titled box.
+
+The panel draws from a ``SeriesBook`` it is handed and the ``ChartSettings`` it shares with the
+rest of the Charts tab; it keeps its last drawing and only draws again when the book, the
+settings or its size changed, so a refresh of an unchanged panel costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Group
+from rich.text import Text
+from textual.markup import escape
+from textual.widget import Widget
+
+from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
+from grpo_tui.tui.series import PanelSpec, SeriesBook
+from grpo_tui.tui.state import ema, format_number
+
+
+@dataclass
+class ChartSettings:
+    """What every chart of the tab shares: the EMA factor (the main chart's) and the step window."""
+
+    smoothing: float = 0.6
+    window: int | None = 100  # the last N steps; None: the whole run
+    version: int = 0  # bumped on every change, part of each panel's cache key
+
+    def change(self, **values: object) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.version += 1
+
+
+def windowed(book: SeriesBook, key: str, window: int | None, smoothing: float) -> tuple[list[int], list[float | None]]:
+    steps, values = list(book.steps), book.column(key)
+    if window is not None and len(steps) > window:
+        # smooth a little before the window so its first points are not the EMA's cold start
+        start = max(0, len(steps) - window - 4 * window)
+        steps, values = steps[start:], values[start:]
+        values = ema(values, smoothing)[-window:] if smoothing else values[-window:]
+        return steps[-window:], values
+    return steps, ema(values, smoothing) if smoothing else values
+
+
+class ChartPanel(Widget, can_focus=True):
+    DEFAULT_CSS = """
+    ChartPanel {
+        height: 9;
+        border: round $primary-darken-2;
+        border-title-color: $text;
+        border-subtitle-color: $text-muted;
+    }
+    ChartPanel:focus {
+        border: round $accent;
+    }
+    ChartPanel.-maximized {
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, spec: PanelSpec, book: SeriesBook, settings: ChartSettings, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.spec, self.book, self.settings = spec, book, settings
+        self._key: tuple[object, ...] | None = None  # what the cached drawing shows
+        self._polled: tuple[object, ...] | None = None  # what the last redraw_if_stale saw
+        self._drawing: Group = Group()
+        legend = "" if len(spec.lines) == 1 else "  " + " ".join(
+            f"[{LINE_COLORS[i % len(LINE_COLORS)]}]{escape(label)}[/]" for i, (_, label) in enumerate(spec.lines)
+        )
+        self.border_title = escape(spec.title) + legend
+
+    def on_mount(self) -> None:
+        self.redraw_if_stale()
+
+    def redraw_if_stale(self) -> None:
+        """Redraw when the data, the settings or the size moved since the last drawing."""
+        key = self._cache_key()
+        if key == self._polled:
+            return
+        self._polled = key
+        scale = 100.0 if self.spec.percent else 1.0
+        latest = [self.book.latest(column) for column, _ in self.spec.lines]
+        # the latest raw values, in the lines' order (the chart itself may be smoothed)
+        self.border_subtitle = " · ".join(
+            "—" if v is None else format_number(v * scale) + (" %" if self.spec.percent else "") for v in latest
+        )
+        self.refresh()
+
+    def _cache_key(self) -> tuple[object, ...]:
+        return (self.book.version, self.settings.version, self.content_size.width, self.content_size.height)
+
+    def render(self) -> Group:
+        key = self._cache_key()
+        if key != self._key:
+            self._key, self._drawing = key, self._draw()
+        return self._drawing
+
+    def _draw(self) -> Group:
+        settings, spec = self.settings, self.spec
+        series = []
+        for column, label in spec.lines:
+            steps, values = windowed(self.book, column, settings.window, settings.smoothing)
+            series.append(Series(label, steps, values))
+        size = self.content_size
+        return Group(*line_chart(series, size.width, size.height, percent=spec.percent))
+
+    def plain(self) -> str:
+        """The drawing as text (tests and debugging)."""
+        return "\n".join(t.plain for t in self._drawing.renderables if isinstance(t, Text))
