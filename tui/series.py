@@ -163,8 +163,9 @@ class GroupSpec:
     def resolve(self, keys: Sequence[str]) -> list[PanelSpec]:
         panels = list(self.panels)
         if self.prefix is not None:
+            charted = {key for panel in panels for key, _ in panel.lines}
             panels += [PanelSpec(k[len(self.prefix):] or k, ((k, k[len(self.prefix):] or k),))
-                       for k in keys if k.startswith(self.prefix)]
+                       for k in keys if k.startswith(self.prefix) and k not in charted]
         return panels
 
 
@@ -204,6 +205,7 @@ STEP_GROUPS: tuple[GroupSpec, ...] = (
 )
 
 
-def dict_group(name: str, series: Mapping[str, object] | Sequence[str]) -> GroupSpec:
-    """A group with one chart per key (e.g. eval metrics fed into their own ``SeriesBook``)."""
-    return GroupSpec(name, tuple(single(key, key) for key in series))
+def dict_group(name: str, series: Mapping[str, object] | Sequence[str] = ()) -> GroupSpec:
+    """A group with one chart per key of its book (e.g. eval metrics fed into their own ``SeriesBook``):
+    the keys of ``series`` first, in that order, then any other key as it appears."""
+    return GroupSpec(name, tuple(single(key, key) for key in series), prefix="")

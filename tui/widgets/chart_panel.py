@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 from rich.console import Group
 from rich.text import Text
+from textual.binding import Binding
 from textual.markup import escape
+from textual.message import Message
 from textual.widget import Widget
 
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
@@ -31,6 +33,20 @@ class ChartSettings:
         for name, value in values.items():
             setattr(self, name, value)
         self.version += 1
+
+
+class Move(Message):
+    """Arrow keys on a focused chart: the Charts view moves focus (the scroll container would scroll)."""
+
+    def __init__(self, dx: int, dy: int) -> None:
+        super().__init__()
+        self.dx, self.dy = dx, dy
+
+
+MOVE_BINDINGS = [
+    Binding(key, f"move({dx}, {dy})", key, show=False)
+    for key, dx, dy in (("up", 0, -1), ("down", 0, 1), ("left", -1, 0), ("right", 1, 0))
+]
 
 
 def windowed(book: SeriesBook, key: str, window: int | None, smoothing: float) -> tuple[list[int], list[float | None]]:
@@ -59,6 +75,10 @@ class ChartPanel(Widget, can_focus=True):
         height: 1fr;
     }
     """
+    BINDINGS = MOVE_BINDINGS
+
+    def action_move(self, dx: int, dy: int) -> None:
+        self.post_message(Move(dx, dy))
 
     def __init__(self, spec: PanelSpec, book: SeriesBook, settings: ChartSettings, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from textual.widgets import Static
 
 from grpo_tui.tui.plot import tidy
 from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
-from grpo_tui.tui.widgets.chart_panel import ChartPanel, ChartSettings
+from grpo_tui.tui.widgets.chart_panel import ChartPanel, ChartSettings, Move
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 
 REDRAW_INTERVAL_S = 0.5  # at most two redraws a second, whatever the step rate
@@ -158,6 +158,10 @@ class ChartsView(Vertical):
             panels[0].focus()
             return panels[0]
         return None
+
+    def on_move(self, message: Move) -> None:
+        message.stop()
+        self.action_move(message.dx, message.dy)
 
     def action_move(self, dx: int, dy: int) -> None:
         panels = self.panels()

@@ -13,7 +13,7 @@ from textual.widget import Widget
 
 from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip, tidy
 from grpo_tui.tui.series import RewardSpread
-from grpo_tui.tui.widgets.chart_panel import ChartSettings
+from grpo_tui.tui.widgets.chart_panel import MOVE_BINDINGS, ChartSettings, Move
 
 TITLE = "reward distribution per step"
 
@@ -33,6 +33,10 @@ class RewardHeatmap(Widget, can_focus=True):
         height: 1fr;
     }
     """
+    BINDINGS = MOVE_BINDINGS
+
+    def action_move(self, dx: int, dy: int) -> None:
+        self.post_message(Move(dx, dy))
 
     def __init__(self, spread: RewardSpread, settings: ChartSettings, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
