@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.style import Style
-from rich.text import Span, Text
+from rich.text import Text
 
 from grpo_tui.tui.state import format_number
+from grpo_tui.tui.tidy import tidy
 
 LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")
 # braille dot bits by (column, row) inside one 2 x 4 cell
@@ -32,27 +33,6 @@ class Series:
     label: str
     steps: Sequence[int]
     values: Sequence[float | None]
-
-
-def tidy(text: Text) -> Text:
-    """Trim blanks off the ends of every styled span, in place.
-
-    A screenshot (SVG) writes one text element per run of equal style, placed at its cell; some
-    renderers drop a run's leading blanks and squeeze the rest into its width, so "15,360" followed
-    by a dim "   tokens/s" reads "15,360tokens/s". With blanks left unstyled every run starts on a glyph.
-    """
-    plain = text.plain
-    spans = []
-    for span in text.spans:
-        start, end = span.start, span.end
-        while start < end and plain[start] == " ":
-            start += 1
-        while end > start and plain[end - 1] == " ":
-            end -= 1
-        if start < end:
-            spans.append(Span(start, end, span.style))
-    text.spans = spans
-    return text
 
 
 def axis_label(value: float, width: int = AXIS_WIDTH - 1) -> str:

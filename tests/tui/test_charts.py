@@ -5,11 +5,13 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.plot import HEAT, Series, heat_strip, line_chart, tidy
+from grpo_tui.tui.plot import HEAT, Series, heat_strip, line_chart
+from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.series import STEP_GROUPS, RewardSpread, SeriesBook, dict_group, flatten_step
 from grpo_tui.tui.widgets.chart_panel import ChartPanel
 from grpo_tui.tui.widgets.charts_view import WINDOWS, ChartsView
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
+from rich.console import Console
 from rich.text import Text
 
 from tests.fakes.fake_worker import parse_args, step_frame
@@ -64,9 +66,11 @@ def test_heat_strip_shows_collapse_as_one_bright_row():
     assert sum(cell is not None for row in spread for cell in row) == 4
 
 
-def test_tidy_leaves_no_styled_run_starting_or_ending_blank():
-    text = tidy(Text("15,360").append("   tokens/s ", "dim").append("1", "bold"))
-    assert [(text.plain[s.start], text.plain[s.end - 1]) for s in text.spans] == [("t", "s"), ("1", "1")]
+def test_tidy_starts_every_run_on_a_glyph():
+    text = tidy(Text("15,360").append("   tokens/s ", "dim").append("1", "bold").append(" ", "reverse").append(" x"))
+    runs = [segment.text for segment in text.render(Console())]
+    assert all(run[0] != " " or not run.strip() for run in runs), runs
+    assert "".join(runs).rstrip("\n") == "15,360   tokens/s 1  x"
 
 
 def test_reward_spread_prefers_the_step_frame_over_samples():

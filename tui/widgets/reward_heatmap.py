@@ -11,7 +11,8 @@ from rich.console import Group
 from rich.text import Text
 from textual.widget import Widget
 
-from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip, tidy
+from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip
+from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.series import RewardSpread
 from grpo_tui.tui.widgets.chart_panel import MOVE_BINDINGS, ChartSettings, Move
 
