@@ -56,36 +56,24 @@ def points(series: Series) -> list[tuple[int, float]]:
     return [(s, v) for s, v in zip(series.steps, series.values) if v is not None and math.isfinite(v)]
 
 
-def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bool = False) -> list[Text]:
-    """``height`` rows of ``width`` cells: y labels on the left, braille lines, then an x-axis row.
+class _Canvas:
+    """Braille dots on a ``width`` x ``height`` grid of cells; each cell remembers which line drew it last."""
 
-    Lines are drawn in ``LINE_COLORS`` order; where two share a cell the later one's colour wins.
-    """
-    plot_w, plot_h = width - AXIS_WIDTH, height - 1
-    if plot_w < 4 or plot_h < 1:
-        return [Text("") for _ in range(max(height, 0))]
-    drawn = [(i, points(s)) for i, s in enumerate(series)]
-    drawn = [(i, p) for i, p in drawn if p]
-    if not drawn:
-        rows = [Text(" " * width) for _ in range(height)]
-        rows[plot_h // 2] = Text("no data yet".center(width), "dim")
-        return rows
-    xs = [x for _, p in drawn for x, _ in p]
-    ys = [y for _, p in drawn for _, y in p]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = bounds(ys)
-    dots_w, dots_h = plot_w * 2, plot_h * 4
-    cells = [[0] * plot_w for _ in range(plot_h)]
-    owner = [[-1] * plot_w for _ in range(plot_h)]
+    def __init__(self, width: int, height: int, x0: int, x1: int) -> None:
+        self.width, self.height, self.x0, self.x1 = width, height, x0, x1
+        self.cells = [[0] * width for _ in range(height)]
+        self.owner = [[-1] * width for _ in range(height)]
 
-    def dot(px: int, py: int, who: int) -> None:
+    def dot(self, px: int, py: int, who: int) -> None:
         row, col = py // 4, px // 2
-        cells[row][col] |= _DOTS[px % 2][py % 4]
-        owner[row][col] = who
+        self.cells[row][col] |= _DOTS[px % 2][py % 4]
+        self.owner[row][col] = who
 
-    for who, pts in drawn:
-        # one column of dots per x pixel, spanning every value that lands there and the step from the
-        # previous pixel, so spikes survive downsampling and the line stays connected
+    def line(self, pts: list[tuple[int, float]], y0: float, y1: float, who: int) -> None:
+        # one column of dots per x pixel, spanning every value that lands there, joined to the previous
+        # pixel's last value: spikes survive downsampling and the line stays connected
+        dots_w, dots_h = self.width * 2, self.height * 4
+        x0, x1 = self.x0, self.x1
         columns: dict[int, list[int]] = {}  # px -> [lowest, highest, first, last] dot row
         for x, y in pts:
             px = 0 if x1 == x0 else round((x - x0) / (x1 - x0) * (dots_w - 1))
@@ -104,22 +92,76 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bo
                     ya = round(py0 + (first - py0) * (x - 1 - ppx) / (px - ppx))
                     yb = round(py0 + (first - py0) * (x - ppx) / (px - ppx))
                     for py in range(min(ya, yb), max(ya, yb) + 1):
-                        dot(x, py, who)
+                        self.dot(x, py, who)
             for py in range(lo, hi + 1):
-                dot(px, py, who)
+                self.dot(px, py, who)
             previous = (px, last)
+
+    def row(self, r: int, text: Text) -> None:
+        """Append row ``r`` to ``text``, one span per run of a colour (not one per cell)."""
+        cells, owner = self.cells[r], self.owner[r]
+        run, run_who = [], -2
+        for bits, who in zip(cells, owner):
+            who = who if bits else -1
+            if who != run_who and run:
+                text.append("".join(run), LINE_COLORS[run_who % len(LINE_COLORS)] if run_who >= 0 else "")
+                run = []
+            run_who = who
+            run.append(chr(_BRAILLE + bits) if bits else " ")
+        if run:
+            text.append("".join(run), LINE_COLORS[run_who % len(LINE_COLORS)] if run_who >= 0 else "")
+
+
+def _labels(y0: float, y1: float, rows: int, scale: float) -> list[str]:
+    """Axis labels per row: top, bottom, and the middle when there is room to spare."""
+    out = [""] * rows
+    out[0], out[-1] = axis_label(y1 * scale), axis_label(y0 * scale)
+    if rows >= 7:
+        mid = y1 - (y1 - y0) * (rows // 2) / (rows - 1)
+        out[rows // 2] = axis_label((0.0 if abs(mid) < (y1 - y0) * 1e-6 else mid) * scale)
+    return out
+
+
+def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bool = False,
+               right: Sequence[Series] = ()) -> list[Text]:
+    """``height`` rows of ``width`` cells: y labels on the left, braille lines, then an x-axis row.
+
+    ``right`` series get their own scale, labelled on the right. Lines take ``LINE_COLORS`` in
+    order (left first); where two share a cell the later one's colour wins.
+    """
+    right_w = AXIS_WIDTH if right else 0
+    plot_w, plot_h = width - AXIS_WIDTH - right_w, height - 1
+    if plot_w < 4 or plot_h < 1:
+        return [Text("") for _ in range(max(height, 0))]
+    sides = [[(i, points(s)) for i, s in enumerate(series)],
+             [(len(series) + j, points(s)) for j, s in enumerate(right)]]
+    sides = [[(i, p) for i, p in side if p] for side in sides]
+    if not sides[0] and not sides[1]:
+        rows = [Text(" " * width) for _ in range(height)]
+        rows[plot_h // 2] = Text("no data yet".center(width), "dim")
+        return rows
+    xs = [x for side in sides for _, p in side for x, _ in p]
+    canvas = _Canvas(plot_w, plot_h, min(xs), max(xs))
     scale = 100.0 if percent else 1.0
+    labels: list[list[str]] = []
+    for side in sides:
+        if not side:
+            labels.append([""] * plot_h)
+            continue
+        y0, y1 = bounds([y for _, p in side for _, y in p])
+        for who, pts in side:
+            canvas.line(pts, y0, y1, who)
+        labels.append(_labels(y0, y1, plot_h, scale))
     rows: list[Text] = []
     for r in range(plot_h):
-        label = axis_label(y1 * scale) if r == 0 else axis_label(y0 * scale) if r == plot_h - 1 else ""
-        row = tidy(Text().append(label.ljust(AXIS_WIDTH - 1) + "│", "dim"))
-        for c in range(plot_w):
-            bits, who = cells[r][c], owner[r][c]
-            row.append(chr(_BRAILLE + bits) if bits else " ", LINE_COLORS[who % len(LINE_COLORS)] if bits else "")
-        rows.append(row)
-    left, right = str(x0), str(x1)
-    axis = " " * AXIS_WIDTH + left + right.rjust(plot_w - len(left))
-    rows.append(tidy(Text().append(axis[:width], "dim")))
+        row = Text().append(labels[0][r].ljust(AXIS_WIDTH - 1) + "│", "dim")
+        canvas.row(r, row)
+        if right:
+            row.append("│" + labels[1][r].strip().ljust(AXIS_WIDTH - 1), "dim")
+        rows.append(tidy(row))
+    left, last = str(canvas.x0), str(canvas.x1)
+    axis = " " * AXIS_WIDTH + left + last.rjust(plot_w - len(left))
+    rows.append(tidy(Text().append(axis[:width].ljust(width), "dim")))
     return rows
 
 
