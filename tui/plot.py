@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 
-from grpo_tui.tui.state import format_number
+from grpo_tui.tui.format import format_number
 from grpo_tui.tui.tidy import tidy
 
 LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")

@@ -8,7 +8,6 @@ per-completion rewards for the distribution view.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ HISTORY_LIMIT = 5000  # steps kept per book; older steps scroll out like the mai
 def _finite(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    return m.finite(float(value))
 
 
 class SeriesBook:

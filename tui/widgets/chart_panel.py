@@ -18,7 +18,8 @@ from textual.widget import Widget
 
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
-from grpo_tui.tui.state import ema, format_number
+from grpo_tui.tui.format import format_number
+from grpo_tui.tui.state import ema
 
 
 @dataclass
