@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from grpo_tui.protocol import messages as m
 
-HISTORY_LIMIT = 5000  # steps kept per book; older steps scroll out like the main chart's
+HISTORY_LIMIT = 5000  # steps of history kept for the sparklines, the main chart and every book
 
 
 def _finite(value: object) -> float | None:

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_tui.tui.widgets.chart_panel import ChartPanel
 from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
@@ -55,9 +54,10 @@ async def charts(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.press("5")
     view = pilot.app.query_one(ChartsView)
 
-    def drawn() -> bool:
-        panels = [p for p in view.query(ChartPanel) if p.is_on_screen]
-        return bool(panels) and all(p._key == p._cache_key() for p in panels)
+    def drawn() -> bool:  # every chart in the scrolled view has drawn the run's data
+        shown = view.query_one("#charts-scroll").region
+        panels = [p for p in view.panels() if p.region.overlaps(shown)]
+        return bool(panels) and all(p._key == p._cache_key() for p in panels)  # type: ignore[attr-defined]
 
     await wait_until(pilot, drawn)
 

@@ -39,7 +39,8 @@ async def test_live_view_follows_the_run(make_app):
         assert "tiny-fake" in header(app) and "step 6/6" in header(app) and "▶ running" in header(app)
         assert "epoch 2/2" in header(app)  # the worker counts epochs from 0
         assert app.query_one("#samples-table", DataTable).row_count == 8
-        assert "reward 0.5166" in str(app.query_one("#tile-reward .tile-value", Static).render())  # step 6
+        tile = app.query_one("#tile-reward")
+        assert tile.border_title == "reward" and "0.5166" in str(tile.query_one(".tile-value", Static).render())
         assert list(app.state.history_steps) == [1, 2, 3, 4, 5, 6]
         assert "fake worker: starting" in log_text(app)  # stderr reaches the Logs tab
         assert not app.query_one("#zero-std").display
@@ -87,12 +88,14 @@ async def test_number_keys_and_tab_switch_tabs(make_app):
     app = make_app("--steps", "2", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         tabs = app.query_one("#tabs")
-        for key, tab in (("2", "logs"), ("3", "config"), ("4", "database"), ("1", "samples")):
+        for key, tab in (("2", "logs"), ("3", "config"), ("4", "database"), ("5", "charts"), ("1", "samples")):
             await pilot.press(key)
             assert tabs.active == tab
         await pilot.press("tab")
         assert tabs.active == "logs"
         await pilot.press("shift+tab", "shift+tab")
+        assert tabs.active == "charts"
+        await pilot.press("shift+tab")
         assert tabs.active == "database"
         await wait_until(pilot, lambda: app.state.database is not None)
         assert "outputs.db" in str(app.query_one("#db-crumbs", Static).render())

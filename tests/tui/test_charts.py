@@ -160,4 +160,5 @@ def test_step_frames_carry_no_unknown_struct_fields():
     frame = step_frame(3, 0, parse_args([]))
     numeric = {n for n in m.Step.__struct_fields__ if isinstance(getattr(frame, n), (int, float, type(None)))}
     left_out = set(m.Step.__struct_fields__) - numeric - set(flatten_step(frame))
-    assert left_out == {"rewards", "clip_ratio"}  # flattened into rewards/..., clip_ratio/...
+    # flattened into rewards/..., clip_ratio/...; each completion's reward goes to the RewardSpread
+    assert left_out == {"rewards", "clip_ratio", "completion_rewards"}

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from rich.console import Group
 from rich.text import Text
 from textual.binding import Binding
-from textual.markup import escape
 from textual.message import Message
 from textual.widget import Widget
 
@@ -20,6 +19,7 @@ from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
 from grpo_tui.tui.format import format_number
 from grpo_tui.tui.state import ema
+from grpo_tui.tui.tidy import tidy
 
 
 @dataclass
@@ -87,10 +87,11 @@ class ChartPanel(Widget, can_focus=True):
         self._key: tuple[object, ...] | None = None  # what the cached drawing shows
         self._polled: tuple[object, ...] | None = None  # what the last redraw_if_stale saw
         self._drawing: Group = Group()
-        legend = "" if len(spec.lines) == 1 else "  " + " ".join(
-            f"[{LINE_COLORS[i % len(LINE_COLORS)]}]{escape(label)}[/]" for i, (_, label) in enumerate(spec.lines)
-        )
-        self.border_title = escape(spec.title) + legend
+        title = Text(spec.title)
+        if len(spec.lines) > 1:  # a legend: each line's label in its colour
+            for i, (_, label) in enumerate(spec.lines):
+                title.append("  " if i == 0 else " ").append(label, LINE_COLORS[i % len(LINE_COLORS)])
+        self.border_title = tidy(title)  # a Text: model-chosen reward names are never markup
 
     def on_mount(self) -> None:
         self.redraw_if_stale()

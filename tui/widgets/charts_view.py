@@ -14,6 +14,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
+from textual.events import DescendantFocus
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -57,6 +58,7 @@ class ChartsView(Vertical):
         self.groups: list[tuple[GroupSpec, SeriesBook]] = [(g, self.book) for g in STEP_GROUPS]
         self._seen: dict[str, int] = {}  # group -> how many columns its book had at the last sync
         self.columns = 2
+        self._last_focused: Widget | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="charts-bar")
@@ -148,16 +150,21 @@ class ChartsView(Vertical):
     def action_zoom(self) -> None:
         focused = self.screen.focused
         if focused is None or focused not in self.panels():
-            focused = self.focus_first()
+            focused = self.focus_chart()
         if focused is not None:
             self.screen.maximize(focused, container=False)
 
-    def focus_first(self) -> Widget | None:
+    def on_descendant_focus(self, event: DescendantFocus) -> None:
+        if isinstance(event.widget, (ChartPanel, RewardHeatmap)):
+            self._last_focused = event.widget
+
+    def focus_chart(self) -> Widget | None:
+        """Focus the chart focused last (the first one the first time); returns it."""
         panels = self.panels()
-        if panels:
-            panels[0].focus()
-            return panels[0]
-        return None
+        target = self._last_focused if self._last_focused in panels else (panels[0] if panels else None)
+        if target is not None:
+            target.focus()
+        return target
 
     def on_move(self, message: Move) -> None:
         message.stop()
@@ -169,7 +176,7 @@ class ChartsView(Vertical):
             return
         focused = self.screen.focused
         if focused not in panels:
-            self.focus_first()
+            self.focus_chart()
             return
         i = panels.index(focused)
         # the heatmap spans a row of its own; inside a grid, up/down jump a row of charts

@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from grpo_tui.tui.format import MISSING, format_duration
 from grpo_tui.tui.inert import clean
+from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.state import STATUS_GLYPHS, RunState
 
 _STATUS_STYLE = {
@@ -16,6 +17,8 @@ _STATUS_STYLE = {
 
 
 class RunHeader(Static):
+    _shown: Text | None = None
+
     def show(self, state: RunState) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" grpo-tui ", "bold reverse")
@@ -30,4 +33,7 @@ class RunHeader(Static):
             text.append(f" ({phase})", "dim")
         text.append(f" · elapsed {format_duration(state.elapsed())}")
         text.append(f" · ETA {format_duration(state.eta_seconds())}")
-        self.update(text)
+        tidy(text)
+        if text != self._shown:  # called on every flush and every second: redraw only a change
+            self._shown = text
+            self.update(text, layout=False)  # one line of fixed height: never a re-layout
