@@ -14,7 +14,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical, VerticalScroll
-from textual.events import DescendantFocus
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -154,10 +153,6 @@ class ChartsView(Vertical):
         if focused is not None:
             self.screen.maximize(focused, container=False)
 
-    def on_descendant_focus(self, event: DescendantFocus) -> None:
-        if isinstance(event.widget, (ChartPanel, RewardHeatmap)):
-            self._last_focused = event.widget
-
     def focus_chart(self) -> Widget | None:
         """Focus the chart focused last (the first one the first time); returns it."""
         panels = self.panels()
@@ -181,4 +176,6 @@ class ChartsView(Vertical):
         i = panels.index(focused)
         # the heatmap spans a row of its own; inside a grid, up/down jump a row of charts
         step = dx if dy == 0 else dy * (1 if isinstance(focused, RewardHeatmap) else self.columns)
-        panels[max(0, min(len(panels) - 1, i + step))].focus()
+        # remembered here, not on every focus event: hiding the tab moves focus through the charts
+        self._last_focused = panels[max(0, min(len(panels) - 1, i + step))]
+        self._last_focused.focus()
