@@ -54,7 +54,7 @@ class DashboardKeys(App[int]):
         Binding("left_square_bracket", "smoothing(-1)", "less smoothing", show=False),
         Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
         Binding("l", "log_level", "log level"),
-        Binding("z", "toggle_maximize", "full screen"),
+        Binding("z", "toggle_maximize", "maximize"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]

@@ -42,7 +42,7 @@ class ChartsView(Vertical):
     """
     BINDINGS = [
         Binding("w", "window", "steps shown"),
-        Binding("enter", "zoom", "full screen"),
+        Binding("enter", "zoom", "chart full screen"),
         Binding("up", "move(0, -1)", "up", show=False),
         Binding("down", "move(0, 1)", "down", show=False),
         Binding("left", "move(-1, 0)", "left", show=False),
