@@ -56,7 +56,9 @@ from grpo_tui.tui.worker_proc import (
     WorkerStderr,
 )
 
-FLUSH_INTERVAL_S = 0.2
+# Frames are folded and widgets redrawn twice a second, however fast the worker sends: a widget
+# redraws at most that often, and the dashboard's work per second does not grow with the step rate.
+FLUSH_INTERVAL_S = 0.5
 ZERO_STD_NOTE = (
     "⚠ loss is 0: every group got identical rewards (frac_reward_zero_std = 1), so no advantage and no "
     "learning signal this step. Try a larger group, a higher temperature or harder prompts."

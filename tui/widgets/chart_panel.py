@@ -7,6 +7,7 @@ settings or its size changed, so a refresh of an unchanged panel costs nothing.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from rich.console import Group
@@ -61,7 +62,58 @@ def windowed(book: SeriesBook, key: str, window: int | None, smoothing: float) -
     return steps, ema(values, smoothing) if smoothing else values
 
 
-class ChartPanel(Widget, can_focus=True):
+class CachedChart(Widget, can_focus=True):
+    """A chart that keeps its drawing keyed on ``_cache_key()`` and redraws only when asked to by
+    ``redraw()`` (the Charts view's tick) or when its size changes. Subclasses draw and subtitle."""
+
+    BINDINGS = MOVE_BINDINGS
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._key: tuple[object, ...] | None = None  # what the cached drawing shows
+        self._polled: tuple[object, ...] | None = None  # what the last redraw() saw
+        self._drawing: Group = Group()
+        self.drawn_at = 0.0  # monotonic time of the last redraw(): the oldest go first
+
+    def action_move(self, dx: int, dy: int) -> None:
+        self.post_message(Move(dx, dy))
+
+    def on_mount(self) -> None:
+        self.redraw()
+
+    @property
+    def stale(self) -> bool:
+        """True when the data, the settings or the size moved since the last redraw()."""
+        return self._cache_key() != self._polled
+
+    def redraw(self) -> None:
+        self._polled, self.drawn_at = self._cache_key(), time.monotonic()
+        subtitle = self._subtitle()
+        if subtitle != self.border_subtitle:
+            self.border_subtitle = subtitle
+        self.refresh()
+
+    def render(self) -> Group:
+        key = self._cache_key()
+        if key != self._key:
+            self._key, self._drawing = key, self._draw()
+        return self._drawing
+
+    def plain(self) -> str:
+        """The drawing as text (tests and debugging)."""
+        return "\n".join(t.plain for t in self._drawing.renderables if isinstance(t, Text))
+
+    def _cache_key(self) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def _subtitle(self) -> str:
+        raise NotImplementedError
+
+    def _draw(self) -> Group:
+        raise NotImplementedError
+
+
+class ChartPanel(CachedChart):
     DEFAULT_CSS = """
     ChartPanel {
         height: 9;
@@ -76,48 +128,26 @@ class ChartPanel(Widget, can_focus=True):
         height: 1fr;
     }
     """
-    BINDINGS = MOVE_BINDINGS
-
-    def action_move(self, dx: int, dy: int) -> None:
-        self.post_message(Move(dx, dy))
 
     def __init__(self, spec: PanelSpec, book: SeriesBook, settings: ChartSettings, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
         self.spec, self.book, self.settings = spec, book, settings
-        self._key: tuple[object, ...] | None = None  # what the cached drawing shows
-        self._polled: tuple[object, ...] | None = None  # what the last redraw_if_stale saw
-        self._drawing: Group = Group()
         title = Text(spec.title)
         if len(spec.lines) > 1:  # a legend: each line's label in its colour
             for i, (_, label) in enumerate(spec.lines):
                 title.append("  " if i == 0 else " ").append(label, LINE_COLORS[i % len(LINE_COLORS)])
         self.border_title = tidy(title)  # a Text: model-chosen reward names are never markup
 
-    def on_mount(self) -> None:
-        self.redraw_if_stale()
-
-    def redraw_if_stale(self) -> None:
-        """Redraw when the data, the settings or the size moved since the last drawing."""
-        key = self._cache_key()
-        if key == self._polled:
-            return
-        self._polled = key
+    def _subtitle(self) -> str:
+        """The latest raw values, in the lines' order (the chart itself may be smoothed)."""
         scale = 100.0 if self.spec.percent else 1.0
         latest = [self.book.latest(column) for column, _ in self.spec.lines]
-        # the latest raw values, in the lines' order (the chart itself may be smoothed)
-        self.border_subtitle = " · ".join(
+        return " · ".join(
             "—" if v is None else format_number(v * scale) + (" %" if self.spec.percent else "") for v in latest
         )
-        self.refresh()
 
     def _cache_key(self) -> tuple[object, ...]:
         return (self.book.version, self.settings.version, self.content_size.width, self.content_size.height)
-
-    def render(self) -> Group:
-        key = self._cache_key()
-        if key != self._key:
-            self._key, self._drawing = key, self._draw()
-        return self._drawing
 
     def _draw(self) -> Group:
         settings, spec = self.settings, self.spec
@@ -127,7 +157,3 @@ class ChartPanel(Widget, can_focus=True):
             series.append(Series(label, steps, values))
         size = self.content_size
         return Group(*line_chart(series, size.width, size.height, percent=spec.percent))
-
-    def plain(self) -> str:
-        """The drawing as text (tests and debugging)."""
-        return "\n".join(t.plain for t in self._drawing.renderables if isinstance(t, Text))

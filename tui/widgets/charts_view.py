@@ -22,7 +22,8 @@ from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
 from grpo_tui.tui.widgets.chart_panel import ChartPanel, ChartSettings, Move
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 
-REDRAW_INTERVAL_S = 0.5  # at most two redraws a second, whatever the step rate
+REDRAW_INTERVAL_S = 0.25  # a look four times a second: each chart redraws at most every 0.5 s
+REDRAWS_PER_TICK = 4  # charts drawn per look: a key press never waits behind the whole grid
 WINDOWS: tuple[int | None, ...] = (100, 500, None)  # w cycles: last 100 steps, last 500, whole run
 PANEL_WIDTH = 38  # a chart's width target: the grid fits as many columns as the tab allows
 
@@ -95,7 +96,8 @@ class ChartsView(Vertical):
     # ------------------------------------------------------------ redrawing
 
     def _tick(self) -> None:
-        if self.is_on_screen:  # a hidden tab costs nothing but this check
+        zoomed = self.screen.maximized
+        if self.is_on_screen or zoomed in self.panels():  # a hidden tab costs nothing but this check
             self._sync()
             self._redraw()
 
@@ -117,8 +119,15 @@ class ChartsView(Vertical):
                 grid.mount_all(new)
 
     def _redraw(self) -> None:
-        for widget in self.panels():
-            widget.redraw_if_stale()  # type: ignore[attr-defined]
+        """Redraw a few of the stale charts in view, those waiting longest first; charts scrolled
+        out of view draw when they come back (their drawing is keyed on the data's version)."""
+        shown = self.query_one("#charts-scroll").region
+        zoomed = self.screen.maximized
+        candidates = [zoomed] if zoomed in self.panels() else [w for w in self.panels() if w.region.overlaps(shown)]
+        stale = [w for w in candidates if w.stale]  # type: ignore[attr-defined]
+        stale.sort(key=lambda w: w.drawn_at)  # type: ignore[attr-defined]
+        for widget in stale[:REDRAWS_PER_TICK]:
+            widget.redraw()  # type: ignore[attr-defined]
 
     def on_resize(self) -> None:
         columns = max(1, (self.size.width - 2) // PANEL_WIDTH)

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.text import Text
-from textual.widget import Widget
 
 from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip
 from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.series import RewardSpread
-from grpo_tui.tui.widgets.chart_panel import MOVE_BINDINGS, ChartSettings, Move
+from grpo_tui.tui.widgets.chart_panel import CachedChart, ChartSettings
 
 TITLE = "reward distribution per step"
 
 
-class RewardHeatmap(Widget, can_focus=True):
+class RewardHeatmap(CachedChart):
     DEFAULT_CSS = """
     RewardHeatmap {
         height: 12;
@@ -34,42 +33,21 @@ class RewardHeatmap(Widget, can_focus=True):
         height: 1fr;
     }
     """
-    BINDINGS = MOVE_BINDINGS
-
-    def action_move(self, dx: int, dy: int) -> None:
-        self.post_message(Move(dx, dy))
-
     def __init__(self, spread: RewardSpread, settings: ChartSettings, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
         self.spread, self.settings = spread, settings
-        self._key: tuple[object, ...] | None = None  # what the cached drawing shows
-        self._polled: tuple[object, ...] | None = None  # what the last redraw_if_stale saw
-        self._drawing = Group()
         self.border_title = TITLE
 
-    def on_mount(self) -> None:
-        self.redraw_if_stale()
-
-    def redraw_if_stale(self) -> None:
-        key = self._cache_key()
-        if key == self._polled:
-            return
-        self._polled = key
+    def _subtitle(self) -> str:
         rows = self.spread.rows
-        if rows:
-            source = "all completions" if not self.spread.partial else "shown samples only: m → all for every completion"
-            self.border_subtitle = f"step {rows[-1].step}: {len(rows[-1].rewards)} rewards · {source}"
-        self.refresh()
+        if not rows:
+            return ""
+        source = "all completions" if not self.spread.partial else "shown samples only: m → all for every completion"
+        return f"step {rows[-1].step}: {len(rows[-1].rewards)} rewards · {source}"
 
     def _cache_key(self) -> tuple[object, ...]:
         # the smoothing does not apply to a distribution: only the window does
         return (self.spread.version, self.settings.window, self.content_size.width, self.content_size.height)
-
-    def render(self) -> Group:
-        key = self._cache_key()
-        if key != self._key:
-            self._key, self._drawing = key, self._draw()
-        return self._drawing
 
     def _draw(self) -> Group:
         width, height = self.content_size.width, self.content_size.height
