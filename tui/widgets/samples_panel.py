@@ -17,7 +17,7 @@ from grpo_tui.tui.inert import inert
 from grpo_tui.tui.format import format_number
 
 REDRAW_INTERVAL_S = 0.25  # a few table rebuilds a second at most, however fast the steps come
-PREVIEW_CHARS = 200  # a row shows the head of a completion; the detail screen shows all of it
+PREVIEW_CHARS = 200  # a row shows the head of a completion (what fits); the detail screen shows all of it
 # Fixed widths: auto-sized columns would depend on which rows happened to pass through the table.
 # Narrow: at 120 columns the tab is 60 wide and the completion must still show a few words.
 COLUMNS = (("grp", 3), ("#", 2), ("reward", 6), ("adv", 6), ("finish", 6), ("tok", 4), ("completion", PREVIEW_CHARS))
@@ -39,7 +39,9 @@ class SamplesPanel(Vertical):
         self.samples: list[m.Sample] = []  # the rows of the table, in order
         self._pending: tuple[list[m.Sample], str] | None = None
         self._drawn_at = 0.0
+        self._mode = "all"
         self._timer: Timer | None = None
+        self._preview = PREVIEW_CHARS  # the completion column's width: what the table has room for
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no samples yet", "dim"), id="samples-title")
@@ -60,6 +62,18 @@ class SamplesPanel(Vertical):
         else:
             self._timer = self.set_timer(max(wait, 0.02), self._draw_pending)
 
+    def on_resize(self) -> None:
+        # the completion column takes the rest of the width: no cells drawn only to be cropped
+        fixed = sum(width + 2 for _, width in COLUMNS[:-1]) + 2 + 2  # cell padding, its own, a scrollbar
+        preview = max(20, min(PREVIEW_CHARS, self.size.width - fixed))
+        if preview != self._preview:
+            self._preview = preview
+            table = self.query_one(DataTable)
+            column = table.columns[list(table.columns)[-1]]
+            column.width = preview
+            self._pending = self._pending or (self.samples, self._mode)
+            self._draw()  # the rows again, cut to the new width
+
     def _draw_pending(self) -> None:
         self._timer = None
         if self._pending is not None and self.is_on_screen:  # off screen: on_show draws it
@@ -72,6 +86,7 @@ class SamplesPanel(Vertical):
     def _draw(self) -> None:
         assert self._pending is not None
         (samples, mode), self._pending = self._pending, None
+        self._mode = mode
         self._drawn_at = time.monotonic()
         self.samples = samples
         step = samples[0].step if samples else None
@@ -86,7 +101,7 @@ class SamplesPanel(Vertical):
             finish = Text(FINISH_SHORT.get(s.finish_reason, s.finish_reason), "yellow" if s.finish_reason != "stop" else "")
             table.add_row(
                 str(s.group), str(s.index), format_number(s.reward), format_number(s.advantage), finish,
-                str(s.num_tokens), inert(s.completion, single_line=True, limit=PREVIEW_CHARS),
+                str(s.num_tokens), inert(s.completion, single_line=True, limit=self._preview),
             )
         if samples:
             table.move_cursor(row=min(row, len(samples) - 1))
