@@ -15,6 +15,7 @@ from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.reward_chart import RewardChart
+from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 
 from ..db.make_store import RunSpec, build_store
 from .conftest import wait_until
@@ -31,8 +32,9 @@ def make_store(folder: Path) -> None:
 
 async def running(pilot) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
-    chart = app.query_one(RewardChart)
-    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8 and chart.up_to_date)
+    chart, samples = app.query_one(RewardChart), app.query_one(SamplesPanel)
+    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8 and chart.up_to_date
+                     and samples.up_to_date)
 
 
 async def database(pilot) -> None:  # type: ignore[no-untyped-def]

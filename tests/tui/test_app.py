@@ -38,7 +38,8 @@ async def test_live_view_follows_the_run(make_app):
         await wait_until(pilot, lambda: app.state.step == 6 and len(app.state.samples) == 8)
         assert "tiny-fake" in header(app) and "step 6/6" in header(app) and "▶ running" in header(app)
         assert "epoch 2/2" in header(app)  # the worker counts epochs from 0
-        assert app.query_one("#samples-table", DataTable).row_count == 8
+        table = app.query_one("#samples-table", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 8)  # the table redraws at most once a second
         tile = app.query_one("#tile-reward")
         assert tile.border_title == "reward" and "0.5166" in str(tile.query_one(".tile-value", Static).render())
         assert list(app.state.history_steps) == [1, 2, 3, 4, 5, 6]

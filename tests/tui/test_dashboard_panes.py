@@ -16,6 +16,7 @@ from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.progress_panel import epoch_note
 from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
+from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 from grpo_tui.tui.widgets.stats_panel import cell, pack
 
 from .conftest import wait_until
@@ -26,7 +27,8 @@ SIZE = (160, 48)
 
 async def started(pilot, steps: int = 24) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
-    await wait_until(pilot, lambda: app.state.step == steps and len(app.state.samples) == 8)
+    samples = app.query_one(SamplesPanel)
+    await wait_until(pilot, lambda: app.state.step == steps and len(app.state.samples) == 8 and samples.up_to_date)
 
 
 async def test_database_tab_takes_focus_and_enter_opens_the_highlighted_step(tmp_path, make_app):

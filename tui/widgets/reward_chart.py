@@ -18,7 +18,7 @@ from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
-REDRAW_INTERVAL_S = 0.5
+REDRAW_INTERVAL_S = 1.0  # new data shows within a second; a redraw costs a few ms
 
 
 class RewardChart(Widget):

@@ -16,7 +16,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.format import format_number
 
-REDRAW_INTERVAL_S = 0.25  # a few table rebuilds a second at most, however fast the steps come
+REDRAW_INTERVAL_S = 1.0  # one table rebuild a second at most, however fast the steps come
 PREVIEW_CHARS = 200  # a row shows the head of a completion (what fits); the detail screen shows all of it
 # Fixed widths: auto-sized columns would depend on which rows happened to pass through the table.
 # Narrow: at 120 columns the tab is 60 wide and the completion must still show a few words.
@@ -73,6 +73,11 @@ class SamplesPanel(Vertical):
             column.width = preview
             self._pending = self._pending or (self.samples, self._mode)
             self._draw()  # the rows again, cut to the new width
+
+    @property
+    def up_to_date(self) -> bool:
+        """False while samples wait for the next redraw."""
+        return self._pending is None
 
     def _draw_pending(self) -> None:
         self._timer = None
