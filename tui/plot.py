@@ -100,7 +100,8 @@ class _Canvas:
     def row(self, r: int, text: Text) -> None:
         """Append row ``r`` to ``text``, one span per run of a colour (not one per cell)."""
         cells, owner = self.cells[r], self.owner[r]
-        run, run_who = [], -2
+        run: list[str] = []
+        run_who = -2
         for bits, who in zip(cells, owner):
             who = who if bits else -1
             if who != run_who and run:
@@ -137,9 +138,9 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bo
              [(len(series) + j, points(s)) for j, s in enumerate(right)]]
     sides = [[(i, p) for i, p in side if p] for side in sides]
     if not sides[0] and not sides[1]:
-        rows = [Text(" " * width) for _ in range(height)]
-        rows[plot_h // 2] = Text("no data yet".center(width), "dim")
-        return rows
+        blank = [Text(" " * width) for _ in range(height)]
+        blank[plot_h // 2] = Text("no data yet".center(width), "dim")
+        return blank
     xs = [x for side in sides for _, p in side for x, _ in p]
     canvas = _Canvas(plot_w, plot_h, min(xs), max(xs))
     scale = 100.0 if percent else 1.0

@@ -14,12 +14,10 @@ from pathlib import Path
 from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
-from grpo_tui.tui.widgets.reward_chart import RewardChart
-from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 
 from ..db.make_store import RunSpec, build_store
 from .conftest import wait_until
-from .scenarios import RUN
+from .scenarios import RUN, running
 
 SIZES: dict[str, tuple[int, int]] = {"80x24": (80, 24), "120x40": (120, 40), "200x50": (200, 50)}
 # every completion of a step in sample frames: the Charts tab's distribution has all of them
@@ -28,13 +26,6 @@ OPTIONS = RUN
 
 def make_store(folder: Path) -> None:
     build_store(folder / "outputs.db", [RunSpec("fake-run", steps=24, status="running")])
-
-
-async def running(pilot) -> None:  # type: ignore[no-untyped-def]
-    app = pilot.app
-    chart, samples = app.query_one(RewardChart), app.query_one(SamplesPanel)
-    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8 and chart.up_to_date
-                     and samples.up_to_date)
 
 
 async def database(pilot) -> None:  # type: ignore[no-untyped-def]

@@ -1,21 +1,10 @@
 """SVG snapshots of the running screen, the Database tab and the Charts tab at 80x24, 120x40 and
 200x50 (update with ``pytest --snapshot-update``)."""
 
-import time
-
 import pytest
 
+from ..db.conftest import utc  # noqa: F401 (autouse: the Database tab shows local times)
 from .sized_scenarios import SIZED, SIZES, OPTIONS
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    """The Database tab shows local times: pin the zone so snapshots don't depend on the machine."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))

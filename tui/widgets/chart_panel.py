@@ -45,7 +45,7 @@ class Move(Message):
         self.dx, self.dy = dx, dy
 
 
-MOVE_BINDINGS = [
+MOVE_BINDINGS: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
     Binding(key, f"move({dx}, {dy})", key, show=False)
     for key, dx, dy in (("up", 0, -1), ("down", 0, 1), ("left", -1, 0), ("right", 1, 0))
 ]
@@ -66,6 +66,19 @@ class CachedChart(Widget, can_focus=True):
     """A chart that keeps its drawing keyed on ``_cache_key()`` and redraws only when asked to by
     ``redraw()`` (the Charts view's tick) or when its size changes. Subclasses draw and subtitle."""
 
+    DEFAULT_CSS = """
+    CachedChart {
+        border: round $primary-darken-2;
+        border-title-color: $text;
+        border-subtitle-color: $text-muted;
+    }
+    CachedChart:focus {
+        border: round $accent;
+    }
+    CachedChart.-maximized {
+        height: 1fr;
+    }
+    """
     BINDINGS = MOVE_BINDINGS
 
     def __init__(self, **kwargs: object) -> None:
@@ -117,15 +130,6 @@ class ChartPanel(CachedChart):
     DEFAULT_CSS = """
     ChartPanel {
         height: 9;
-        border: round $primary-darken-2;
-        border-title-color: $text;
-        border-subtitle-color: $text-muted;
-    }
-    ChartPanel:focus {
-        border: round $accent;
-    }
-    ChartPanel.-maximized {
-        height: 1fr;
     }
     """
 

@@ -22,15 +22,6 @@ class RewardHeatmap(CachedChart):
     DEFAULT_CSS = """
     RewardHeatmap {
         height: 12;
-        border: round $primary-darken-2;
-        border-title-color: $text;
-        border-subtitle-color: $text-muted;
-    }
-    RewardHeatmap:focus {
-        border: round $accent;
-    }
-    RewardHeatmap.-maximized {
-        height: 1fr;
     }
     """
     def __init__(self, spread: RewardSpread, settings: ChartSettings, **kwargs: object) -> None:

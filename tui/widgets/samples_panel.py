@@ -54,6 +54,9 @@ class SamplesPanel(Vertical):
         """Show these samples: now, or (at most every ``REDRAW_INTERVAL_S``, and only while the tab
         is on screen) a moment later, so a fast run does not rebuild the table on every flush."""
         self._pending = (list(samples), mode)
+        if mode != self._mode and self.is_on_screen:  # the user pressed m: answer at once
+            self._draw()
+            return
         if self._timer is not None:
             return
         wait = self._drawn_at + REDRAW_INTERVAL_S - time.monotonic()
