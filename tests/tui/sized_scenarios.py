@@ -50,7 +50,8 @@ async def charts(pilot) -> None:  # type: ignore[no-untyped-def]
     def drawn() -> bool:  # every chart in the scrolled view has drawn the run's data
         shown = view.query_one("#charts-scroll").region
         panels = [p for p in view.panels() if p.region.overlaps(shown)]
-        return bool(panels) and all(p._key == p._cache_key() for p in panels)  # type: ignore[attr-defined]
+        # redraw() ran (subtitle) and the drawing shows it
+        return bool(panels) and all(not p.stale and p._key == p._cache_key() for p in panels)  # type: ignore[attr-defined]
 
     await wait_until(pilot, drawn)
 
