@@ -137,7 +137,11 @@ class Step(_Message):
     entropy: float | None = None
     clip_ratio: ClipRatio = msgspec.field(default_factory=ClipRatio)
     completion_mean_length: float | None = None
+    completion_min_length: float | None = None
+    completion_max_length: float | None = None
     completion_clipped_ratio: float | None = None
+    # every completion's total reward this step (the distribution view: collapse, saturation)
+    completion_rewards: list[float | None] = []
     num_tokens: int = 0
     generation_ms: float | None = None
     scoring_ms: float | None = None

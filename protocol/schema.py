@@ -18,12 +18,16 @@ from .messages import Step
 APPLICATION_ID = "grpo-tui"
 SCHEMA_VERSION = 4
 
-# Metric columns of ``steps``: every field of the ``step`` message, clip_ratio flattened and the
-# per-function reward means and the reward functions' logged metrics stored as JSON.
+# Fields of the ``step`` message that are not stored: each completion's reward is in the
+# generations table anyway; the length extremes are live-only.
+NOT_STORED = ("completion_min_length", "completion_max_length", "completion_rewards")
+
+# Metric columns of ``steps``: every stored field of the ``step`` message, clip_ratio flattened, the
+# per-function reward means, the reward functions' logged metrics and per-rank timings as JSON.
 STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
     c
     for f in Step.__struct_fields__
-    if f not in ("step", "epoch")
+    if f not in ("step", "epoch", *NOT_STORED)
     for c in (("clip_ratio_low", "clip_ratio_high", "clip_ratio_region") if f == "clip_ratio" else (f,))
 )
 
@@ -201,7 +205,7 @@ def step_row(step: Step) -> dict[str, Any]:
     """A ``step`` message as a ``steps`` row (without run_id / created_at)."""
     row: dict[str, Any] = {"step": step.step, "epoch": step.epoch}
     for field in Step.__struct_fields__:
-        if field in ("step", "epoch"):
+        if field in ("step", "epoch", *NOT_STORED):
             continue
         value = getattr(step, field)
         if field == "clip_ratio":

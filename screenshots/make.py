@@ -3,46 +3,74 @@
     python screenshots/make.py [--png]
 
 Each state is the one the snapshot tests pin (tests/tui/scenarios.py). ``--png`` also writes
-PNGs next to them when cairosvg is installed (handy for looking at them outside a browser).
+PNGs next to them with cairosvg or rsvg-convert (handy for looking at them outside a browser;
+rsvg draws braille from a proportional fallback font, so chart lines look dotted and a little wide).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests.tui.* lives in the repository, not the package
 
+from tests.tui import sized_scenarios as sized  # noqa: E402
 from tests.tui.conftest import build_app  # noqa: E402
 from tests.tui.scenarios import SCENARIOS  # noqa: E402
 
 SHOTS = ("running", "paused", "sample_detail", "group_view", "help", "crash_countdown", "zero_std", "eval_curve")
 SIZE = (160, 48)
+# (file name, state in tests/tui/sized_scenarios.py, terminal size): the layouts by width
+SIZED_SHOTS = (
+    ("dashboard-charts", sized.charts, (200, 50)),
+    ("dashboard-chart-zoomed", sized.chart_zoomed, (160, 48)),
+    ("dashboard-database", sized.database, (200, 50)),
+    ("dashboard-database-maximized", sized.database_maximized, (200, 50)),
+    ("dashboard-80x24", sized.running, (80, 24)),
+    ("dashboard-120x40", sized.running, (120, 40)),
+)
 
 
 async def shoot(name: str, png: bool) -> Path:
-    scenario = SCENARIOS[name]
+    """One state: a name from SHOTS (160x48) or a file name from SIZED_SHOTS."""
+    sized_shot = next((s for s in SIZED_SHOTS if s[0] == name), None)
+    scenario = SCENARIOS.get(name)
     with tempfile.TemporaryDirectory() as folder:
-        app = build_app(Path(folder), *scenario.options, **scenario.config)  # type: ignore[arg-type]
-        async with app.run_test(size=SIZE) as pilot:
-            await scenario.prepare(pilot)
-            path = HERE / f"dashboard-{name.replace('_', '-')}.svg"
+        if sized_shot is not None:
+            sized.make_store(Path(folder))  # the Database tab's steps
+            app = build_app(Path(folder), *sized.OPTIONS)
+            prepare, size, path = sized_shot[1], sized_shot[2], HERE / f"{name}.svg"
+        else:
+            assert scenario is not None, f"no such state: {name}"
+            app = build_app(Path(folder), *scenario.options, **scenario.config)  # type: ignore[arg-type]
+            prepare, size, path = scenario.prepare, SIZE, HERE / f"dashboard-{name.replace('_', '-')}.svg"
+        async with app.run_test(size=size) as pilot:
+            await prepare(pilot)
             app.save_screenshot(filename=path.name, path=str(HERE))
-    if png:
-        import cairosvg
-
-        cairosvg.svg2png(url=str(path), write_to=str(path.with_suffix(".png")), output_width=1600)
+    if png:  # cairosvg, or librsvg's rsvg-convert (apt-get install librsvg2-bin)
+        try:
+            import cairosvg
+        except ImportError:
+            subprocess.run(["rsvg-convert", str(path), "-w", "1600", "-o", str(path.with_suffix(".png"))], check=True)
+        else:
+            cairosvg.svg2png(url=str(path), write_to=str(path.with_suffix(".png")), output_width=1600)
     return path
 
 
 def main() -> None:
+    os.environ["TZ"] = "UTC"  # the Database tab shows local times
+    time.tzset()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--png", action="store_true", help="also write PNGs (needs cairosvg)")
-    parser.add_argument("names", nargs="*", default=list(SHOTS), help=f"states to shoot: {', '.join(SHOTS)}")
+    names = [*SHOTS, *(s[0] for s in SIZED_SHOTS)]
+    parser.add_argument("names", nargs="*", default=names, help=f"states to shoot: {', '.join(names)}")
     args = parser.parse_args()
     for name in args.names:
         print(asyncio.run(shoot(name, args.png)).relative_to(HERE.parent))

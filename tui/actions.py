@@ -20,6 +20,8 @@ from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.state import RunState, group_of
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View, as_view
+from grpo_tui.tui.widgets.charts_view import ChartsView
+from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
@@ -31,9 +33,11 @@ PALETTE: tuple[tuple[str, str, str], ...] = (
     ("resume", "Resume training", "Continue a paused run (r)"),
     ("save", "Save checkpoint", "Write a checkpoint now (s)"),
     ("cycle_display", "Cycle sample display", f"{' · '.join(DISPLAY_MODES)} (m)"),
+    ("toggle_maximize", "Maximize or restore the tab", "Give the active tab the whole screen, and back (z)"),
     ("help", "Show keys", "All key bindings (?)"),
 )
-# The widget each tab focuses when it is shown (keys act on what you see).
+# The widget each tab focuses when it is shown (keys act on what you see); the Database and Charts
+# tabs pick their own (the table of the level shown, the first chart).
 TAB_FOCUS: dict[View, str] = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table"}
 
 
@@ -50,6 +54,7 @@ class DashboardKeys(App[int]):
         Binding("left_square_bracket", "smoothing(-1)", "less smoothing", show=False),
         Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
         Binding("l", "log_level", "log level"),
+        Binding("z", "toggle_maximize", "maximize"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -73,11 +78,13 @@ class DashboardKeys(App[int]):
             return status == "paused"
         if action in ("save", "cycle_display"):
             return status in ("running", "paused")
-        if action in ("next_tab", "show_tab", "open_sample", "smoothing", "log_level"):
+        if action in ("next_tab", "show_tab", "open_sample", "smoothing", "log_level", "toggle_maximize"):
             if self.screen is not self.screen_stack[0]:
                 return False
             if action == "log_level":  # only where it shows: the footer offers it on the Logs tab
                 return self.query_one(TabbedContent).active == "logs"
+            if action == "open_sample":  # enter elsewhere belongs to the focused table (e.g. a step)
+                return self.query_one(TabbedContent).active == "samples"
         return True
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -102,7 +109,30 @@ class DashboardKeys(App[int]):
         self.query_one(SamplesPanel).show(self.state.samples, self.display_mode)
 
     def action_show_tab(self, tab: View) -> None:
-        self.query_one(TabbedContent).active = tab
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == tab:  # already there: still put the focus back into it
+            self.focus_tab(tab)
+        tabs.active = tab
+
+    def action_toggle_maximize(self) -> None:
+        """z: the active tab gets the whole screen (header and keys stay), or gives it back."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        # TabbedContent can't take focus, so Screen.maximize would refuse it: set it directly
+        screen.maximized = self.query_one(TabbedContent)
+        self.focus_tab(as_view(self.query_one(TabbedContent).active))
+
+    def focus_tab(self, view: View | None) -> None:
+        """Focus the main widget of ``view`` so its keys work at once."""
+        if view == "database":
+            self.query_one(DatabaseView).focus_table()
+        elif view == "charts":
+            self.query_one(ChartsView).focus_chart()
+        elif view is not None:
+            for widget in self.query(TAB_FOCUS[view]):
+                widget.focus()
 
     def action_next_tab(self, direction: int) -> None:
         tabs = self.query_one(TabbedContent)
@@ -114,9 +144,7 @@ class DashboardKeys(App[int]):
         if not self.screen_stack:  # activated while the app tears down
             return
         view = as_view(event.pane.id)
-        target = TAB_FOCUS.get(view) if view else None
-        for widget in self.query(target) if target else ():
-            widget.focus()
+        self.focus_tab(view)
         if "logs" in (view, self._last_tab):  # the log-level key shows on the Logs tab only
             self.refresh_bindings()
         self._last_tab = view
@@ -126,6 +154,7 @@ class DashboardKeys(App[int]):
 
     def action_smoothing(self, direction: int) -> None:
         value = self.query_one(RewardChart).change_smoothing(direction)
+        self.query_one(ChartsView).set_smoothing(value)  # one EMA for the main chart and the Charts tab
         self.notify(f"chart smoothing (EMA) {value:g}", timeout=2)
 
     def action_open_sample(self) -> None:

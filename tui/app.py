@@ -36,9 +36,10 @@ from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen
 from grpo_tui.tui.state import METRICS, LogEntry, RunState, log_entry_for, refusal
 from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
+from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
 from grpo_tui.tui.widgets.database_view import DatabaseView
-from grpo_tui.tui.widgets.lean_footer import LeanFooter
+from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.metric_tile import MetricTile
 from grpo_tui.tui.widgets.progress_panel import ProgressPanel
@@ -56,7 +57,9 @@ from grpo_tui.tui.worker_proc import (
     WorkerStderr,
 )
 
-FLUSH_INTERVAL_S = 0.2
+# Frames are folded and widgets redrawn twice a second, however fast the worker sends: a widget
+# redraws at most that often, and the dashboard's work per second does not grow with the step rate.
+FLUSH_INTERVAL_S = 0.5
 ZERO_STD_NOTE = (
     "⚠ loss is 0: every group got identical rewards (frac_reward_zero_std = 1), so no advantage and no "
     "learning signal this step. Try a larger group, a higher temperature or harder prompts."
@@ -72,6 +75,11 @@ class CheckpointsScanned(Message):
 class GrpoApp(DashboardKeys):
     CSS_PATH = "app.tcss"
     TITLE = "grpo-tui"
+    # the screen's width class picks the layout in app.tcss: tabs below the metrics when narrow
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (101, "-medium"), (160, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (31, "-tall")]
+    # a maximized tab keeps the run header and the keys
+    ALLOW_IN_MAXIMIZED_VIEW = "#header, KeyBar"
 
     def __init__(
         self,
@@ -116,19 +124,20 @@ class GrpoApp(DashboardKeys):
                 yield ProgressPanel(id="progress")
                 yield StatsPanel(id="stats")
             with TabbedContent(id="tabs", initial=VIEWS[0]):
-                for i, (view, widget) in enumerate(self.tab_widgets().items()):
+                for i, (view, widget) in enumerate(self.tab_widgets(self.state).items()):
                     with TabPane(f"{i + 1} {VIEW_TITLES[view]}", id=view):
                         yield widget
-        yield LeanFooter()
+        yield KeyBar(id="keys")
 
     @staticmethod
-    def tab_widgets() -> dict[View, Widget]:
-        """The main widget of each tab, in tab order."""
+    def tab_widgets(state: RunState | None = None) -> dict[View, Widget]:
+        """The main widget of each tab, in tab order (the Charts tab draws from ``state``'s books)."""
         return {
             "samples": SamplesPanel(id="samples-panel"),
             "logs": LogsPanel(id="logs-panel"),
             "config": ConfigPanel(id="config-panel"),
             "database": DatabaseView(id="database-view"),
+            "charts": ChartsView(state.book if state else None, state.spread if state else None, id="charts-view"),
         }
 
     async def on_mount(self) -> None:

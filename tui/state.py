@@ -16,6 +16,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import format_duration
+from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook, flatten_step
 from grpo_tui.tui.views import Part
 
 RunStatus = Literal["starting", "running", "paused", "stopping", "done", "error", "restarting"]
@@ -36,10 +37,9 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("reward", "reward"),
     ("reward_std", "reward std"),
     ("kl", "kl"),
-    ("completion_mean_length", "completion len"),
+    ("completion_mean_length", "mean length"),
     ("training_tokens_per_s", "tokens/s"),
 )
-HISTORY_LIMIT = 5000  # steps of history kept for the sparklines and the chart
 ETA_WINDOW = 20  # recent steps used for the time-per-step estimate
 
 
@@ -103,6 +103,8 @@ class RunState:
         default_factory=lambda: {key: deque(maxlen=HISTORY_LIMIT) for key, _ in METRICS}
     )
     step_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ETA_WINDOW))
+    book: SeriesBook = field(default_factory=SeriesBook)  # every metric of every step: the Charts tab
+    spread: RewardSpread = field(default_factory=RewardSpread)  # each step's completion rewards
 
     def __post_init__(self) -> None:
         self.started_at = self.clock()
@@ -213,6 +215,8 @@ class RunState:
         self.evals = []  # the worker sends the stored ones again after resume_state
         for values in self.history.values():
             values.clear()
+        self.book.clear()
+        self.spread.clear()
         for row in e.history:
             self._record(row.step, row)
         self.total_tokens = e.aggregates.total_tokens
@@ -237,17 +241,20 @@ class RunState:
         if any(p is not None for p in parts):
             self.step_ms.append(sum(p or 0.0 for p in parts))
         self._record(e.step, e)
+        self.spread.add_step(e.step, e.completion_rewards)
         return {"header", "metrics", "progress", "stats"}
 
     def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
         self.history_steps.append(step)
         for key, _ in METRICS:
             self.history[key].append(finite(getattr(row, key)))
+        self.book.append(step, flatten_step(row))
 
     def _on_sample(self, e: m.Sample) -> set[Part]:
         if self.samples and self.samples[0].step != e.step:
             self.samples = []
         self.samples.append(e)
+        self.spread.add_sample(e.step, e.reward)  # the distribution's fallback when steps carry none
         return {"samples"}
 
     def _on_complete(self, e: m.Complete) -> set[Part]:

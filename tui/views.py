@@ -7,10 +7,12 @@ from typing import Literal, get_args
 
 from grpo_tui.protocol.messages import SampleDisplay
 
-# The tabs on the right, in key order (1-4): each is the id of its TabPane.
-View = Literal["samples", "logs", "config", "database"]
+# The tabs on the right, in key order (1-5): each is the id of its TabPane.
+View = Literal["samples", "logs", "config", "database", "charts"]
 VIEWS: tuple[View, ...] = get_args(View)
-VIEW_TITLES: dict[View, str] = {"samples": "Samples", "logs": "Logs", "config": "Config", "database": "Database"}
+VIEW_TITLES: dict[View, str] = {
+    "samples": "Samples", "logs": "Logs", "config": "Config", "database": "Database", "charts": "Charts",
+}
 
 # What ``RunState.apply`` reports as changed; the app refreshes each named part once per flush.
 Part = Literal["header", "metrics", "progress", "stats", "samples", "config", "checkpoints", "database", "bindings"]

@@ -137,11 +137,27 @@ def write_checkpoint(path: Path, step: int) -> None:
     (path / "training_state.json").write_text(json.dumps({"step": step}))
 
 
+WORDS = "first add the ones then carry one into the tens and check the sum against the question".split()
+
+
 def completion(step: int, i: int, chars: int, hostile: bool) -> str:
-    text = f"<think>step {step} sample {i}</think><answer>{(step * 7 + i) % 97}</answer> "
+    """The answer text, as the real worker sends it (its thinking goes in ``thinking``), then reasoning
+    words to fill ``chars``: one answer per completion, so a view that shows it twice is a bug."""
+    text = f"<answer>{(step * 7 + i) % 97}</answer> "
     if hostile:
         text += "[bold red]not bold[/] [link=http://x]l[/link] \x1b[31mred\x1b[0m \x1b]0;title\x07 a\bb\rc\x07 "
-    return (text * (chars // max(len(text), 1) + 1))[:chars]
+    k = step + i
+    while len(text) < chars:
+        text += WORDS[k % len(WORDS)] + " "
+        k += 1
+    return text[:chars]
+
+
+def completion_rewards(step: int, args: argparse.Namespace, mean: float, tie: bool) -> list[float | None]:
+    """Every completion's reward: spread around the mean early, narrowing and saturating at 1 later."""
+    spread = 0.0 if tie else 0.8 / (1 + step / 6)
+    count = max(args.samples, args.group_size * 4)
+    return [min(1.0, max(0.0, mean + spread * (((j * 37 + step * 11) % 17) / 16 - 0.5))) for j in range(count)]
 
 
 def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
@@ -152,9 +168,12 @@ def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
         reward=reward, reward_std=0.0 if tie else 0.3 / (1 + step / 10),
         frac_reward_zero_std=1.0 if tie else 0.25, rewards={"accuracy": reward, "xml_format": 0.9},
         kl=0.001 * step, entropy=1.2, completion_mean_length=20.0 + step % 5,
+        completion_min_length=12.0 + step % 3, completion_max_length=24.0, completion_clipped_ratio=0.125,
+        completion_rewards=completion_rewards(step, args, reward, bool(tie)), advantage_std=0.4,
+        clip_ratio=m.ClipRatio(low=0.01, high=0.02 + 0.001 * (step % 4), region=0.03),
         num_tokens=640, generation_ms=300.0, scoring_ms=20.0, training_ms=180.0,
         generation_tokens_per_s=2000.0, training_tokens_per_s=3500.0 + 10 * step,
-        grad_norm=0.5, learning_rate=2e-4, peak_memory_mb=812.5, active_memory_mb=600.0,
+        grad_norm=0.5 + 0.1 * math.sin(step / 3), learning_rate=2e-4, peak_memory_mb=812.5, active_memory_mb=600.0,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from grpo_tui.tui.screens.crash import CrashScreen
 from grpo_tui.tui.widgets.reward_chart import RewardChart
+from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 
 from .conftest import wait_until
 
@@ -27,8 +28,9 @@ RUN = ("--steps", "24", "--samples", "8", "--hold", "--completion-chars", "90")
 
 async def running(pilot) -> None:  # type: ignore[no-untyped-def]
     app = pilot.app
-    chart = app.query_one(RewardChart)
-    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8 and chart.up_to_date)
+    chart, samples = app.query_one(RewardChart), app.query_one(SamplesPanel)
+    await wait_until(pilot, lambda: app.state.step == 24 and len(app.state.samples) == 8 and chart.up_to_date
+                     and samples.up_to_date)
 
 
 async def paused(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -57,8 +59,9 @@ async def help_screen(pilot) -> None:  # type: ignore[no-untyped-def]
 
 
 async def crash_countdown(pilot) -> None:  # type: ignore[no-untyped-def]
-    chart = pilot.app.query_one(RewardChart)
-    await wait_until(pilot, lambda: isinstance(pilot.app.screen, CrashScreen) and chart.up_to_date)
+    chart, samples = pilot.app.query_one(RewardChart), pilot.app.query_one(SamplesPanel)
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, CrashScreen) and chart.up_to_date
+                     and samples.up_to_date)
 
 
 async def zero_std(pilot) -> None:  # type: ignore[no-untyped-def]

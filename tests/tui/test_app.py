@@ -32,14 +32,21 @@ def log_text(app) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(e.message for e in app.query_one(LogsPanel).entries)
 
 
+
+def table_rows(app) -> int:
+    """Rows the samples table shows (it is rebuilt at most once a second)."""
+    return app.query_one("#samples-table", DataTable).row_count
+
 async def test_live_view_follows_the_run(make_app):
     app = make_app("--steps", "6", "--samples", "8", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 6 and len(app.state.samples) == 8)
         assert "tiny-fake" in header(app) and "step 6/6" in header(app) and "▶ running" in header(app)
         assert "epoch 2/2" in header(app)  # the worker counts epochs from 0
-        assert app.query_one("#samples-table", DataTable).row_count == 8
-        assert "reward 0.5166" in str(app.query_one("#tile-reward .tile-value", Static).render())  # step 6
+        table = app.query_one("#samples-table", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 8)  # the table redraws at most once a second
+        tile = app.query_one("#tile-reward")
+        assert tile.border_title == "reward" and "0.5166" in str(tile.query_one(".tile-value", Static).render())
         assert list(app.state.history_steps) == [1, 2, 3, 4, 5, 6]
         assert "fake worker: starting" in log_text(app)  # stderr reaches the Logs tab
         assert not app.query_one("#zero-std").display
@@ -87,12 +94,14 @@ async def test_number_keys_and_tab_switch_tabs(make_app):
     app = make_app("--steps", "2", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         tabs = app.query_one("#tabs")
-        for key, tab in (("2", "logs"), ("3", "config"), ("4", "database"), ("1", "samples")):
+        for key, tab in (("2", "logs"), ("3", "config"), ("4", "database"), ("5", "charts"), ("1", "samples")):
             await pilot.press(key)
             assert tabs.active == tab
         await pilot.press("tab")
         assert tabs.active == "logs"
         await pilot.press("shift+tab", "shift+tab")
+        assert tabs.active == "charts"
+        await pilot.press("shift+tab")
         assert tabs.active == "database"
         await wait_until(pilot, lambda: app.state.database is not None)
         assert "outputs.db" in str(app.query_one("#db-crumbs", Static).render())
@@ -102,6 +111,7 @@ async def test_enter_opens_the_sample_and_g_its_group(make_app):
     app = make_app("--steps", "2", "--samples", "8", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 2 and len(app.state.samples) == 8)
+        await wait_until(pilot, lambda: table_rows(app) == 8)  # the table redraws at most once a second
         app.query_one("#samples-table", DataTable).focus()
         await pilot.press("down", "enter")
         assert isinstance(app.screen, SampleDetailScreen)
@@ -121,7 +131,7 @@ async def test_enter_opens_the_sample_and_g_its_group(make_app):
 async def test_group_view_says_when_the_display_sent_part_of_a_group(make_app):
     app = make_app("--steps", "1", "--samples", "2", "--hold")  # 2 of a group of 4
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: len(app.state.samples) == 2)
+        await wait_until(pilot, lambda: len(app.state.samples) == 2 and table_rows(app) == 2)
         await pilot.press("g")
         assert isinstance(app.screen, GroupScreen)
         head = str(app.screen.query_one("#group-prompt", Static).render())
@@ -291,7 +301,7 @@ async def test_worker_stderr_in_a_crash_message_is_inert(make_app):
 async def test_model_text_is_inert(make_app):
     app = make_app("--steps", "1", "--samples", "4", "--hold", "--hostile", "--completion-chars", "400")
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: len(app.state.samples) == 4)
+        await wait_until(pilot, lambda: len(app.state.samples) == 4 and table_rows(app) == 4)
         await pilot.press("enter")
         shown = app.screen.query_one("#detail-completion", Static).render()
         plain = str(shown)

@@ -53,8 +53,8 @@ async def test_real_worker_eval_curve_and_tile(tmp_path, tiny_model):
         assert [e.step for e in app.state.evals] == [0, 2, 4]
         label, steps, values = app.state.eval_series()
         assert label == "eval accuracy" and steps == [0, 2, 4] and None not in values
-        tile = str(app.query_one("#tile-eval .tile-value").render())
-        assert tile.startswith("eval ") and "@4" in tile
+        tile = app.query_one("#tile-eval")
+        assert tile.border_title == "eval" and "@4" in str(tile.query_one(".tile-value").render())
         chart = app.query_one("#chart")
         assert chart._eval == (label, steps, values)  # what the chart draws next
         await pilot.press("q")

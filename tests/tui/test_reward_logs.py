@@ -23,7 +23,7 @@ async def test_logged_metrics_show_under_the_stats():
         panel = pilot.app.query_one(StatsPanel)
         panel.show(state)
         await pilot.pause()
-        assert "reward metrics accuracy_easy 0.25 · mean_ids 6.5" in str(panel.render())
+        assert "reward metrics accuracy_easy 0.25 · mean_ids 6.5" in panel.plain()
 
 
 def test_a_samples_reward_notes_show_literally():

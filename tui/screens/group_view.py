@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
-from grpo_tui.tui.widgets.lean_footer import LeanFooter
+from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.sample_text import summary
 
 
@@ -37,4 +37,4 @@ class GroupScreen(Screen[None]):
                 with VerticalScroll(classes="group-column"):
                     yield Static(summary(s))
                     yield Static(inert(s.completion), classes="section-body")
-        yield LeanFooter()
+        yield KeyBar()

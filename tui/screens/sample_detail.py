@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
-from grpo_tui.tui.widgets.lean_footer import LeanFooter
+from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.sample_text import summary, tool_calls_text
 from grpo_tui.tui.screens.group_view import GroupScreen
 
@@ -39,7 +39,7 @@ class SampleDetailScreen(Screen[None]):
             ):
                 yield Static(Text(title, "bold underline"), classes="section-title")
                 yield Static(body, classes="section-body", id=f"detail-{title.replace(' ', '-')}")
-        yield LeanFooter()
+        yield KeyBar()
 
     def action_group(self) -> None:
         self.app.push_screen(GroupScreen(self.group, self.group_size))

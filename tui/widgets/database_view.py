@@ -133,14 +133,18 @@ class DatabaseView(Vertical):
             self.set_class(name == level, name)
         self.query_one(ContentSwitcher).current = {"runs": "db-runs", "steps": "db-steps",
                                                    "generations": "db-gens-pane"}[level]
-        target = {"runs": DatabaseRunsTable, "steps": DatabaseStepsTable,
-                  "generations": DatabaseGenerationsTable}[level]
         focused = self.app.focused
         if focused is None or self in focused.ancestors:  # never pull focus out of another dashboard tab
-            self.query_one(target).focus()
+            self.focus_table()
         self._crumbs()
         self._status()
         self.refresh_bindings()
+
+    def focus_table(self) -> None:
+        """Focus the table of the level shown (the dashboard calls it when the tab is shown)."""
+        target = {"runs": DatabaseRunsTable, "steps": DatabaseStepsTable,
+                  "generations": DatabaseGenerationsTable}[self.level]
+        self.query_one(target).focus()
 
     def _crumbs(self) -> None:
         parts = [Text(Path(self.db_path or "no store").name, style="bold")]

@@ -1,4 +1,7 @@
-"""One metric: its latest value and a sparkline of its history."""
+"""One metric: its latest value and a sparkline of its history, the metric's name in the border.
+
+Name and value never share a line, so a narrow tile can't cut the value or run the two together.
+"""
 
 from __future__ import annotations
 
@@ -10,29 +13,37 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
 from grpo_tui.tui.format import format_number
+from grpo_tui.tui.tidy import tidy
 
 SPARK_POINTS = 60  # the sparkline shows the most recent steps only
+
+
+def tile_value(value: str, note: str) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis", end="").append(value, "bold")
+    if note:
+        text.append(" ").append(note, "bold yellow")
+    return tidy(text)
 
 
 class MetricTile(Vertical):
     def __init__(self, key: str, title: str) -> None:
         super().__init__(id=f"tile-{key}", classes="tile")
         self.key, self.title = key, title
+        self.border_title = title
+        self._shown: tuple[str, str] = (format_number(None), "")
+        self._spark: list[float] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(self._label(None, ""), classes="tile-value")
+        yield Static(tile_value(*self._shown), classes="tile-value")
         yield Sparkline([], classes="tile-spark")
 
-    def _label(self, value: float | None, note: str) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(f"{self.title} ", "dim")
-        text.append(format_number(value), "bold")
-        if note:
-            text.append(f" {note}", "bold yellow")
-        return text
-
     def show(self, values: Sequence[float | None], note: str = "") -> None:
-        recent = [v for v in list(values)[-SPARK_POINTS:] if v is not None]
         latest = next((v for v in reversed(values) if v is not None), None) if values else None
-        self.query_one(".tile-value", Static).update(self._label(latest, note))
-        self.query_one(Sparkline).data = recent  # empty (e.g. kl with beta = 0) draws nothing
+        shown = (format_number(latest), note)
+        if shown != self._shown:
+            self._shown = shown
+            self.query_one(".tile-value", Static).update(tile_value(*shown), layout=False)
+        recent = [v for v in list(values)[-SPARK_POINTS:] if v is not None]
+        if recent != self._spark:  # empty (e.g. kl with beta = 0) draws nothing
+            self._spark = recent
+            self.query_one(Sparkline).data = recent

@@ -1,29 +1,63 @@
-"""Epoch and step progress bars."""
+"""Epoch and step progress bars.
+
+The epoch bar is the share of the current epoch's batches done. When ``max_steps`` stops the run
+inside an epoch the bar would never fill, so the note beside it says where the run will stop.
+"""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Label, ProgressBar
+from textual.widgets import ProgressBar, Static
 
 from grpo_tui.tui.state import RunState
+from grpo_tui.tui.tidy import tidy
+
+
+def epoch_note(state: RunState) -> str:
+    """Where the current epoch stands, and where the run ends inside it if it does."""
+    per_epoch, done = state.steps_per_epoch, state.step_in_epoch
+    if not per_epoch:
+        return ""
+    note = f"batch {done}/{per_epoch}"
+    if state.total_steps:
+        last_epoch = (state.total_steps - 1) // per_epoch
+        stop_at = state.total_steps - last_epoch * per_epoch
+        if state.epoch == last_epoch and stop_at < per_epoch:
+            ends = "ended" if state.status == "done" else "ends"
+            note += f" · run {ends} at batch {stop_at} (max_steps)"
+    return note
 
 
 class ProgressPanel(Vertical):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._shown: dict[str, Text] = {}
+
     def compose(self) -> ComposeResult:
         for name in ("epoch", "step"):
             with Horizontal(classes="progress-row"):
-                yield Label(name, id=f"{name}-label", classes="progress-label")
+                yield Static(name, id=f"{name}-label", classes="progress-label")
                 yield ProgressBar(id=f"{name}-bar", show_eta=False)
+                yield Static(id=f"{name}-note", classes="progress-note")
 
     def show(self, state: RunState) -> None:
-        done_epochs = state.epoch + (state.step_in_epoch / state.steps_per_epoch if state.steps_per_epoch else 0)
-        if state.status == "done":
-            done_epochs = state.total_epochs
+        per_epoch = state.steps_per_epoch or None
         rows = (
-            ("epoch", f"epoch {state.epoch + 1}/{state.total_epochs}", state.total_epochs, max(done_epochs, 0)),
-            ("step", f"step {state.step}/{state.total_steps or '?'}", state.total_steps or None, state.step),
+            ("epoch", f"epoch {state.epoch + 1}/{state.total_epochs}", per_epoch, state.step_in_epoch,
+             epoch_note(state)),
+            ("step", f"step {state.step}/{state.total_steps or '?'}", state.total_steps or None, state.step, ""),
         )
-        for name, label, total, progress in rows:
-            self.query_one(f"#{name}-label", Label).update(label)
+        for name, label, total, progress, note in rows:
+            self._text(f"#{name}-label", Text(label, no_wrap=True))
             self.query_one(f"#{name}-bar", ProgressBar).update(total=total, progress=progress)
+            self._text(f"#{name}-note", tidy(Text(note, "dim", no_wrap=True, overflow="ellipsis")))
+
+    def _text(self, selector: str, text: Text) -> None:
+        """Update an auto-width label; a re-layout only when its width changes (not on every step)."""
+        widget = self.query_one(selector, Static)
+        old = self._shown.get(selector)
+        if old is None or old.plain != text.plain:
+            self._shown[selector] = text
+            widget.update(text, layout=old is None or len(old.plain) != len(text.plain))

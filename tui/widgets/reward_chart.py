@@ -1,44 +1,80 @@
-"""Reward (left axis) and loss (right axis) over steps, EMA-smoothed by a user-set factor."""
+"""Reward (left axis) and loss (right axis) over steps, EMA-smoothed by a user-set factor.
+
+Drawn with the Charts tab's braille renderer (tui/plot.py): plotext took ~100 ms a redraw on
+two cores and stalled key presses behind it; this takes a few milliseconds, and only when the
+data, the smoothing or the size changed, at most once per ``REDRAW_INTERVAL_S``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from textual_plotext import PlotextPlot
+from rich.console import Group
+from rich.text import Text
+from textual.widget import Widget
 
+from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.state import ema
+from grpo_tui.tui.tidy import tidy
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
-REDRAW_INTERVAL_S = 1.0  # plotext is the costliest widget to draw; new data is shown once a second
+REDRAW_INTERVAL_S = 1.0  # new data shows within a second; a redraw costs a few ms
 
 
-class RewardChart(PlotextPlot):
+class RewardChart(Widget):
+    DEFAULT_CSS = """
+    RewardChart {
+        border: round $primary-darken-2;
+        border-title-color: $text;
+    }
+    """
+
     def __init__(self, smoothing: float = 0.6, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.smoothing = smoothing
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
         self._eval: tuple[str, list[int], list[float | None]] = ("eval", [], [])
-        self._stale = False
+        self._version = 0  # bumped by show(); the drawing keeps the version it shows
+        self._key: tuple[object, ...] | None = None
+        self._drawing = Group()
+        self._title()
+
+    def _has_eval(self) -> bool:
+        return any(v is not None for v in self._eval[2])
+
+    def _title(self) -> None:
+        # Lines take LINE_COLORS in order: reward, then the eval curve when there is one, then loss.
+        names = [("reward", " (left) · ")]
+        if self._has_eval():
+            names = [("reward", " · "), (self._eval[0], " (left) · ")]
+        names.append(("loss", " (right) · "))
+        parts: list[str | tuple[str, str]] = []
+        for i, (name, after) in enumerate(names):
+            parts += [(name, LINE_COLORS[i]), after]
+        self.border_title = tidy(Text.assemble(*parts, f"EMA {self.smoothing:g} · [ ] to change"))
 
     def on_mount(self) -> None:
-        self._draw()
         self.set_interval(REDRAW_INTERVAL_S, self._draw_if_stale)
+
+    def _cache_key(self) -> tuple[object, ...]:
+        return (self._version, self.smoothing, self.content_size.width, self.content_size.height)
 
     @property
     def up_to_date(self) -> bool:
-        """False while new data waits for the next redraw."""
-        return not self._stale
+        """False while new data waits for the next redraw (a chart off screen has nothing to wait for)."""
+        return self._key == self._cache_key() or not self.is_on_screen
 
     def _draw_if_stale(self) -> None:
-        if self._stale:
-            self._draw()
+        if self._key != self._cache_key():
+            self.refresh()  # off screen (narrow layout, a maximized tab) this draws nothing
 
     def change_smoothing(self, direction: int) -> float:
         """Step to the next smoothing level up (+1) or down (-1); returns the new factor."""
         levels = SMOOTHING_LEVELS
         i = min(range(len(levels)), key=lambda k: abs(levels[k] - self.smoothing))
         self.smoothing = levels[max(0, min(len(levels) - 1, i + direction))]
-        self._draw()
+        self._title()
+        self.refresh()
         return self.smoothing
 
     def show(
@@ -47,26 +83,20 @@ class RewardChart(PlotextPlot):
     ) -> None:
         """Reward and loss per step; ``evals`` (label, steps, values) adds the held-out curve."""
         self._data = (list(steps), list(reward), list(loss))
-        if evals is not None:
+        if evals is not None and evals != self._eval:
             self._eval = evals
-        self._stale = True
+            self._title()
+        self._version += 1
 
-    def _draw(self) -> None:
-        self._stale = False
-        plt = self.plt
-        plt.clear_data()
-        plt.title(f"reward & loss  (EMA {self.smoothing:g} · [ ] to change)")
-        steps, reward, loss = self._data
-        for values, label, color, side in ((reward, "reward", "green", "left"), (loss, "loss", "orange", "right")):
-            smooth = ema(values, self.smoothing)
-            points = [(s, v) for s, v in zip(steps, smooth) if v is not None]
-            if points:
-                xs, ys = zip(*points)
-                plt.plot(list(xs), list(ys), label=label, color=color, yside=side, marker="braille")
-        label, at, values = self._eval
-        points = [(s, v) for s, v in zip(at, values) if v is not None]
-        if points:  # few points, not smoothed: each is one evaluation
-            xs, ys = zip(*points)
-            plt.plot(list(xs), list(ys), label=label, color="cyan", yside="left", marker="dot")
-        plt.xlabel("step")
-        self.refresh()
+    def render(self) -> Group:
+        key = self._cache_key()
+        if key != self._key:
+            steps, reward, loss = self._data
+            size = self.content_size
+            self._key, self._drawing = key, Group(*line_chart(
+                [Series("reward", steps, ema(reward, self.smoothing)),
+                 *([Series(*self._eval)] if self._has_eval() else [])],  # one point per evaluation, not smoothed
+                size.width, size.height,
+                right=[Series("loss", steps, ema(loss, self.smoothing))],
+            ))
+        return self._drawing

@@ -7,6 +7,7 @@ from textual.widgets import Static
 
 from grpo_tui.tui.format import MISSING, format_duration
 from grpo_tui.tui.inert import clean
+from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.state import STATUS_GLYPHS, RunState
 
 _STATUS_STYLE = {
@@ -16,6 +17,8 @@ _STATUS_STYLE = {
 
 
 class RunHeader(Static):
+    _shown: Text | None = None
+
     def show(self, state: RunState) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(" grpo-tui ", "bold reverse")
@@ -34,4 +37,7 @@ class RunHeader(Static):
         text.append(f" · ETA {format_duration(state.eta_seconds())}")
         if state.slow_blas:
             text.append(" · ⚠ slow BLAS (see Logs)", "bold yellow")
-        self.update(text)
+        tidy(text)
+        if text != self._shown:  # called on every flush and every second: redraw only a change
+            self._shown = text
+            self.update(text, layout=False)  # one line of fixed height: never a re-layout

@@ -188,7 +188,10 @@ class Trainer:
                 low=stats.get("clip_ratio_low"), high=stats.get("clip_ratio_high"), region=stats.get("clip_ratio_region")
             ),
             completion_mean_length=float(np.mean(lengths)),
+            completion_min_length=float(min(lengths)),
+            completion_max_length=float(max(lengths)),
             completion_clipped_ratio=float(np.mean([c.finish_reason != "stop" for c in completions])),
+            completion_rewards=[finite(t) for t in totals],
             num_tokens=prompt_tokens + sum(lengths),
             generation_ms=generation_s * 1000,
             scoring_ms=scoring_s * 1000,

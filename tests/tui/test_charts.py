@@ -1,0 +1,177 @@
+"""The Charts tab's parts on their own: the series book, the drawings, and the view under Pilot."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.tui.plot import HEAT, Series, heat_strip, line_chart
+from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.series import STEP_GROUPS, RewardSpread, SeriesBook, dict_group, flatten_step
+from grpo_tui.tui.widgets.chart_panel import ChartPanel
+from grpo_tui.tui.widgets.charts_view import WINDOWS, ChartsView
+from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
+from rich.console import Console
+from rich.text import Text
+
+from tests.fakes.fake_worker import parse_args, step_frame
+
+
+def test_book_columns_appear_padded_and_scroll_out_together():
+    book = SeriesBook(limit=3)
+    book.append(1, {"a": 1.0})
+    book.append(2, {"a": 2.0, "b": float("nan")})
+    book.append(3, {"b": 3.0})
+    book.append(4, {"a": 4.0, "b": 4.0})
+    assert list(book.steps) == [2, 3, 4]
+    assert book.column("a") == [2.0, None, 4.0]
+    assert book.column("b") == [None, 3.0, 4.0]  # NaN kept as a gap
+    assert book.column("missing") == [None, None, None]
+    assert book.latest("a") == 4.0 and book.version == 4
+
+
+def test_flatten_step_names_every_metric():
+    row = flatten_step(step_frame(3, 0, parse_args([])))
+    assert row["reward"] == step_frame(3, 0, parse_args([])).reward
+    assert {"rewards/accuracy", "rewards/xml_format", "clip_ratio/low", "clip_ratio/high", "clip_ratio/region",
+            "grad_norm", "learning_rate", "peak_memory_mb", "training_tokens_per_s", "step_ms"} <= row.keys()
+    assert row["step_ms"] == 500.0 and "step" not in row and "gradients_applied" not in row
+
+
+def test_every_step_column_has_a_chart():
+    row = flatten_step(step_frame(3, 0, parse_args([])))
+    charted = {key for group in STEP_GROUPS for panel in group.resolve(list(row)) for key, _ in panel.lines}
+    assert set(row) - charted == {"num_tokens"}  # a count per step, summed in the stats panel instead
+
+
+def test_dict_group_charts_each_key_of_its_book():
+    group = dict_group("eval", ["accuracy", "format"])
+    assert [p.title for p in group.resolve(["accuracy", "format", "other"])] == ["accuracy", "format", "other"]
+
+
+def test_line_chart_has_its_size_axis_labels_and_a_gap_for_no_data():
+    rows = line_chart([Series("r", [1, 2, 3, 4], [0.0, 0.5, 0.25, 1.0])], 30, 6)
+    assert len(rows) == 6 and all(r.cell_len == 30 for r in rows)
+    assert rows[0].plain.strip().startswith("1") and rows[4].plain.strip().startswith("0")
+    assert rows[-1].plain.split() == ["1", "4"]
+    empty = line_chart([Series("r", [1, 2], [None, None])], 30, 6)
+    assert any("no data yet" in r.plain for r in empty)
+
+
+def test_heat_strip_shows_collapse_as_one_bright_row():
+    collapsed = heat_strip([[1.0] * 8] * 4, 4, 5, 0.0, 1.0)
+    assert [row.count(None) for row in collapsed] == [0, 4, 4, 4, 4]  # everything in the top bin
+    assert all(cell == HEAT[-1] for cell in collapsed[0])
+    spread = heat_strip([[0.0, 0.5, 1.0, 0.25]], 1, 4, 0.0, 1.0)
+    assert sum(cell is not None for row in spread for cell in row) == 4
+
+
+def test_tidy_starts_every_run_on_a_glyph():
+    text = tidy(Text("15,360").append("   tokens/s ", "dim").append("1", "bold").append(" ", "reverse").append(" x"))
+    runs = [segment.text for segment in text.render(Console())]
+    assert all(run[0] != " " or not run.strip() for run in runs), runs
+    assert "".join(runs).rstrip("\n") == "15,360   tokens/s 1  x"
+
+
+def test_reward_spread_prefers_the_step_frame_over_samples():
+    spread = RewardSpread()
+    spread.add_sample(1, 0.5)
+    spread.add_sample(1, 1.0)
+    assert spread.partial and spread.rows[-1].rewards == [0.5, 1.0]
+    spread.add_step(2, [0.0, 1.0, None, 0.5])
+    spread.add_sample(2, 7.0)  # a subset: the step frame already gave all of them
+    assert spread.rows[-1].rewards == [0.0, 1.0, 0.5] and spread.rows[-1].complete
+
+
+class Host(App[None]):
+    def compose(self) -> ComposeResult:
+        yield ChartsView(id="charts")
+
+
+def feed(view: ChartsView, steps: int) -> None:
+    args = parse_args([])
+    for s in range(1, steps + 1):
+        view.book.append(s, flatten_step(step_frame(s, 0, args)))
+        view.spread.add_step(s, [0.25 * (i % 5) for i in range(16)])
+
+
+async def test_charts_view_keys_window_move_zoom():
+    app = Host()
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(ChartsView)
+        feed(view, 30)
+        await pilot.pause(0.7)  # one redraw tick
+        titles = [p.spec.title for p in view.query(ChartPanel)]
+        assert "accuracy" in titles and "xml_format" in titles  # one chart per reward function
+        reward = app.query_one("#chart-rewards-reward--total-", ChartPanel)
+        assert reward.border_subtitle == "0.7859" and "30" in reward.plain()
+        assert view.columns == 3
+        heatmap = app.query_one(RewardHeatmap)
+        await pilot.press("right")  # nothing focused yet: the first chart takes focus
+        assert app.focused is heatmap
+        await pilot.press("down")
+        assert app.focused is view.panels()[1]
+        await pilot.press("right", "down")
+        assert app.focused is view.panels()[2 + view.columns]
+        await pilot.press("w")
+        assert view.settings.window == WINDOWS[1]
+        await pilot.press("enter")
+        assert app.screen.maximized is view.panels()[2 + view.columns]
+        await pilot.pause(0.1)
+        assert app.screen.maximized.size.height > 30
+        await pilot.press("escape")
+        assert app.screen.maximized is None
+        view.set_smoothing(0.0)
+        assert "EMA 0" in str(view.query_one("#charts-bar").render())
+
+
+async def test_a_group_added_from_a_dict_of_series_gets_its_charts():
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = app.query_one(ChartsView)
+        evals = SeriesBook()
+        view.add_group(dict_group("eval", []), evals)
+        await pilot.pause(0.1)
+        evals.append(10, {"accuracy": 0.4, "format": 0.9})
+        evals.append(20, {"accuracy": 0.6, "format": 1.0})
+        await pilot.pause(0.7)
+        titles = [p.spec.title for p in view.query("#charts-group-eval ChartPanel").results(ChartPanel)]
+        assert titles == ["accuracy", "format"]
+
+
+async def test_a_hidden_view_draws_nothing():
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = app.query_one(ChartsView)
+        view.display = False
+        await pilot.pause(0.1)
+        feed(view, 5)
+        drawn = {p: p._key for p in view.query(ChartPanel)}
+        await pilot.pause(0.7)
+        assert all(p._key == key for p, key in drawn.items())
+        view.display = True
+        await pilot.pause(0.7)
+        reward = app.query_one("#chart-rewards-reward--total-", ChartPanel)
+        assert reward._key != drawn[reward]  # on screen again: drawn (charts scrolled out of view wait)
+
+
+def test_step_frames_carry_no_unknown_struct_fields():
+    # flatten_step walks the struct's fields: a new nested struct must be handled on purpose
+    frame = step_frame(3, 0, parse_args([]))
+    numeric = {n for n in m.Step.__struct_fields__ if isinstance(getattr(frame, n), (int, float, type(None)))}
+    left_out = set(m.Step.__struct_fields__) - numeric - set(flatten_step(frame))
+    # flattened into rewards/..., extra_metrics/..., clip_ratio/..., ranks/...; each completion's
+    # reward goes to the RewardSpread
+    assert left_out == {"rewards", "extra_metrics", "clip_ratio", "completion_rewards", "ranks"}
+
+
+def test_several_ranks_and_logged_metrics_have_charts():
+    frame = step_frame(3, 0, parse_args([]))
+    frame.extra_metrics = {"mean_ids": 6.5}
+    frame.ranks = [m.RankTiming(rank=r, generation_ms=100.0, training_ms=50.0 + r, all_reduce_ms=3.0) for r in range(2)]
+    frame.slowest_rank, frame.all_reduce_bytes = 1, 4096
+    row = flatten_step(frame)
+    assert row["ranks/rank 1 ms"] == 151.0 and row["ranks/rank 0 all-reduce ms"] == 3.0
+    assert row["extra_metrics/mean_ids"] == 6.5 and row["all_reduce_bytes"] == 4096
+    charted = {key for group in STEP_GROUPS for panel in group.resolve(list(row)) for key, _ in panel.lines}
+    assert set(row) - charted == {"num_tokens"}

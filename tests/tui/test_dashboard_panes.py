@@ -1,0 +1,142 @@
+"""The Charts tab, full-screen panes, focus on tab switches and the layout at every width, driven by
+Pilot against the fake worker."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Static, TabbedContent
+
+from grpo_tui.tui.screens.group_view import GroupScreen
+from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
+from grpo_tui.tui.state import RunState
+from grpo_tui.tui.widgets.chart_panel import ChartPanel
+from grpo_tui.tui.widgets.charts_view import WINDOWS, ChartsView
+from grpo_tui.tui.widgets.database_generations_table import DatabaseGenerationsTable
+from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
+from grpo_tui.tui.widgets.database_view import DatabaseView
+from grpo_tui.tui.widgets.progress_panel import epoch_note
+from grpo_tui.tui.widgets.reward_chart import RewardChart
+from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
+from grpo_tui.tui.widgets.samples_panel import SamplesPanel
+from grpo_tui.tui.widgets.stats_panel import cell, pack
+
+from .conftest import wait_until
+from .sized_scenarios import OPTIONS, make_store
+
+SIZE = (160, 48)
+
+
+async def started(pilot, steps: int = 24) -> None:  # type: ignore[no-untyped-def]
+    app = pilot.app
+    samples = app.query_one(SamplesPanel)
+    await wait_until(pilot, lambda: app.state.step == steps and len(app.state.samples) == 8 and samples.up_to_date)
+
+
+async def test_database_tab_takes_focus_and_enter_opens_the_highlighted_step(tmp_path, make_app):
+    make_store(tmp_path)
+    app = make_app(*OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("4")
+        view = app.query_one(DatabaseView)
+        await wait_until(pilot, lambda: view.level == "steps" and len(view.query_one(DatabaseStepsTable).rows_data) == 24)
+        assert isinstance(app.focused, DatabaseStepsTable)
+        await pilot.press("down", "down", "enter")
+        await wait_until(pilot, lambda: view.level == "generations")
+        assert not isinstance(app.screen, SampleDetailScreen)  # not the Samples tab's sample
+        assert view.filter.step_min == view.filter.step_max == 3 and isinstance(app.focused, DatabaseGenerationsTable)
+
+
+async def test_z_gives_the_tab_the_whole_screen_and_back(tmp_path, make_app):
+    make_store(tmp_path)
+    app = make_app(*OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("4", "z")
+        tabs = app.query_one(TabbedContent)
+        assert app.screen.maximized is tabs
+        await pilot.pause(0.2)
+        assert tabs.region.width == SIZE[0] and not app.query_one("#left").region  # the metrics make way
+        assert app.query_one("#header").region.height == 1  # the run header stays
+        await pilot.press("z")
+        assert app.screen.maximized is None
+        await pilot.press("z", "escape")  # esc restores too (Textual's minimize)
+        assert app.screen.maximized is None
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Maximize or restore the tab" in titles
+
+
+async def test_charts_tab_keys(make_app):
+    app = make_app(*OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("5")
+        view = app.query_one(ChartsView)
+        assert isinstance(app.focused, RewardHeatmap)  # the tab's keys work at once
+        await wait_until(pilot, lambda: app.query_one(RewardHeatmap)._key is not None)
+        assert "step 24: 16 rewards · all completions" in str(app.query_one(RewardHeatmap).border_subtitle)
+        titles = {p.spec.title for p in view.query(ChartPanel)}
+        assert {"accuracy", "xml_format", "loss", "grad norm", "learning rate", "memory MB", "clip ratio"} <= titles
+        await pilot.press("right_square_bracket")  # one EMA for the main chart and the Charts tab
+        assert view.settings.smoothing == app.query_one(RewardChart).smoothing == 0.8
+        await pilot.press("w")
+        assert view.settings.window == WINDOWS[1]
+        await pilot.press("down")
+        focused = app.focused
+        assert isinstance(focused, ChartPanel) and focused.spec.title == "reward (total)"
+        await pilot.press("enter")
+        assert app.screen.maximized is focused
+        await pilot.pause(0.3)
+        assert focused.size.height > 30 and "24" in focused.plain()
+        await pilot.press("escape")
+        assert app.screen.maximized is None
+        await pilot.press("1", "5")  # back on the tab: the chart focused last, not the first
+        assert app.focused is focused
+
+
+async def test_narrow_terminal_stacks_the_tabs_so_samples_show_completion_text(make_app):
+    app = make_app(*OPTIONS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot)
+        await pilot.pause(0.3)
+        assert app.screen.has_class("-narrow") and not app.query_one(RewardChart).region
+        table = app.query_one("#samples-table", DataTable)
+        assert table.region.width == 80 and table.region.height >= 4
+        completion = table.columns[list(table.columns)[-1]]
+        assert table.region.width - sum(c.get_render_width(table) for c in table.columns.values()) + \
+            completion.get_render_width(table) >= 25  # at least 25 cells of completion text
+        for key in ("loss", "reward", "reward_std", "kl", "completion_mean_length", "training_tokens_per_s"):
+            value = str(app.query_one(f"#tile-{key} .tile-value", Static).render())
+            assert value and value != "—", key  # no tile loses its value
+
+
+def test_stats_cells_never_split_or_touch_at_any_width():
+    cells = [cell("tokens", ("", "15,360")), cell("tok/s", ("gen", "2,000"), ("train", "3,740")),
+             cell("ms", ("gen", "300"), ("score", "20"), ("train", "180")),
+             cell("memory", ("peak", "812.5 MB"), ("active", "600.0 MB")), cell("lr", ("", "0.0002")),
+             cell("grad norm", ("", "0.5"))]
+    for width in range(40, 251):
+        lines = pack(cells, width)
+        assert all(line.cell_len <= width for line in lines), width
+        joined = "   ".join(line.plain for line in lines)
+        assert joined == "   ".join(c.plain for c in cells)  # every cell whole, three blanks between
+
+
+def test_epoch_bar_note_says_where_max_steps_ends_the_run():
+    state = RunState(clock=lambda: 0.0)
+    state.total_steps, state.steps_per_epoch, state.epoch, state.step_in_epoch, state.step = 200, 500, 0, 178, 178
+    assert epoch_note(state) == "batch 178/500 · run ends at batch 200 (max_steps)"
+    state.total_steps, state.steps_per_epoch, state.epoch, state.step_in_epoch = 24, 12, 1, 12
+    assert epoch_note(state) == "batch 12/12"  # the run ends with the epoch: nothing to add
+
+
+async def test_group_view_shows_each_completion_once(make_app):
+    app = make_app(*OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("g")
+        assert isinstance(app.screen, GroupScreen)
+        shown = "\n".join(str(s.render()) for s in app.screen.query(Static))
+        for sample in app.screen.samples:
+            assert shown.count(sample.completion[:30]) == 1
+
+

@@ -1,0 +1,192 @@
+"""Small terminal charts drawn straight into Rich ``Text``: braille line charts and a heat strip.
+
+The Charts tab shows ~20 charts at once. plotext (the main chart) takes milliseconds per chart and
+redraws its whole canvas; these are a few hundred cells each, cached by the widgets, and cost well
+under a millisecond to draw. No Textual here, so the drawing is tested on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+
+from grpo_tui.tui.format import format_number
+from grpo_tui.tui.tidy import tidy
+
+LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")
+# braille dot bits by (column, row) inside one 2 x 4 cell
+_DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+_BRAILLE = 0x2800
+AXIS_WIDTH = 8  # y-axis labels (7 characters: format_number's "0.0002", "-1.2e-05") and a rule
+HEAT = tuple(
+    Style(bgcolor=f"rgb({r},{g},{b})")
+    for r, g, b in ((30, 40, 90), (40, 80, 140), (30, 130, 150), (60, 170, 120), (150, 200, 60), (250, 220, 40))
+)
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    steps: Sequence[int]
+    values: Sequence[float | None]
+
+
+def axis_label(value: float, width: int = AXIS_WIDTH - 1) -> str:
+    text = format_number(value)
+    if len(text) > width:
+        text = f"{value:.1e}"
+    return text[:width].rjust(width)
+
+
+def bounds(values: Sequence[float]) -> tuple[float, float]:
+    """A y range around ``values`` that never collapses to a point (a flat series sits mid-height)."""
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12 * max(1.0, abs(hi)):
+        pad = abs(hi) * 0.1 or 1.0
+        # a flat non-negative series (a ratio stuck at 0) keeps 0 as its floor
+        return (max(lo - pad, 0.0) if lo >= 0 else lo - pad), hi + pad
+    return lo, hi
+
+
+def points(series: Series) -> list[tuple[int, float]]:
+    return [(s, v) for s, v in zip(series.steps, series.values) if v is not None and math.isfinite(v)]
+
+
+class _Canvas:
+    """Braille dots on a ``width`` x ``height`` grid of cells; each cell remembers which line drew it last."""
+
+    def __init__(self, width: int, height: int, x0: int, x1: int) -> None:
+        self.width, self.height, self.x0, self.x1 = width, height, x0, x1
+        self.cells = [[0] * width for _ in range(height)]
+        self.owner = [[-1] * width for _ in range(height)]
+
+    def dot(self, px: int, py: int, who: int) -> None:
+        row, col = py // 4, px // 2
+        self.cells[row][col] |= _DOTS[px % 2][py % 4]
+        self.owner[row][col] = who
+
+    def line(self, pts: list[tuple[int, float]], y0: float, y1: float, who: int) -> None:
+        # one column of dots per x pixel, spanning every value that lands there, joined to the previous
+        # pixel's last value: spikes survive downsampling and the line stays connected
+        dots_w, dots_h = self.width * 2, self.height * 4
+        x0, x1 = self.x0, self.x1
+        columns: dict[int, list[int]] = {}  # px -> [lowest, highest, first, last] dot row
+        for x, y in pts:
+            px = 0 if x1 == x0 else round((x - x0) / (x1 - x0) * (dots_w - 1))
+            py = min(dots_h - 1, max(0, round((y1 - y) / (y1 - y0) * (dots_h - 1))))
+            if px in columns:
+                col = columns[px]
+                col[0], col[1], col[3] = min(col[0], py), max(col[1], py), py
+            else:
+                columns[px] = [py, py, py, py]
+        previous: tuple[int, int] | None = None
+        for px in sorted(columns):
+            lo, hi, first, last = columns[px]
+            if previous is not None:  # interpolate across the pixels between two steps
+                ppx, py0 = previous
+                for x in range(ppx + 1, px + 1):
+                    ya = round(py0 + (first - py0) * (x - 1 - ppx) / (px - ppx))
+                    yb = round(py0 + (first - py0) * (x - ppx) / (px - ppx))
+                    for py in range(min(ya, yb), max(ya, yb) + 1):
+                        self.dot(x, py, who)
+            for py in range(lo, hi + 1):
+                self.dot(px, py, who)
+            previous = (px, last)
+
+    def row(self, r: int, text: Text) -> None:
+        """Append row ``r`` to ``text``, one span per run of a colour (not one per cell)."""
+        cells, owner = self.cells[r], self.owner[r]
+        run: list[str] = []
+        run_who = -2
+        for bits, who in zip(cells, owner):
+            who = who if bits else -1
+            if who != run_who and run:
+                text.append("".join(run), LINE_COLORS[run_who % len(LINE_COLORS)] if run_who >= 0 else "")
+                run = []
+            run_who = who
+            run.append(chr(_BRAILLE + bits) if bits else " ")
+        if run:
+            text.append("".join(run), LINE_COLORS[run_who % len(LINE_COLORS)] if run_who >= 0 else "")
+
+
+def _labels(y0: float, y1: float, rows: int, scale: float) -> list[str]:
+    """Axis labels per row: top, bottom, and the middle when there is room to spare."""
+    out = [""] * rows
+    out[0], out[-1] = axis_label(y1 * scale), axis_label(y0 * scale)
+    if rows >= 7:
+        mid = y1 - (y1 - y0) * (rows // 2) / (rows - 1)
+        out[rows // 2] = axis_label((0.0 if abs(mid) < (y1 - y0) * 1e-6 else mid) * scale)
+    return out
+
+
+def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bool = False,
+               right: Sequence[Series] = ()) -> list[Text]:
+    """``height`` rows of ``width`` cells: y labels on the left, braille lines, then an x-axis row.
+
+    ``right`` series get their own scale, labelled on the right. Lines take ``LINE_COLORS`` in
+    order (left first); where two share a cell the later one's colour wins.
+    """
+    right_w = AXIS_WIDTH if right else 0
+    plot_w, plot_h = width - AXIS_WIDTH - right_w, height - 1
+    if plot_w < 4 or plot_h < 1:
+        return [Text("") for _ in range(max(height, 0))]
+    sides = [[(i, points(s)) for i, s in enumerate(series)],
+             [(len(series) + j, points(s)) for j, s in enumerate(right)]]
+    sides = [[(i, p) for i, p in side if p] for side in sides]
+    if not sides[0] and not sides[1]:
+        blank = [Text(" " * width) for _ in range(height)]
+        blank[plot_h // 2] = Text("no data yet".center(width), "dim")
+        return blank
+    xs = [x for side in sides for _, p in side for x, _ in p]
+    canvas = _Canvas(plot_w, plot_h, min(xs), max(xs))
+    scale = 100.0 if percent else 1.0
+    labels: list[list[str]] = []
+    for side in sides:
+        if not side:
+            labels.append([""] * plot_h)
+            continue
+        y0, y1 = bounds([y for _, p in side for _, y in p])
+        for who, pts in side:
+            canvas.line(pts, y0, y1, who)
+        labels.append(_labels(y0, y1, plot_h, scale))
+    rows: list[Text] = []
+    for r in range(plot_h):
+        row = Text().append(labels[0][r].ljust(AXIS_WIDTH - 1) + "│", "dim")
+        canvas.row(r, row)
+        if right:
+            row.append("│" + labels[1][r].strip().ljust(AXIS_WIDTH - 1), "dim")
+        rows.append(tidy(row))
+    left, last = str(canvas.x0), str(canvas.x1)
+    axis = " " * AXIS_WIDTH + left + last.rjust(plot_w - len(left))
+    rows.append(tidy(Text().append(axis[:width].ljust(width), "dim")))
+    return rows
+
+
+def heat_strip(columns: Sequence[Sequence[float]], width: int, height: int,
+               lo: float, hi: float) -> list[list[Style | None]]:
+    """A ``height`` x ``width`` grid of cell styles: column c is the histogram of ``columns`` mapped
+    to it (time runs left to right), row 0 the top (highest) bin; brighter = more of the column's values."""
+    grid: list[list[Style | None]] = [[None] * width for _ in range(height)]
+    n = len(columns)
+    if n == 0 or width <= 0 or height <= 0:
+        return grid
+    span = hi - lo if hi > lo else 1.0
+    for c in range(width):
+        first = c * n // width
+        last = max(first + 1, (c + 1) * n // width)
+        counts = [0] * height
+        total = 0
+        for values in columns[first:last]:
+            for v in values:
+                b = min(height - 1, max(0, int((v - lo) / span * height)))
+                counts[height - 1 - b] += 1
+                total += 1
+        for r, count in enumerate(counts):
+            if count:
+                share = count / total
+                grid[r][c] = HEAT[min(len(HEAT) - 1, int(share * len(HEAT)))]
+    return grid

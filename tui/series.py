@@ -1,0 +1,221 @@
+"""Every metric of every step as a column, for the Charts tab. No Textual here.
+
+``SeriesBook`` is a table indexed by step whose columns appear as keys first show up, so a new
+group of charts (per-reward means, eval curves) needs no change here: append a dict of values.
+``flatten_step`` turns a ``Step`` frame into such a dict; ``RewardSpread`` keeps each step's
+per-completion rewards for the distribution view.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from grpo_tui.protocol import messages as m
+
+HISTORY_LIMIT = 5000  # steps of history kept for the sparklines, the main chart and every book
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return m.finite(float(value))
+
+
+class SeriesBook:
+    """Columns of floats (None: missing or non-finite) aligned on a shared step axis."""
+
+    def __init__(self, limit: int = HISTORY_LIMIT) -> None:
+        self.limit = limit
+        self.steps: deque[int] = deque(maxlen=limit)
+        self._columns: dict[str, deque[float | None]] = {}
+        self.version = 0  # bumped on every change: widgets redraw only when it moved
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def keys(self) -> list[str]:
+        return list(self._columns)
+
+    def append(self, step: int, values: Mapping[str, float | None]) -> None:
+        """Add one step's values; a key seen for the first time gets a column padded with None."""
+        self.steps.append(step)  # at the limit, every column drops its oldest value with the step
+        for key in values:
+            if key not in self._columns:
+                column: deque[float | None] = deque(maxlen=self.limit)
+                column.extend([None] * (len(self.steps) - 1))
+                self._columns[key] = column
+        for key, column in self._columns.items():
+            column.append(_finite(values.get(key)))
+        self.version += 1
+
+    def clear(self) -> None:
+        self.steps.clear()
+        self._columns.clear()
+        self.version += 1
+
+    def column(self, key: str) -> list[float | None]:
+        values = self._columns.get(key)
+        return list(values) if values is not None else [None] * len(self.steps)
+
+    def has_data(self, key: str) -> bool:
+        values = self._columns.get(key)
+        return values is not None and any(v is not None for v in values)
+
+    def latest(self, key: str) -> float | None:
+        for value in reversed(self._columns.get(key, ())):
+            if value is not None:
+                return value
+        return None
+
+
+def flatten_step(step: m.Step | m.StepSummary) -> dict[str, float | None]:
+    """A step frame (or a resume summary) as flat ``key -> value``; per-reward means as ``rewards/NAME``."""
+    out: dict[str, float | None] = {}
+    for name in step.__struct_fields__:
+        value = getattr(step, name)
+        if name in ("step", "epoch"):
+            continue
+        if isinstance(value, m.ClipRatio):
+            for part in value.__struct_fields__:
+                out[f"clip_ratio/{part}"] = getattr(value, part)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                out[f"{name}/{key}"] = item
+        elif name == "ranks":  # several ranks: each one's busy time and its wait in collectives
+            for r in value:
+                out[f"ranks/rank {r.rank} ms"] = r.generation_ms + r.training_ms
+                out[f"ranks/rank {r.rank} all-reduce ms"] = r.all_reduce_ms
+        elif name == "all_reduce_bytes" and not getattr(step, "ranks", None):
+            continue  # one rank sends nothing: no flat zero chart
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    if isinstance(step, m.Step):
+        parts = (step.generation_ms, step.scoring_ms, step.training_ms)
+        out["step_ms"] = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    return out
+
+
+@dataclass
+class Spread:
+    """One step's completion rewards (all of them, or the samples the worker chose to send)."""
+
+    step: int
+    rewards: list[float] = field(default_factory=list)
+    complete: bool = False  # every completion of the step, not a display subset
+
+
+class RewardSpread:
+    """Per-step reward distributions: from the step frame's ``completion_rewards`` when the worker
+    sends them, else from the step's sample frames (a subset under best_worst / random display)."""
+
+    def __init__(self, limit: int = HISTORY_LIMIT) -> None:
+        self.rows: deque[Spread] = deque(maxlen=limit)
+        self.version = 0
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.version += 1
+
+    def _row(self, step: int) -> Spread:
+        if not self.rows or self.rows[-1].step != step:
+            self.rows.append(Spread(step))
+        return self.rows[-1]
+
+    def add_step(self, step: int, rewards: Iterable[float | None]) -> None:
+        values = [v for v in (_finite(r) for r in rewards) if v is not None]
+        if values:
+            row = self._row(step)
+            row.rewards, row.complete = values, True
+            self.version += 1
+
+    def add_sample(self, step: int, reward: float | None) -> None:
+        value = _finite(reward)
+        if value is None:
+            return
+        row = self._row(step)
+        if not row.complete:
+            row.rewards.append(value)
+            self.version += 1
+
+    @property
+    def partial(self) -> bool:
+        """True when some shown step has only the display subset of its rewards."""
+        return any(not r.complete for r in self.rows)
+
+
+# ------------------------------------------------------------------ what the Charts tab shows
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """One chart: a title and the columns it draws (``(key, label)``), in their colours' order."""
+
+    title: str
+    lines: tuple[tuple[str, str], ...]
+    percent: bool = False  # values are fractions: label the axis 0-100 %
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A titled grid of charts; ``prefix`` adds a chart per column whose key starts with it."""
+
+    name: str
+    panels: tuple[PanelSpec, ...] = ()
+    prefix: str | None = None
+
+    def resolve(self, keys: Sequence[str]) -> list[PanelSpec]:
+        panels = list(self.panels)
+        if self.prefix is not None:
+            charted = {key for panel in panels for key, _ in panel.lines}
+            panels += [PanelSpec(k[len(self.prefix):] or k, ((k, k[len(self.prefix):] or k),))
+                       for k in keys if k.startswith(self.prefix) and k not in charted]
+        return panels
+
+
+def single(key: str, title: str, percent: bool = False) -> PanelSpec:
+    return PanelSpec(title, ((key, title),), percent)
+
+
+STEP_GROUPS: tuple[GroupSpec, ...] = (
+    GroupSpec("rewards", (
+        single("reward", "reward (total)"),
+        single("reward_std", "reward std (in group)"),
+        single("frac_reward_zero_std", "groups with equal rewards", percent=True),
+        single("advantage_std", "advantage std"),
+    ), prefix="rewards/"),
+    GroupSpec("reward metrics", prefix="extra_metrics/"),  # what reward functions log_metric
+    GroupSpec("policy", (
+        single("loss", "loss"),
+        single("kl", "KL"),
+        single("entropy", "entropy"),
+        PanelSpec("clip ratio", (("clip_ratio/region", "region"), ("clip_ratio/low", "low"),
+                                 ("clip_ratio/high", "high")), percent=True),
+    )),
+    GroupSpec("completions", (
+        PanelSpec("completion length", (("completion_mean_length", "mean"), ("completion_min_length", "min"),
+                                        ("completion_max_length", "max"))),
+        single("completion_clipped_ratio", "clipped (hit max length)", percent=True),
+    )),
+    GroupSpec("optimizer", (
+        single("grad_norm", "grad norm"),
+        single("learning_rate", "learning rate"),
+    )),
+    GroupSpec("system", (
+        PanelSpec("tokens/s", (("training_tokens_per_s", "train"), ("generation_tokens_per_s", "gen"))),
+        PanelSpec("ms per step", (("step_ms", "total"), ("generation_ms", "gen"), ("scoring_ms", "score"),
+                                  ("training_ms", "train"))),
+        PanelSpec("memory MB", (("peak_memory_mb", "peak"), ("active_memory_mb", "active"))),
+    )),
+    GroupSpec("ranks", (  # several ranks only: a one-rank run has none of these columns
+        single("slowest_rank", "slowest rank"),
+        single("all_reduce_bytes", "bytes all-reduced per step"),
+    ), prefix="ranks/"),
+)
+
+
+def dict_group(name: str, series: Mapping[str, object] | Sequence[str] = ()) -> GroupSpec:
+    """A group with one chart per key of its book (e.g. eval metrics fed into their own ``SeriesBook``):
+    the keys of ``series`` first, in that order, then any other key as it appears."""
+    return GroupSpec(name, tuple(single(key, key) for key in series), prefix="")
