@@ -9,8 +9,6 @@ is imported here: the engine comes in on the MLX thread, where the trainer is bu
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
 import random
 import sys
 import time
@@ -31,27 +29,14 @@ from . import ranks
 from .control import Control, choose_samples
 from .evaluation import due, run_eval
 from .frames import Emitter
+from .mlx_thread import release_mlx_streams, trainer_class
 from .records import StepOutput, Trainer
+from .resume import find_resume
 from .store import Store
 
 NAN_EXIT = 3  # the exit status of a run stopped by non-finite steps (not a crash: no restart)
 # A signal saves an emergency checkpoint only when more steps than this would be lost.
 EMERGENCY_AFTER_STEPS = 3
-
-
-def trainer_class() -> type[Trainer]:
-    """The engine's Trainer. ``GRPO_TUI_TRAINER=file.py:Class`` swaps in a fake, for tests only."""
-    spec = os.environ.get("GRPO_TUI_TRAINER")
-    if not spec:
-        from .engine.trainer import Trainer as EngineTrainer  # MLX loads here, on the MLX thread
-
-        return EngineTrainer
-    file, name = spec.rsplit(":", 1)
-    module_spec = importlib.util.spec_from_file_location("grpo_tui_fake_trainer", file)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return getattr(module, name)
 
 
 class TrainingLoop:
@@ -134,7 +119,7 @@ class TrainingLoop:
         if self._lock is None:
             self.emit(m.Error(message=f"another worker is already training in {self.output_dir}", fatal=True))
             return False
-        resume = await self._find_resume()
+        resume = await find_resume(self.config, self.output_dir, self.mlx, self.log, self.emit)
         if resume is False:
             return False
         self.emitter.open_jsonl(self.output_dir / RUN_LOG_FILE)
@@ -176,28 +161,6 @@ class TrainingLoop:
         self.loaded = trainer = await self.mlx(trainer_class(), self.config, lambda level, message: None)
         self.control.step = await self.mlx(trainer.sync_from_leader, 0)
         return True
-
-    async def _find_resume(self) -> tuple[Path, ckpt.TrainingState] | None | Literal[False]:
-        """The checkpoint to resume from, None for a fresh start, False for a bad resume path."""
-        resume = self.config.checkpoint.resume
-        await self.mlx(ckpt.recover_interrupted, self.output_dir)
-        if resume is False:
-            aside = await self.mlx(ckpt.set_aside, self.output_dir)
-            if aside is not None:
-                self.log("warning", f"resume = false: earlier checkpoints moved to {aside}")
-            return None
-        if resume == "latest":
-            found = await self.mlx(ckpt.find_latest, self.output_dir)
-            for path in await self.mlx(ckpt.skipped_newer, self.output_dir, found[1].step if found else -1):
-                self.log("info", f"resume = latest: not resuming from {path} (emergency and last-good "
-                                 "checkpoints are resumed only by path: --resume PATH)")
-            return found
-        state = ckpt.read_state(Path(str(resume)))
-        if state is None:
-            message = f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE})"
-            self.emit(m.Error(message=message, fatal=True))
-            return False
-        return Path(str(resume)), state
 
     async def _open_store(self, state: ckpt.TrainingState | None) -> None:
         cfg = self.config
@@ -458,11 +421,3 @@ def resolved_config(cfg: Config, active_blas: str) -> dict[str, Any]:
     config = cfg.to_dict()
     config["runtime"]["active_blas"] = active_blas
     return config
-
-
-def release_mlx_streams() -> None:
-    """Destroy the MLX streams of the calling thread. MLX aborts the process at exit, now and then,
-    when streams made on a thread outlive it (ml-explore/mlx#3126); each thread clears its own."""
-    mx = sys.modules.get("mlx.core")
-    if mx is not None and hasattr(mx, "clear_streams"):
-        mx.clear_streams()

@@ -23,7 +23,8 @@ from grpo_tui.protocol.config import Config, ConfigError, load_config
 
 from . import ranks
 from .frames import Emitter, reserve_stdout
-from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop, release_mlx_streams
+from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop
+from .mlx_thread import release_mlx_streams
 from .plain_lines import is_json, parse_plain
 
 
