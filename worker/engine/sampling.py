@@ -55,7 +55,13 @@ def uniform(keys: mx.array, position: mx.array, vocab: int) -> mx.array:
     per_row = _fmix32(keys ^ _fmix32(position.astype(mx.uint32) * golden + golden))
     index = mx.arange(vocab, dtype=mx.uint32) * mx.array(0xCC9E2D51, dtype=mx.uint32)
     bits = _fmix32(_fmix32(per_row[:, None] ^ index[None, :]) + golden)
-    return ((bits >> 8).astype(mx.float32) + 0.5) * (1.0 / (1 << 24))
+    return unit_interval(bits)
+
+
+def unit_interval(bits: mx.array) -> mx.array:
+    """uint32 -> float32 strictly inside (0, 1). 23 bits, not 24: (2**24 - 1) + 0.5 rounds to 2**24 in
+    float32, so u = 1 and its Gumbel noise is +inf, about once per token of a 150k vocabulary."""
+    return ((bits >> 9).astype(mx.float32) + 0.5) * (1.0 / (1 << 23))
 
 
 def _gumbel_max(logits: mx.array, keys: mx.array, position: mx.array, inv_temp: float) -> mx.array:
