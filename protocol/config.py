@@ -102,6 +102,19 @@ class RewardConfig(_Section):
         return self.name or str(self.function).rsplit(":", 1)[1]
 
 
+class ToolConfig(_Section):
+    """One function the model may call during its rollouts (docs/config.md, "Tools")."""
+
+    function: str  # "file.py:func" or "module:func"; its signature and docstring make the schema
+    timeout_s: float = 10.0  # per call; a call still running then is abandoned and reported
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.function):
+            raise _invalid("function", self.function, "is not of the form file.py:func or module:func")
+        if self.timeout_s <= 0:
+            raise _invalid("timeout_s", self.timeout_s, "must be > 0")
+
+
 class GrpoConfig(_Section):
     group_size: int = 4
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
@@ -136,6 +149,8 @@ class GenerationConfig(_Section):
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     enable_thinking: bool = False
+    max_tool_calls: int = 4  # tool calls run per completion when [[tools]] are configured
+
 
     def __post_init__(self) -> None:
         if self.max_completion_length < 1:
@@ -150,6 +165,8 @@ class GenerationConfig(_Section):
             raise _invalid("min_p", self.min_p, "must be in [0, 1)")
         if self.repetition_penalty <= 0:
             raise _invalid("repetition_penalty", self.repetition_penalty, "must be > 0")
+        if self.max_tool_calls < 0:
+            raise _invalid("max_tool_calls", self.max_tool_calls, "must be >= 0 (0 = no tool is ever run)")
 
 
 class TrainingConfig(_Section):
@@ -239,6 +256,7 @@ class Config(_Section):
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     display: DisplayConfig = msgspec.field(default_factory=DisplayConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    tools: list[ToolConfig] = []  # functions the model calls during rollouts (agent training)
 
     def __post_init__(self) -> None:
         if not self.rewards:
@@ -284,6 +302,10 @@ def parse_config(
         key, message = _explain(str(exc), raw)
         raise ConfigError(key, message, file) from None
     _check_finite(config, [], file)
+    names = [t.function.rsplit(":", 1)[1] for t in config.tools]
+    for i, name in enumerate(names):  # the model calls a tool by its function's name
+        if name in names[:i]:
+            raise ConfigError(f"tools[{i}].function", f"{config.tools[i].function!r}: a second tool named {name!r}", file)
     _resolve_paths(config, base_dir or Path.cwd(), file, check_paths)
     return config
 
@@ -432,6 +454,10 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
             target, func = reward.function.rsplit(":", 1)
             if target.endswith(".py"):
                 reward.function = must_exist(f"rewards[{i}].function", target) + ":" + func
+    for i, tool in enumerate(config.tools):
+        target, func = tool.function.rsplit(":", 1)
+        if target.endswith(".py"):
+            tool.function = must_exist(f"tools[{i}].function", target) + ":" + func
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     resume = config.checkpoint.resume
     if isinstance(resume, str) and resume != "latest":
