@@ -14,7 +14,7 @@ from typing import Any
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Metric columns of ``steps``: every field of the ``step`` message, clip_ratio flattened and the
 # per-function reward means and the reward functions' logged metrics stored as JSON.
@@ -113,8 +113,14 @@ ALTER TABLE steps ADD COLUMN extra_metrics TEXT;
 ALTER TABLE generations ADD COLUMN reward_notes TEXT;
 """
 
+# Agent rollouts ([[tools]]): each generation's conversation turn by turn, as a JSON array of
+# ``messages.Turn`` (assistant text; tool name, arguments, result or error, seconds). NULL otherwise.
+_V3 = """
+ALTER TABLE generations ADD COLUMN turns TEXT;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
 
 
 class StoreError(RuntimeError):

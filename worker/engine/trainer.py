@@ -24,14 +24,14 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import Generation, StepOutput
-from . import data, model as model_io, plan as engine_plan, rollout
+from . import agent, data, model as model_io, plan as engine_plan, rollout, tools as agent_tools
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
 from .logps import token_logps
 from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
-from .reward_call import StepLog, TrainerState
+from .reward_call import StepLog, TrainerState, tool_conversation
 from .rewards import RewardError, load_rewards, score
 from .update import make_optimizer, optimize_pass
 
@@ -66,12 +66,16 @@ class Trainer:
         self.losses = LossFunctions()
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
 
+        # Tools the model calls during rollouts: their schemas reach the chat template of every row
+        # without a ``tools`` column of its own.
+        self.tools = agent_tools.load_tools(config.tools)
+        schemas = [t.schema for t in self.tools] or None
         d = config.data
-        self.dataset, self.dataset_hash = data.read_dataset(d.path, d)
+        self.dataset, self.dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
         self.eval_dataset = None
         if d.eval_path or d.eval_split:
-            self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split)[0]
+            self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
         self.dataset_size = len(self.dataset)
         self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
@@ -84,6 +88,9 @@ class Trainer:
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
         log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
         log("info", "engine: " + self.plan.describe())
+        if self.tools:
+            log("info", f"tools: {', '.join(t.name for t in self.tools)}; rows that call one go on in further "
+                        f"rollout rounds (at most {config.generation.max_tool_calls} calls per completion)")
 
     # ------------------------------------------------------------ data order
 
@@ -105,8 +112,7 @@ class Trainer:
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
         prompts = [e.prompt_ids for e in examples]
-        completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False,
-                                       plan=self.plan, decode=self.decode)
+        completions = self._rollout(prompts, G)
         generation_s = time.perf_counter() - t0
 
         on_phase("scoring")
@@ -131,7 +137,7 @@ class Trainer:
         self.model.eval()
         training_s = time.perf_counter() - t0
 
-        lengths = [len(c.token_ids) for c in completions]
+        lengths = [c.model_tokens for c in completions]  # the model's own tokens, not tool results
         prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
         n = len(passes)
         skipped = [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
@@ -166,12 +172,31 @@ class Trainer:
             active_memory_mb=mx.get_active_memory() / MB,
             gradients_applied=not skipped,
             skipped_reason="; ".join(skipped) or None,
-            extra_metrics=logged.metric_means(),
+            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions)},
         )
         if skipped:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
         generations = self._generations(owners, completions, totals, per_fn, advantages.tolist(), logged)
         return StepOutput(metrics=metrics, generations=generations)
+
+    def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False) -> list[rollout.Completion]:
+        if self.tools:
+            return agent.generate(self.model, self.tokenizer, prompts, n, self.config.generation, self.tools,
+                                  greedy=greedy, plan=self.plan, decode=self.decode)
+        return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
+                                logprobs=False, plan=self.plan, decode=self.decode)
+
+    def _tool_metrics(self, completions: list[rollout.Completion]) -> dict[str, float]:
+        """Per-step tool metrics (in ``extra_metrics``): calls per completion, the share of calls
+        that failed, seconds spent in tools."""
+        if not self.tools:
+            return {}
+        calls = [t for c in completions for t in c.turns if t.role == "tool"]
+        out = {"tools/calls_per_completion": len(calls) / max(len(completions), 1),
+               "tools/seconds": sum(t.seconds or 0.0 for t in calls)}
+        if calls:
+            out["tools/failed_call_rate"] = sum(t.error is not None for t in calls) / len(calls)
+        return out
 
     def _score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
@@ -181,16 +206,23 @@ class Trainer:
             "thinking": [thinking for thinking, _ in parsed],
             "answer": [answer for _, answer in parsed],
             "tool_calls": [[msgspec.to_builtins(t) for t in parse_tool_calls(answer)] for _, answer in parsed],
-            "num_tokens": [len(c.token_ids) for c in completions],
+            "num_tokens": [c.model_tokens for c in completions],
             "prompt_tokens": [len(e.prompt_ids) for e in owners],
             "max_completion_length": self.config.generation.max_completion_length,  # built-ins only
         }
         warn = lambda message: self.log("warning", message)  # noqa: E731
         logged = StepLog(len(completions), warn)
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
+        conversations = None
+        if self.tools:
+            extras["num_tool_calls"] = [sum(t.role == "tool" for t in c.turns) for c in completions]
+            extras["failed_tool_calls"] = [sum(t.role == "tool" and t.error is not None for t in c.turns)
+                                           for c in completions]
+            conversations = [tool_conversation(c.turns) for c in completions]
         totals, per_fn = score(
             self.rewards, [e.prompt for e in owners], [c.text for c in completions], data.columns_for(owners),
             extras, warn, completion_ids=[list(c.token_ids) for c in completions], trainer_state=state, log=logged,
+            conversations=conversations,
         )
         return totals, per_fn, logged
 
@@ -208,6 +240,7 @@ class Trainer:
                 advantages[k * per : (k + 1) * per],
                 keep,
                 group=self.plan.pack_group(G),
+                token_masks=[c.mask for c in part],
             )
             if self.ref_model is not None:
                 logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab)
@@ -227,15 +260,16 @@ class Trainer:
                     group_index=i % G,
                     prompt=ex.prompt_text,
                     completion=answer,
-                    raw_completion=c.text,
+                    raw_completion=c.transcript if c.transcript is not None else c.text,
                     thinking=thinking,
                     reward=totals[i],
                     reward_details={label: values[i] for label, values in per_fn.items()},
                     advantage=advantages[i],
-                    num_tokens=len(c.token_ids),
+                    num_tokens=c.model_tokens,
                     finish_reason=c.finish_reason,
                     tool_calls=parse_tool_calls(answer),
                     reward_notes=logged.notes(i),
+                    turns=list(c.turns),
                 )
             )
         return out
@@ -246,10 +280,7 @@ class Trainer:
         """Mean score of each reward function on the eval split (greedy, one completion per prompt)."""
         examples = (self.eval_dataset or self.dataset)[:limit]
         self.model.eval()
-        completions = rollout.generate(
-            self.model, self.tokenizer, [e.prompt_ids for e in examples], 1, self.config.generation, greedy=greedy,
-            plan=self.plan, decode=self.decode,
-        )
+        completions = self._rollout([e.prompt_ids for e in examples], 1, greedy=greedy)
         _, per_fn, _ = self._score(examples, completions)
         return {label: _mean(values) for label, values in per_fn.items()}
 
