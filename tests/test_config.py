@@ -170,3 +170,12 @@ def test_toml_syntax_error_says_where(tmp_path):
 def test_quickstart_validates(root):
     cfg = load_config(root / "examples" / "quickstart.toml")
     assert [r.label for r in cfg.rewards] == ["accuracy", "xml_format"]
+
+
+def test_the_agent_demo_validates_and_its_tool_has_a_schema(root):
+    from grpo_tui.worker.engine.tools import load_tools
+
+    cfg = load_config(root / "examples" / "agent_calculator.toml")
+    assert cfg.tools[0].function == f"{root / 'examples' / 'tools' / 'calculator.py'}:multiply"
+    schema = load_tools(cfg.tools)[0].schema["function"]
+    assert schema["name"] == "multiply" and schema["parameters"]["required"] == ["a", "b"]

@@ -111,7 +111,8 @@ def where(f: GenFilter, alias: str = "g") -> tuple[str, list[Any]]:
         elif f.tool_status == "any":
             clauses.append(f"EXISTS ({calls})")
         elif f.tool_status == "error":
-            clauses.append(f"EXISTS ({calls} AND t.status != 'ok')")
+            # a call that did not parse, or (agent rollouts) one that ran and failed
+            clauses.append(f"EXISTS ({calls} AND (t.status != 'ok' OR t.error IS NOT NULL))")
         else:
             clauses.append(f"EXISTS ({calls} AND t.status = ?)")
             params.append(f.tool_status)

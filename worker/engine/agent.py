@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.protocol.messages import Turn
+from grpo_tui.protocol.messages import ToolCall, Turn
 
 from . import rollout
 from .accel import fastgen
@@ -149,3 +149,19 @@ def _completion(row: _Row, tokenizer: Any) -> rollout.Completion:
         turns=row.turns,
         transcript=tokenizer.decode(row.tokens[:-1] if stopped else row.tokens),
     )
+
+
+def tool_calls(turns: list[Turn]) -> list[ToolCall]:
+    """The parsed ``<tool_call>`` blocks of an agent completion's turns, numbered through, each call
+    that ran and failed carrying its error (the store's ``tool_calls`` rows, which the Database
+    tab's "a failed tool call" filter reads)."""
+    out: list[ToolCall] = []
+    for i, turn in enumerate(turns):
+        if turn.role != "assistant":
+            continue
+        calls = parse_tool_calls(turn.content)
+        ran = turns[i + 1] if i + 1 < len(turns) and turns[i + 1].role == "tool" else None
+        if ran is not None and calls and ran.error is not None and calls[-1].error is None:
+            calls[-1] = msgspec.structs.replace(calls[-1], error=ran.error)  # the call that ran is the turn's last
+        out += [msgspec.structs.replace(c, index=len(out) + k) for k, c in enumerate(calls)]
+    return out

@@ -267,7 +267,7 @@ class Trainer:
                     advantage=advantages[i],
                     num_tokens=c.model_tokens,
                     finish_reason=c.finish_reason,
-                    tool_calls=parse_tool_calls(answer),
+                    tool_calls=agent.tool_calls(c.turns) if c.turns else parse_tool_calls(answer),
                     reward_notes=logged.notes(i),
                     turns=list(c.turns),
                 )

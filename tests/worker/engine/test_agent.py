@@ -117,3 +117,17 @@ def test_the_loss_of_a_multi_turn_completion_is_the_hand_built_sequence_s_with_i
                           start=start, mask=mx.array([[1.0] * len(c.mask) + [0.0] * (width - 1 - start - len(c.mask))
                                                       for c in completions]))
     assert _loss(model, unmasked) != pytest.approx(_loss(model, by_hand), rel=1e-3)
+
+
+def test_the_stored_tool_calls_carry_the_error_of_a_call_that_ran_and_failed():
+    turns = [
+        Turn(role="assistant", content='<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'),
+        Turn(role="tool", content="Error: wrong arguments", name="add", arguments={"a": 1}, error="wrong arguments"),
+        Turn(role="assistant", content='<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'),
+        Turn(role="tool", content="3", name="add", arguments={"a": 1, "b": 2}),
+        Turn(role="assistant", content="<tool_call>{oops</tool_call> <answer>3</answer>"),
+    ]
+    calls = agent.tool_calls(turns)
+    assert [(c.index, c.name, c.status, c.error) for c in calls] == [
+        (0, "add", "ok", "wrong arguments"), (1, "add", "ok", None), (2, None, "invalid_json", calls[2].error)]
+    assert calls[2].error
