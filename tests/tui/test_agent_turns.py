@@ -10,7 +10,8 @@ from textual.app import App
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.schema import migrate
-from grpo_tui.tui.db.queries import generation
+from grpo_tui.tui.db.filters import GenFilter
+from grpo_tui.tui.db.queries import generation, iter_generations
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.widgets.database_generation_detail import render_detail
 
@@ -66,5 +67,8 @@ def test_the_database_detail_reads_the_turns_and_an_old_store_has_none(tmp_path)
     assert detail is not None and detail.turns == TURNS
     text = _plain(render_detail(detail))
     assert "── conversation (2 tool calls)" in text and "  │ 408" in text and "raw completion" not in text
+    exported = next(iter_generations(conn, GenFilter(run_id=1)))  # the JSONL export's row
+    assert exported["turns"][1] == {"role": "tool", "content": "408", "name": "multiply",
+                                    "arguments": {"a": 12, "b": 34}, "seconds": 0.002}
     conn.execute("ALTER TABLE generations DROP COLUMN turns")  # a version 2 store, read as it is
     assert generation(conn, 1).turns == []

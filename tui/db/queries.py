@@ -258,6 +258,8 @@ def iter_generations(conn: sqlite3.Connection, f: GenFilter, batch: int = 500) -
             item = dict(r)
             item["reward_details"] = _json(item["reward_details"])
             item["tool_calls"] = [c.__dict__ for c in calls.get(r["id"], [])]
+            if item.get("turns"):  # store v3, agent rollouts: the conversation as data, not a string
+                item["turns"] = _json(item["turns"])
             yield item
         if len(rows) < batch:
             return
