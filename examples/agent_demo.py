@@ -114,7 +114,7 @@ def evaluate(model_dir: Path, data: Path, n: int, temperature: float, seed: int)
     model, tokenizer = load(str(model_dir))
     rows = load_rows(data, n)
     tools = load_tools([ToolConfig(function=TOOL)])
-    gen = GenerationConfig(max_completion_length=128, temperature=temperature, max_tool_calls=2)
+    gen = GenerationConfig(max_completion_length=128, temperature=temperature or 1.0, max_tool_calls=2)
     mx.random.seed(seed)
     completions = agent.generate(model, tokenizer, [render_prompt(tokenizer, r["prompt"]) for r in rows], 1, gen,
                                  tools, greedy=temperature == 0)
