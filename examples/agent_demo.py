@@ -28,12 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-try:  # before MLX is imported: preload an optimized BLAS if one is installed (Linux only)
-    from grpo_tui.protocol import blas
+from grpo_tui.protocol import blas
 
-    blas.reexec_if_needed()
-except ImportError:
-    blas = None
+if __name__ == "__main__":  # before MLX is imported: preload an optimized BLAS if installed (Linux only);
+    blas.reexec_if_needed()  # never when imported (a test process must not re-execute itself)
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
@@ -124,8 +122,7 @@ def evaluate(model_dir: Path, data: Path, n: int, temperature: float, seed: int)
 
 
 def build(args) -> None:
-    if blas is not None:
-        print("BLAS:", blas.describe(blas.active_blas()))
+    print("BLAS:", blas.describe(blas.active_blas()))
     mx.random.seed(args.seed)
     pools = make_problems(args.seed)
     for name, file in (("train", "mul.jsonl"), ("eval", "mul_eval.jsonl")):
