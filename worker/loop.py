@@ -376,7 +376,8 @@ class TrainingLoop:
             await self.store.finish_run(self.run_id, status)
 
     async def _crash(self, exc: Exception) -> int:
-        message = str(exc) if type(exc).__name__ == "RewardError" else f"{type(exc).__name__}: {exc}"
+        # a reward's or a tool's own message already names it (and the config key)
+        message = str(exc) if type(exc).__name__ in ("RewardError", "ToolError") else f"{type(exc).__name__}: {exc}"
         self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
         if self.store is not None:
             self.store.queue_log(self.step, "error", message)

@@ -308,3 +308,15 @@ def test_an_agent_run_calls_its_tools_mid_rollout_and_stores_the_turns(tmp_path)
         assert [t["role"] for t in turns] == ["assistant", "tool", "assistant"]
         assert turns[1]["name"] == "add" and turns[1]["arguments"] == {"a": 1, "b": 2} and "seconds" in turns[1]
         assert num_tokens < 80 and "<|im_start|>tool\n3<|im_end|>" in raw  # the tool tokens are not the model's
+
+
+def test_a_tool_without_type_hints_stops_the_start_with_its_config_key(tmp_path, tiny_model):
+    (tmp_path / "bad_tool.py").write_text("def add(a, b):\n    return a + b\n")
+    config = write_config(tmp_path, tiny_model, rewards='[[rewards]]\nname = "length"\n'
+                          f'[[tools]]\nfunction = "{tmp_path / "bad_tool.py"}:add"\n')
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Error)
+    assert worker.finish() != 0
+    errors = worker.of(m.Error)
+    assert errors and errors[0].fatal
+    assert errors[0].message == "tools[0].function: parameter 'a' of add has no type hint"

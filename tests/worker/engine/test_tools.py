@@ -141,3 +141,16 @@ def test_sys_exit_in_a_tool_is_an_error_not_an_exit():
 
     turn = run_call(_tools(quits=quits), _call('<tool_call>{"name": "quits", "arguments": {"code": 3}}</tool_call>'))
     assert turn.error == "quits raised SystemExit: 3"
+
+
+def test_a_chat_template_that_cannot_render_a_tool_message_stops_the_start():
+    from grpo_tui.worker.engine.tools import check_template
+
+    class Alternating:  # like templates that raise "Conversation roles must alternate user/assistant"
+        chat_template = "..."
+
+        def apply_chat_template(self, messages, **kwargs):
+            raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
+
+    with pytest.raises(ToolError, match="cannot render a tool result message .ValueError: Conversation roles"):
+        check_template(Alternating(), False)
