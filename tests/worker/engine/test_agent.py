@@ -131,3 +131,27 @@ def test_the_stored_tool_calls_carry_the_error_of_a_call_that_ran_and_failed():
     assert [(c.index, c.name, c.status, c.error) for c in calls] == [
         (0, "add", "ok", "wrong arguments"), (1, "add", "ok", None), (2, None, "invalid_json", calls[2].error)]
     assert calls[2].error
+
+
+def test_only_the_rows_that_called_a_tool_are_generated_again(tool_model, monkeypatch):
+    model, tokenizer = tool_model
+    call = tokenizer.encode(TOOL_CALL_TEXT, add_special_tokens=False)
+    eos = tokenizer.eos_token_id
+    plain = tokenizer.encode("<answer>3</answer>", add_special_tokens=False)
+    rounds: list[list[list[int]]] = []
+
+    def scripted(model, tokenizer, prompts, n, gen, **kwargs):
+        rounds.append([list(p) for p in prompts for _ in range(n)])
+        if len(rounds) == 1:  # row 0 calls the tool (and samples on past the call), row 1 answers
+            return [rollout.Completion(0, call + plain + [eos], "", "stop"),
+                    rollout.Completion(0, plain + [eos], "", "stop")]
+        assert gen.max_completion_length == 100 - len(rounds[1][0]) + len(rounds[0][0])  # what is left of row 0
+        return [rollout.Completion(0, plain + [eos], "", "stop")]
+
+    monkeypatch.setattr(rollout, "generate", scripted)
+    prompt, completions = _generate(model, tokenizer, length=100)
+    assert [len(r) for r in rounds] == [2, 1]  # the second round holds row 0 only
+    glue = agent.tool_message_ids(tokenizer, [Turn(role="tool", content="3", name="add")], False)
+    assert rounds[1][0] == prompt + call + glue  # cut right after </tool_call>, the result appended
+    assert completions[0].token_ids == call + glue + plain + [eos] and completions[0].finish_reason == "stop"
+    assert completions[1].token_ids == plain + [eos] and completions[1].turns == [Turn(role="assistant", content="<answer>3</answer>")]
