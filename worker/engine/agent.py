@@ -27,7 +27,8 @@ from . import rollout
 from .accel import fastgen
 from .parsing import parse_tool_calls
 from .plan import EnginePlan
-from .tools import Tool, run_call
+from .rewards import _describe
+from .tools import Tool, ToolError, run_call
 
 CLOSE = "</tool_call>"
 _MARK = "GRPOTUIASSISTANTTURNEND"  # stands for the model's turn when the template renders a tool message
@@ -165,3 +166,12 @@ def tool_calls(turns: list[Turn]) -> list[ToolCall]:
             calls[-1] = msgspec.structs.replace(calls[-1], error=ran.error)  # the call that ran is the turn's last
         out += [msgspec.structs.replace(c, index=len(out) + k) for k, c in enumerate(calls)]
     return out
+
+
+def check_template(tokenizer: Any, enable_thinking: bool) -> None:
+    """Fail at the start, not mid-rollout, when the chat template cannot render a ``tool`` message
+    (some templates only allow alternating user and assistant turns)."""
+    try:
+        tool_message_ids(tokenizer, [Turn(role="tool", content="0", name="check")], enable_thinking)
+    except Exception as exc:  # noqa: BLE001 — a Jinja error raised by the template: say what it means
+        raise ToolError(f"tools: the model's chat template cannot render a tool result message ({_describe(exc)})") from None

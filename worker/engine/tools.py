@@ -113,15 +113,3 @@ def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
         turn.error = cap(error)
         turn.content = f"Error: {turn.error}"
     return turn
-
-
-
-def check_template(tokenizer: Any, enable_thinking: bool) -> None:
-    """Fail at the start, not mid-rollout, when the chat template cannot render a ``tool`` message
-    (some templates only allow alternating user and assistant turns)."""
-    from .agent import tool_message_ids  # agent imports this module
-
-    try:
-        tool_message_ids(tokenizer, [Turn(role="tool", content="0", name="check")], enable_thinking)
-    except Exception as exc:  # noqa: BLE001 — a Jinja error raised by the template: say what it means
-        raise ToolError(f"tools: the model's chat template cannot render a tool result message ({_describe(exc)})") from None

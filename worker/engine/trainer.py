@@ -110,7 +110,7 @@ class Trainer:
         log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
         log("info", "engine: " + self.plan.describe())
         if self.tools:
-            agent_tools.check_template(self.tokenizer, config.generation.enable_thinking)
+            agent.check_template(self.tokenizer, config.generation.enable_thinking)
             log("info", f"tools: {', '.join(t.name for t in self.tools)}; rows that call one go on in further "
                         f"rollout rounds (at most {config.generation.max_tool_calls} calls per completion)")
 

@@ -144,7 +144,7 @@ def test_sys_exit_in_a_tool_is_an_error_not_an_exit():
 
 
 def test_a_chat_template_that_cannot_render_a_tool_message_stops_the_start():
-    from grpo_tui.worker.engine.tools import check_template
+    from grpo_tui.worker.engine.agent import check_template
 
     class Alternating:  # like templates that raise "Conversation roles must alternate user/assistant"
         chat_template = "..."
