@@ -85,6 +85,19 @@ class RewardConfig(_Section):
         return self.name or str(self.function).rsplit(":", 1)[1]
 
 
+class ToolConfig(_Section):
+    """One function the model may call during its rollouts (docs/config.md, "Tools")."""
+
+    function: str  # "file.py:func" or "module:func"; its signature and docstring make the schema
+    timeout_s: float = 10.0  # per call; a call still running then is abandoned and reported
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.function):
+            raise _invalid("function", self.function, "is not of the form file.py:func or module:func")
+        if self.timeout_s <= 0:
+            raise _invalid("timeout_s", self.timeout_s, "must be > 0")
+
+
 class GrpoConfig(_Section):
     group_size: int = 4
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
@@ -123,6 +136,7 @@ class GenerationConfig(_Section):
     stop: list[str] = []  # stop strings (vLLM / TRL); the text is cut before them
     repetition_stop_ngram: int = 0  # end a completion repeating one n-gram ...
     repetition_stop_count: int = 0  # ... this many times in a row; 0 = off
+    max_tool_calls: int = 4  # tool calls run per completion when [[tools]] are configured
 
     def __post_init__(self) -> None:
         if self.max_completion_length < 1:
@@ -138,6 +152,8 @@ class GenerationConfig(_Section):
         if self.repetition_penalty <= 0:
             raise _invalid("repetition_penalty", self.repetition_penalty, "must be > 0")
         check_stops(self)
+        if self.max_tool_calls < 0:
+            raise _invalid("max_tool_calls", self.max_tool_calls, "must be >= 0 (0 = no tool is ever run)")
 
 
 class TrainingConfig(_Section):
@@ -265,6 +281,7 @@ class Config(_Section):
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     eval: EvalConfig | None = None  # held-out evaluation when the [eval] table is present
     distributed: DistributedConfig = msgspec.field(default_factory=DistributedConfig)
+    tools: list[ToolConfig] = []  # functions the model calls during rollouts (agent training)
 
     def __post_init__(self) -> None:
         if not self.rewards:
@@ -310,6 +327,10 @@ def parse_config(
         key, message = explain(str(exc), raw, Config)
         raise ConfigError(key, message, file) from None
     check_finite(config, [], file)
+    names = [t.function.rsplit(":", 1)[1] for t in config.tools]
+    for i, name in enumerate(names):  # the model calls a tool by its function's name
+        if name in names[:i]:
+            raise ConfigError(f"tools[{i}].function", f"{config.tools[i].function!r}: a second tool named {name!r}", file)
     _resolve_paths(config, base_dir or Path.cwd(), file, check_paths)
     return config
 
@@ -354,6 +375,10 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
             target, func = reward.function.rsplit(":", 1)
             if target.endswith(".py"):
                 reward.function = must_exist(f"rewards[{i}].function", target) + ":" + func
+    for i, tool in enumerate(config.tools):
+        target, func = tool.function.rsplit(":", 1)
+        if target.endswith(".py"):
+            tool.function = must_exist(f"tools[{i}].function", target) + ":" + func
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     resume = config.checkpoint.resume
     if isinstance(resume, str) and resume != "latest":

@@ -171,6 +171,17 @@ class ToolCall(msgspec.Struct, kw_only=True):
     raw: str = ""
 
 
+class Turn(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One turn of an agent completion (``[[tools]]``): what the model wrote, or a tool's result."""
+
+    role: Literal["assistant", "tool"]
+    content: str  # the model's text; a tool's result, or the error text the model was shown
+    name: str | None = None  # tool turns: the function called
+    arguments: Any = None  # tool turns: the arguments as parsed
+    error: str | None = None  # tool turns: why the call failed (unknown tool, invalid JSON, ...)
+    seconds: float | None = None  # tool turns: how long the call ran
+
+
 class Sample(_Message):
     step: int
     index: int
@@ -185,6 +196,7 @@ class Sample(_Message):
     thinking: str | None = None
     tool_calls: list[ToolCall] = []
     reward_notes: dict[str, str] = {}  # per reward function, what it noted (log_extra), e.g. schema errors
+    turns: list[Turn] = []  # agent completions only: the conversation turn by turn
 
 
 class Eval(_Message):

@@ -16,7 +16,7 @@ import msgspec
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -148,8 +148,14 @@ ALTER TABLE steps ADD COLUMN slowest_rank REAL;
 ALTER TABLE steps ADD COLUMN all_reduce_bytes REAL;
 """
 
+# Agent rollouts ([[tools]]): each generation's conversation turn by turn, as a JSON array of
+# ``messages.Turn`` (assistant text; tool name, arguments, result or error, seconds). NULL otherwise.
+_V5 = """
+ALTER TABLE generations ADD COLUMN turns TEXT;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 class StoreError(RuntimeError):

@@ -111,6 +111,13 @@ BAD = [
     ("[runtime]\nblas = \"/no/such/libblas.so\"", "runtime.blas", "does not exist"),
     ("[surprise]\nx = 1", "surprise", "unknown key (expected one of: model, data, rewards"),
     ("[model.lora]\nrank = 0", "model.lora.rank", "at least 1"),
+    ("[[tools]]\ntimeout_s = 1", "tools[0].function", "is required"),
+    ("[[tools]]\nfunction = \"calc\"", "tools[0].function", "file.py:func or module:func"),
+    ("[[tools]]\nfunction = \"missing.py:f\"", "tools[0].function", "does not exist"),
+    ("[[tools]]\nfunction = \"m:f\"\ntimeout_s = 0", "tools[0].timeout_s", "must be > 0"),
+    ("[[tools]]\nfunction = \"m:f\"\n[[tools]]\nfunction = \"rewards.py:f\"", "tools[1].function",
+     "a second tool named 'f'"),
+    ("[generation]\nmax_tool_calls = -1", "generation.max_tool_calls", "must be >= 0"),
 ]
 
 
@@ -121,6 +128,12 @@ def test_bad_config_names_the_key(workdir, extra, key, message):
     assert info.value.key == key
     assert message in info.value.detail
     assert str(info.value).count("\n") == 0
+
+
+def test_tools_resolve_like_reward_functions(workdir):
+    cfg = parse(BASE + '[[tools]]\nfunction = "rewards.py:brevity"\n[[tools]]\nfunction = "math:floor"\n', workdir)
+    assert [t.function for t in cfg.tools] == [f"{workdir / 'rewards.py'}:brevity", "math:floor"]
+    assert [t.timeout_s for t in cfg.tools] == [10.0, 10.0] and cfg.generation.max_tool_calls == 4
 
 
 def test_missing_required_sections(workdir):
@@ -161,3 +174,12 @@ def test_toml_syntax_error_says_where(tmp_path):
 def test_quickstart_validates(root):
     cfg = load_config(root / "examples" / "quickstart.toml")
     assert [r.label for r in cfg.rewards] == ["accuracy", "xml_format"]
+
+
+def test_the_agent_demo_validates_and_its_tool_has_a_schema(root):
+    from grpo_tui.worker.engine.tools import load_tools
+
+    cfg = load_config(root / "examples" / "agent_calculator.toml")
+    assert cfg.tools[0].function == f"{root / 'examples' / 'tools' / 'calculator.py'}:multiply"
+    schema = load_tools(cfg.tools)[0].schema["function"]
+    assert schema["name"] == "multiply" and schema["parameters"]["required"] == ["a", "b"]

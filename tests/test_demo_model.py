@@ -118,3 +118,15 @@ def test_example_rewards():
     assert rewards.brevity(prompts, completions, answer=["2"] * 3) == [1.0, 1.0, 0.0]
     scores = asyncio.run(rewards.integer_answer(prompts, completions, answer=["2", "2", "two"]))
     assert scores == [1.0, 0.0, None]
+
+
+def test_the_agent_demo_model_calls_its_calculator_and_its_data_are_disjoint():
+    agent_demo = _import("agent_demo")
+    train = [json.loads(line)["prompt"] for line in (EXAMPLES / "data" / "mul.jsonl").read_text().splitlines()]
+    held_out = [json.loads(line) for line in (EXAMPLES / "data" / "mul_eval.jsonl").read_text().splitlines()]
+    assert len(train) == 2000 and len(held_out) == 200 and not set(train) & {r["prompt"] for r in held_out}
+    assert all(eval(r["prompt"][8:-1]) == int(r["answer"]) for r in held_out)
+    # 32 rows, sampled as the worker samples: some call the tool (the start GRPO needs), some guess
+    accuracy, called = agent_demo.evaluate(EXAMPLES / "models" / "tiny-agent", EXAMPLES / "data" / "mul_eval.jsonl",
+                                           32, 1.0, 0)
+    assert 0.05 <= called <= 0.7 and accuracy <= called

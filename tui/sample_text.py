@@ -9,7 +9,7 @@ from rich.text import Text
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import format_number
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert import clean, inert
 
 
 def summary(s: m.Sample) -> Text:
@@ -36,4 +36,29 @@ def tool_calls_text(calls: list[m.ToolCall]) -> Text:
         if c.error:
             text.append(" — ").append_text(inert(c.error, "red"))
         text.append("\n")
+    return text
+
+
+def turns_text(turns: list[m.Turn]) -> Text:
+    """An agent completion turn by turn: the model's turns as written, each tool result set apart
+    (indented under a ``⮑ tool`` line with its arguments and time; an error in red)."""
+    text = Text()
+    for i, t in enumerate(turns):
+        if i:
+            text.append("\n")
+        if t.role == "assistant":
+            text.append("assistant\n", "bold")
+            text.append_text(inert(t.content))
+            text.append("\n")
+            continue
+        text.append("  ⮑ tool ", "bold cyan").append_text(inert(t.name or "(no name)", "bold cyan", single_line=True))
+        if t.arguments is not None:
+            text.append(" ").append_text(inert(json.dumps(t.arguments, ensure_ascii=False), "cyan", single_line=True,
+                                               limit=200))
+        if t.seconds is not None:
+            text.append(f" · {t.seconds:.3g} s", "dim")
+        text.append(" · failed\n" if t.error is not None else "\n", "bold red" if t.error is not None else "")
+        for line in clean(t.content).split("\n"):
+            text.append("  │ ", "cyan").append_text(inert(line, "red" if t.error is not None else "cyan"))
+            text.append("\n")
     return text

@@ -396,8 +396,10 @@ class TrainingLoop:
             await self.store.finish_run(self.run_id, status)
 
     async def _crash(self, exc: Exception) -> int:
-        # These say what is wrong in a sentence (a reward function; a config the model cannot run with).
-        message = str(exc) if type(exc).__name__ in ("RewardError", "ConfigError") else f"{type(exc).__name__}: {exc}"
+        # These say what is wrong in a sentence (a reward function, a tool, a config the model cannot
+        # run with), naming it and the config key.
+        message = (str(exc) if type(exc).__name__ in ("RewardError", "ToolError", "ConfigError")
+                   else f"{type(exc).__name__}: {exc}")
         self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
         if not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it
             print(f"rank {ranks.rank()}: {message}", file=sys.stderr, flush=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from grpo_tui.protocol.messages import Sample, Step, ToolCall
+from grpo_tui.protocol.messages import Sample, Step, ToolCall, Turn
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Generation:
     finish_reason: str  # stop | length | repetition
     tool_calls: list[ToolCall] = field(default_factory=list)
     reward_notes: dict[str, str] = field(default_factory=dict)  # per reward function (log_extra)
+    turns: list[Turn] = field(default_factory=list)  # agent rollouts: the conversation turn by turn
 
     def to_sample(self, step: int, group_size: int) -> Sample:
         return Sample(
@@ -45,6 +46,7 @@ class Generation:
             thinking=self.thinking,
             tool_calls=self.tool_calls,
             reward_notes=self.reward_notes,
+            turns=self.turns,
         )
 
 

@@ -48,10 +48,13 @@ def all_generations(path: Path) -> list[dict]:
     c.row_factory = sqlite3.Row
     rows = [dict(r) for r in c.execute("SELECT * FROM generations ORDER BY id")]
     calls: dict[int, list[str]] = {}
-    for gid, status in c.execute("SELECT generation_id, status FROM tool_calls"):
+    names: dict[int, list[str | None]] = {}
+    for gid, status, name in c.execute("SELECT generation_id, status, name FROM tool_calls"):
         calls.setdefault(gid, []).append(status)
+        names.setdefault(gid, []).append(name)
     for r in rows:
         r["statuses"] = calls.get(r["id"], [])
+        r["tool_names"] = names.get(r["id"], [])
     c.close()
     return rows
 

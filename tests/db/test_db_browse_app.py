@@ -182,11 +182,16 @@ async def test_every_filter_from_the_form_and_clear(store_path):
         assert "finish stop · a failed tool call · without thinking" in summary(app)
         await set_field(pilot, "f-prompt_index", "1")
         assert rows(app) and {r.prompt_index for r in rows(app)} == {1}
+        await set_field(pilot, "f-tool_name", "calculator")
+        assert rows(app) and "tool 'calculator'" in summary(app)
+        await set_field(pilot, "f-tool_name", "no-such-tool")
+        assert rows(app) == [] and "tool 'no-such-tool'" in summary(app)
         view(app).query_one("#db-gens").focus()
         await pilot.press("x")
         await settle(pilot)
         assert "no filter" in summary(app) and len(rows(app)) == 50
         assert app.query_one("#f-step_min", Input).value == ""
+        assert app.query_one("#f-tool_name", Input).value == ""
         assert app.query_one("#f-finish_reason", Select).value is Select.NULL
 
 

@@ -44,6 +44,7 @@ def matches(g: dict, f: GenFilter) -> bool:
         f.finish_reason is None or g["finish_reason"] == f.finish_reason,
         f.prompt_index is None or g["prompt_index"] == f.prompt_index,
         tool_ok.get(f.tool_status, f.tool_status in s),
+        f.tool_name is None or f.tool_name in g["tool_names"],
         f.has_thinking is None or bool(think) == f.has_thinking,
         not f.text or f.text.lower() in words,
     ])
@@ -107,6 +108,8 @@ FILTERS = [
     GenFilter(run_id=1, tool_status="error"),
     GenFilter(run_id=1, tool_status="any"),
     GenFilter(run_id=1, tool_status="none"),
+    GenFilter(run_id=1, tool_name="calculator"),
+    GenFilter(run_id=1, tool_name="calculator", tool_status="invalid_json"),
     GenFilter(run_id=1, has_thinking=True),
     GenFilter(run_id=1, has_thinking=False),
     GenFilter(run_id=1, text="banana"),

@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hostile", action="store_true", help="completions full of escapes and markup")
     p.add_argument("--garbage", action="store_true", help="send a line that is not a frame after init")
     p.add_argument("--eval-every", type=int, default=0, help="send eval frames at step 0 and every N steps")
+    p.add_argument("--agent", action="store_true", help="samples are agent conversations (turns with tool calls)")
     return p.parse_args(argv)
 
 
@@ -231,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
                 advantage=0.5 - 0.25 * (i % 4), num_tokens=20 + i, finish_reason="length" if i % 3 == 2 else "stop",
                 thinking=f"step {step} sample {i}",
                 tool_calls=[m.ToolCall(index=0, name="calc", arguments={"a": step}, raw='{"name":"calc"}')] if i == 1 else [],
+                turns=agent_turns(step, i) if args.agent else [],
             ))
         fake.send(m.Log(level="debug" if step % 2 else "info", message=f"step {step} done"))
         if args.eval_every and step % args.eval_every == 0:
@@ -251,6 +253,20 @@ def run(args: argparse.Namespace) -> int:
     fake.checkpoint(args.steps, "final")
     fake.send(m.Complete(total_steps=args.steps, seconds=time.monotonic() - fake.start, status="completed"))
     return 0
+
+
+def agent_turns(step: int, i: int) -> list[m.Turn]:
+    """An agent conversation: a good call, a failed one, the answer."""
+    call = '<tool_call>{"name": "multiply", "arguments": {"a": %d, "b": %d}}</tool_call>' % (step, i + 10)
+    return [
+        m.Turn(role="assistant", content=call),
+        m.Turn(role="tool", content=str(step * (i + 10)), name="multiply", arguments={"a": step, "b": i + 10},
+               seconds=0.0012),
+        m.Turn(role="assistant", content='<tool_call>{"name": "divide", "arguments": {"a": 1}}</tool_call>'),
+        m.Turn(role="tool", content="Error: unknown tool 'divide' (available: multiply)", name="divide",
+               arguments={"a": 1}, error="unknown tool 'divide' (available: multiply)", seconds=None),
+        m.Turn(role="assistant", content=f"<answer>{step * (i + 10)}</answer>"),
+    ]
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ SCENARIOS: dict[str, Scenario] = {
     "running": Scenario(RUN, running),
     "paused": Scenario(RUN, paused),
     "sample_detail": Scenario(RUN, sample_detail),
+    "agent_sample_detail": Scenario(RUN + ("--agent",), sample_detail),  # the conversation turn by turn
     "group_view": Scenario(RUN, group_view),
     "help": Scenario(RUN, help_screen),
     "crash_countdown": Scenario(RUN + ("--crash-at", "14"), crash_countdown, {"delay": 30}),

@@ -259,3 +259,64 @@ def test_a_quickstart_run_stores_every_generation_with_its_reward_breakdown(tmp_
         assert breakdown.keys() == weights.keys()
         expected = sum(weights[k] * v for k, v in breakdown.items() if v is not None)
         assert reward == pytest.approx(expected)
+
+
+AGENT_TOOLS_PY = '''
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first
+        b: second
+    """
+    print("add printing to stdout")  # must not reach the frame channel
+    return a + b
+'''
+
+AGENT_REWARD_PY = '''
+def calls(completions, num_tool_calls, failed_tool_calls, log_extra, **kwargs):
+    log_extra("roles", [",".join(m["role"] for m in c) for c in completions])
+    assert all(c[0]["tool_calls"][0]["function"]["name"] == "add" for c in completions)
+    return [n - f + 0.5 * (c[1]["content"] == "3") for c, n, f in zip(completions, num_tool_calls, failed_tool_calls)]
+'''
+
+
+def test_an_agent_run_calls_its_tools_mid_rollout_and_stores_the_turns(tmp_path):
+    model = build_tool_calling_model(tmp_path / "tool-model")  # a real model that always calls `add`
+    (tmp_path / "agent_tools.py").write_text(AGENT_TOOLS_PY)
+    (tmp_path / "agent_reward.py").write_text(AGENT_REWARD_PY)
+    rewards = (f'[[rewards]]\nfunction = "{tmp_path / "agent_reward.py"}:calls"\n'
+               f'[[tools]]\nfunction = "{tmp_path / "agent_tools.py"}:add"\ntimeout_s = 5\n')
+    config = write_config(tmp_path, model, rewards=rewards, training={"max_steps": 2},
+                          generation={"max_completion_length": 80, "max_tool_calls": 1})
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0
+    assert worker.bad_lines == [] and b"add printing to stdout" in worker.stderr
+    assert any("tools: add" in e.message for e in worker.of(m.Log))
+    steps = worker.of(m.Step)
+    assert [s.extra_metrics["tools/calls_per_completion"] for s in steps] == [1.0, 1.0]
+    assert all(s.extra_metrics["tools/failed_call_rate"] == 0.0 and s.reward == 1.5 for s in steps)
+    sample = worker.of(m.Sample)[0]
+    assert [t.role for t in sample.turns] == ["assistant", "tool", "assistant"]
+    assert sample.turns[1].content == "3" and sample.reward_notes == {"roles": "assistant,tool,assistant"}
+    db = tmp_path / "out" / "outputs.db"
+    stored = query(db, "SELECT turns, num_tokens, raw_completion FROM generations")
+    assert len(stored) == 8
+    for turns, num_tokens, raw in stored:
+        turns = json.loads(turns)
+        assert [t["role"] for t in turns] == ["assistant", "tool", "assistant"]
+        assert turns[1]["name"] == "add" and turns[1]["arguments"] == {"a": 1, "b": 2} and "seconds" in turns[1]
+        assert num_tokens < 80 and "<|im_start|>tool\n3<|im_end|>" in raw  # the tool tokens are not the model's
+
+
+def test_a_tool_without_type_hints_stops_the_start_with_its_config_key(tmp_path, tiny_model):
+    (tmp_path / "bad_tool.py").write_text("def add(a, b):\n    return a + b\n")
+    config = write_config(tmp_path, tiny_model, rewards='[[rewards]]\nname = "length"\n'
+                          f'[[tools]]\nfunction = "{tmp_path / "bad_tool.py"}:add"\n')
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Error)
+    assert worker.finish() != 0
+    errors = worker.of(m.Error)
+    assert errors and errors[0].fatal
+    assert errors[0].message == "tools[0].function: parameter 'a' of add has no type hint"

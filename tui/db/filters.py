@@ -34,6 +34,7 @@ class GenFilter:
     reward_max: float | None = None
     finish_reason: str | None = None
     tool_status: str | None = None
+    tool_name: str | None = None  # generations with a call of this tool
     has_thinking: bool | None = None
     text: str = ""
     prompt_index: int | None = None  # with step_min == step_max: one group (the G completions of a prompt)
@@ -72,6 +73,8 @@ class GenFilter:
             parts.append(f"finish {self.finish_reason}")
         if self.tool_status:
             parts.append(TOOL_FILTERS.get(self.tool_status, self.tool_status))
+        if self.tool_name:
+            parts.append(f"tool {self.tool_name!r}")
         if self.has_thinking is not None:
             parts.append("with thinking" if self.has_thinking else "without thinking")
         if self.text:
@@ -111,10 +114,14 @@ def where(f: GenFilter, alias: str = "g") -> tuple[str, list[Any]]:
         elif f.tool_status == "any":
             clauses.append(f"EXISTS ({calls})")
         elif f.tool_status == "error":
-            clauses.append(f"EXISTS ({calls} AND t.status != 'ok')")
+            # a call that did not parse, or (agent rollouts) one that ran and failed
+            clauses.append(f"EXISTS ({calls} AND (t.status != 'ok' OR t.error IS NOT NULL))")
         else:
             clauses.append(f"EXISTS ({calls} AND t.status = ?)")
             params.append(f.tool_status)
+    if f.tool_name:
+        clauses.append(f"EXISTS (SELECT 1 FROM tool_calls t WHERE t.generation_id = {a}.id AND t.name = ?)")
+        params.append(f.tool_name)
     if f.text.strip():
         clauses.append(f"{a}.id IN (SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?)")
         params.append(f.text.strip())
@@ -138,6 +145,8 @@ def from_form(base: GenFilter, **raw: str | bool | None) -> tuple[GenFilter, lis
             changes[name] = _parse(value, float, name, errors)
         elif name == "text":
             changes[name] = (value or "").strip() if isinstance(value, str) else ""
+        elif name == "tool_name":
+            changes[name] = value.strip() or None if isinstance(value, str) else None
         else:
             changes[name] = value if value != "" else None
     return replace(base, **changes), errors

@@ -12,6 +12,9 @@ import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
+import msgspec
+
+from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS
 
 from .filters import GenFilter, where
@@ -85,6 +88,7 @@ class GenDetail:
     reward_details: dict[str, float | None]
     created_at: float
     tool_calls: list[ToolCallRow] = field(default_factory=list)
+    turns: list[m.Turn] = field(default_factory=list)  # agent rollouts (store v3), else empty
 
 
 def runs(conn: sqlite3.Connection) -> list[Run]:
@@ -254,6 +258,8 @@ def iter_generations(conn: sqlite3.Connection, f: GenFilter, batch: int = 500) -
             item = dict(r)
             item["reward_details"] = _json(item["reward_details"])
             item["tool_calls"] = [c.__dict__ for c in calls.get(r["id"], [])]
+            if item.get("turns"):  # store v3, agent rollouts: the conversation as data, not a string
+                item["turns"] = _json(item["turns"])
             yield item
         if len(rows) < batch:
             return
@@ -294,7 +300,22 @@ def generation(conn: sqlite3.Connection, generation_id: int) -> GenDetail | None
         raw_completion=r["raw_completion"], thinking=r["thinking"],
         reward_details=details if isinstance(details, dict) else {}, created_at=r["created_at"],
         tool_calls=_tool_calls(conn, [generation_id]).get(generation_id, []),
+        turns=_turns(conn, generation_id),
     )
+
+
+def _turns(conn: sqlite3.Connection, generation_id: int) -> list[m.Turn]:
+    """A generation's turns; none in a store older than version 3 (no column) or for a bad value."""
+    try:
+        row = conn.execute("SELECT turns FROM generations WHERE id = ?", (generation_id,)).fetchone()
+    except sqlite3.OperationalError:  # a store written before agent rollouts: read-only, not migrated
+        return []
+    if row is None or row[0] is None:
+        return []
+    try:
+        return msgspec.json.decode(row[0], type=list[m.Turn])
+    except msgspec.DecodeError:
+        return []
 
 
 def group_filter(row: GenRow) -> GenFilter:

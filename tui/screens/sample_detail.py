@@ -1,4 +1,4 @@
-"""One sample in full: prompt, thinking, completion, tool calls, reward breakdown, advantage."""
+"""One sample in full: prompt, thinking, completion (or an agent's conversation), tool calls, reward breakdown, advantage."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from textual.widgets import Static
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.widgets.key_bar import KeyBar
-from grpo_tui.tui.sample_text import summary, tool_calls_text
+from grpo_tui.tui.sample_text import summary, tool_calls_text, turns_text
 from grpo_tui.tui.screens.group_view import GroupScreen
 
 
@@ -34,7 +34,8 @@ class SampleDetailScreen(Screen[None]):
             for title, body in (
                 ("prompt", inert(s.prompt)),
                 ("thinking", inert(s.thinking) if s.thinking else Text("(none)", "dim")),
-                ("completion", inert(s.completion)),
+                # an agent completion is shown turn by turn, tool results set apart
+                ("conversation", turns_text(s.turns)) if s.turns else ("completion", inert(s.completion)),
                 ("tool calls", tool_calls_text(s.tool_calls) if s.tool_calls else Text("(none)", "dim")),
             ):
                 yield Static(Text(title, "bold underline"), classes="section-title")

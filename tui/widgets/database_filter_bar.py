@@ -1,5 +1,5 @@
 """The generations filter: a search box, a one-line summary of the current filter, and a form
-(``f``) for step range, reward range, prompt, finish reason, tool-call status and thinking."""
+(``f``) for step range, reward range, prompt, tool name, finish reason, tool-call status and thinking."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ class DatabaseFilterBar(Vertical):
                 yield Label("reward")
                 yield from (self._number(n, p, t) for n, p, t in NUMBER_FIELDS[2:4])
                 yield self._number(*NUMBER_FIELDS[4])
+                yield Input(placeholder="tool name", id="f-tool_name", classes="db-tool-name")
             with Horizontal(classes="db-filter-row"):
                 yield Select([(r, r) for r in FINISH_REASONS], prompt="finish: any", id="f-finish_reason")
                 yield Select([(label, key) for key, label in TOOL_FILTERS.items()], prompt="tools: any",
@@ -62,6 +63,7 @@ class DatabaseFilterBar(Vertical):
         self.filter = f
         with self.prevent(Input.Changed, Select.Changed):
             self.query_one("#db-search", Input).value = f.text
+            self.query_one("#f-tool_name", Input).value = f.tool_name or ""
             for name, _, _ in NUMBER_FIELDS:
                 value = getattr(f, name)
                 self.query_one(f"#f-{name}", Input).value = "" if value is None else f"{value:g}"
@@ -90,6 +92,7 @@ class DatabaseFilterBar(Vertical):
             values[name] = None if value is Select.NULL else value
         values["has_thinking"] = THINKING.get(values["has_thinking"])
         values["text"] = self.query_one("#db-search", Input).value
+        values["tool_name"] = self.query_one("#f-tool_name", Input).value
         return from_form(self.filter, **values)
 
     def _emit(self, from_search: bool = False) -> None:

@@ -13,6 +13,7 @@ from textual.widgets import Static
 from grpo_tui.tui.db import GenDetail
 from grpo_tui.tui.format import clock, number, signed
 from grpo_tui.tui.inert import inert
+from grpo_tui.tui.sample_text import turns_text
 
 
 def _heading(title: str) -> Text:
@@ -55,7 +56,10 @@ def render_detail(d: GenDetail, search: str = "") -> Group:
     parts += [_heading("prompt"), _body(d.prompt, highlight=hl)]
     if d.thinking:
         parts += [_heading("thinking"), _body(d.thinking, "italic", hl)]
-    parts += [_heading("completion"), _body(d.completion, highlight=hl)]
+    if d.turns:  # an agent completion, turn by turn, tool results set apart
+        parts += [_heading(f"conversation ({sum(t.role == 'tool' for t in d.turns)} tool calls)"), turns_text(d.turns)]
+    else:
+        parts += [_heading("completion"), _body(d.completion, highlight=hl)]
     if d.tool_calls:
         parts.append(_heading(f"tool calls ({len(d.tool_calls)})"))
         for c in d.tool_calls:
@@ -72,7 +76,7 @@ def render_detail(d: GenDetail, search: str = "") -> Group:
                 parts.append(Text.assemble(("   arguments ", "dim"), inert(c.arguments, single_line=True)))
             if c.raw and not ok:
                 parts.append(Text.assemble(("   raw ", "dim"), inert(c.raw, single_line=True, limit=500)))
-    if d.raw_completion and d.raw_completion != d.completion and not d.thinking:
+    if d.raw_completion and d.raw_completion != d.completion and not d.thinking and not d.turns:
         parts += [_heading("raw completion"), _body(d.raw_completion, "dim")]
     return Group(*parts)
 

@@ -49,12 +49,15 @@ def arrays(batch: MicroBatch) -> dict[str, mx.array]:
 
 
 def pack(prompts: list[list[int]], completions: list[list[int]], advantages: list[float], keep: list[bool],
-         group: int = 1) -> MicroBatch:
+         group: int = 1, token_masks: list[list[int] | None] | None = None) -> MicroBatch:
     """Build a micro-batch; ``keep[i] = False`` zeroes sequence i's mask (mask_truncated_completions).
-    With ``group`` > 1 and rows in runs of ``group`` sharing a prompt, the shared-prompt layout."""
+    With ``group`` > 1 and rows in runs of ``group`` sharing a prompt, the shared-prompt layout.
+    ``token_masks[i]`` (agent rollouts): 0 on completion i's tool-result and template tokens, which
+    stay in the sequence as context but count nowhere in the loss."""
     heads, shared = shared_prompt.group_prompts(prompts, group)
     if shared:
-        return _pack_shared(heads, completions, advantages, keep, group)
+        batch = _pack_shared(heads, completions, advantages, keep, group)
+        return _apply_token_masks(batch, completions, token_masks, [0] * len(completions))
     seqs = [p + c for p, c in zip(prompts, completions)]
     length = max(len(s) for s in seqs)
     start = min(len(p) for p in prompts) - 1
@@ -68,13 +71,31 @@ def pack(prompts: list[list[int]], completions: list[list[int]], advantages: lis
                 row[t] = 1.0
         mask.append(row)
     ids = mx.array(tokens)
-    return MicroBatch(
+    batch = MicroBatch(
         inputs=ids[:, :-1],
         targets=ids[:, start + 1 :],
         mask=mx.array(mask),
         advantages=mx.array(advantages, dtype=mx.float32),
         start=start,
     )
+    return _apply_token_masks(batch, completions, token_masks, [len(p) - 1 - start for p in prompts])
+
+
+def _apply_token_masks(batch: MicroBatch, completions: list[list[int]], token_masks: list[list[int] | None] | None,
+                       offsets: list[int]) -> MicroBatch:
+    """``batch`` with each row's completion-token mask multiplied by its ``token_masks`` entry;
+    completion i starts at column ``offsets[i]`` of the mask."""
+    if token_masks is None or all(m is None for m in token_masks):
+        return batch
+    width = batch.mask.shape[1]
+    factor = []
+    for c, m, off in zip(completions, token_masks, offsets):
+        row = [1.0] * width
+        if m is not None:
+            for t, v in enumerate(m[: len(c)]):
+                row[off + t] = float(v)
+        factor.append(row)
+    return dataclasses.replace(batch, mask=batch.mask * mx.array(factor))
 
 
 def _bucket(n: int) -> int:

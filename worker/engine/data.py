@@ -42,13 +42,16 @@ def read_jsonl(path: str | Path, config: DataConfig) -> list[Example]:
     return read_dataset(str(path), config)[0]
 
 
-def read_dataset(path: str, config: DataConfig, split: str | None = None) -> tuple[list[Example], str]:
+def read_dataset(path: str, config: DataConfig, split: str | None = None,
+                 default_tools: list[dict[str, Any]] | None = None) -> tuple[list[Example], str]:
     """The examples of the dataset at ``path`` (any format ``dataset_sources`` reads) and its
     fingerprint for resume checks (a file's sha256, else the ``datasets`` fingerprint); a bad row's
-    error names the file, the row and the column."""
+    error names the file, the row and the column. ``default_tools`` (the ``[[tools]]`` schemas) are
+    the tools of rows without a ``tools`` column, in place of the ``data.tools`` file's."""
     try:
         rows = dataset_sources.read(path, split=split or config.split, subset=config.subset)
-        default_tools = dataset_sources.read_tools_file(config.tools) if config.tools else None
+        if default_tools is None and config.tools:
+            default_tools = dataset_sources.read_tools_file(config.tools)
         tools = list(dataset_sources.iter_tools(rows, default_tools))
     except dataset_sources.DatasetSourceError as exc:
         raise DataError(str(exc)) from None

@@ -26,7 +26,7 @@ import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import ConfigError
-from grpo_tui.protocol.messages import RankTiming
+from grpo_tui.protocol.messages import RankTiming, Turn
 
 from .reward_call import StepLog
 from .rollout import Completion
@@ -198,6 +198,9 @@ class _Part(msgspec.Struct, array_like=True):
     per_fn: dict[str, list[float | None]]
     metrics: dict[str, list[float]]  # StepLog.metrics: the reward functions' log_metric values
     extras: dict[str, list[str | None]]  # StepLog.extras: their log_extra notes, one per completion
+    mask: list[list[int] | None]  # agent rollouts: which tokens the model sampled
+    turns: list[list[Turn]]  # agent rollouts: the conversation, for the store and the dashboard
+    transcript: list[str | None]
 
 
 def gather_scored(ranks: Ranks, completions: list[Completion], totals: list[float | None],
@@ -210,10 +213,12 @@ def gather_scored(ranks: Ranks, completions: list[Completion], totals: list[floa
         return completions, totals, per_fn, logged
     part = _Part([c.prompt_index for c in completions], [c.token_ids for c in completions],
                  [c.text for c in completions], [c.finish_reason for c in completions], totals, per_fn,
-                 logged.metrics, logged.extras)
+                 logged.metrics, logged.extras, [c.mask for c in completions], [c.turns for c in completions],
+                 [c.transcript for c in completions])
     parts = [msgspec.msgpack.decode(raw, type=_Part) for raw in ranks.gather_bytes(msgspec.msgpack.encode(part))]
     all_completions = [
-        Completion(prompt_index=p.prompt_index[i], token_ids=p.token_ids[i], text=p.text[i], finish_reason=p.finish_reason[i])
+        Completion(prompt_index=p.prompt_index[i], token_ids=p.token_ids[i], text=p.text[i], finish_reason=p.finish_reason[i],
+                   mask=p.mask[i], turns=p.turns[i], transcript=p.transcript[i])
         for p in parts for i in range(len(p.text))
     ]
     all_totals = [t for p in parts for t in p.totals]

@@ -32,6 +32,8 @@ EXTRAS = (
     "tool_calls",  # parsed <tool_call> blocks: {"name", "arguments", "status", "error"}
     "num_tokens",  # completion token counts
     "prompt_tokens",  # rendered prompt token counts
+    "num_tool_calls",  # with [[tools]]: tool calls run during the completion
+    "failed_tool_calls",  # with [[tools]]: those that returned an error (bad call, exception, timeout)
     "log_metric",  # log_metric(name, value): a scalar averaged per step into the step metrics
     "log_extra",  # log_extra(name, values): one text per completion, kept with the generations
 )
@@ -69,6 +71,22 @@ def trl_completions(prompts: Sequence[Any], texts: Sequence[str]) -> list[Any]:
         bootstrap = last.get("content", "") if last.get("role") == "assistant" else ""
         out.append([{"role": "assistant", "content": f"{bootstrap or ''}{text}"}])
     return out
+
+
+def tool_conversation(turns: Sequence[Any]) -> list[dict[str, Any]]:
+    """An agent completion's turns (``protocol.messages.Turn``) as TRL hands tool-using
+    completions to reward functions: assistant messages (with ``tool_calls`` when the turn called
+    one) and ``tool`` messages with the results."""
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        if turn.role == "assistant":
+            messages.append({"role": "assistant", "content": turn.content})
+            continue
+        call = {"type": "function", "function": {"name": turn.name, "arguments": turn.arguments}}
+        if messages and messages[-1]["role"] == "assistant":
+            messages[-1].setdefault("tool_calls", []).append(call)
+        messages.append({"role": "tool", "name": turn.name, "content": turn.content})
+    return messages
 
 
 @dataclass(frozen=True)

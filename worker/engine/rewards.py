@@ -333,18 +333,21 @@ def score(
     completion_ids: list[list[int]] | None = None,
     trainer_state: TrainerState | None = None,
     log: StepLog | None = None,
+    conversations: list[list[dict[str, Any]]] | None = None,
 ) -> tuple[list[float | None], dict[str, list[float | None]]]:
     """Call every reward; return (weighted sums, per-function scores).
 
     The weighted sum ignores ``None``; a completion no function applies to gets ``None``. The
     built-ins get the texts and every ``extras`` entry; custom functions get TRL's arguments and the
     ``reward_call.EXTRAS`` they take. ``log`` collects ``log_metric`` / ``log_extra`` values.
+    ``conversations`` (agent rollouts): each completion's messages, which custom functions get as
+    ``completions`` (TRL's shape for tool use); the built-ins keep the model's text.
     """
     n = len(completions)
     log = log or StepLog(n, warn)
     ids = completion_ids if completion_ids is not None else [[] for _ in completions]
     state = trainer_state or TrainerState(0, 0.0, 0, 1)
-    trl_shaped = trl_completions(prompts, completions)
+    trl_shaped = conversations if conversations is not None else trl_completions(prompts, completions)
     custom_extras = {k: v for k, v in extras.items() if k in EXTRAS}
     per_fn: dict[str, list[float | None]] = {}
     for reward in rewards:

@@ -22,6 +22,7 @@ from mlx_lm.generate import BatchGenerator
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig
+from grpo_tui.protocol.messages import Turn
 
 from . import architectures
 from .accel import fastgen
@@ -43,6 +44,16 @@ class Completion:
     text: str  # decoded ids without the stop token
     finish_reason: str  # stop | length | repetition
     sampling_logprobs: list[float] = field(default_factory=list)
+    # Agent rollouts (engine.agent) only: 1 on the tokens the model sampled, 0 on tool-result and
+    # template tokens; the conversation turn by turn; every token decoded, tool results included.
+    mask: list[int] | None = None
+    turns: list[Turn] = field(default_factory=list)
+    transcript: str | None = None
+
+    @property
+    def model_tokens(self) -> int:
+        """How many of ``token_ids`` the model sampled (what length metrics count)."""
+        return len(self.token_ids) if self.mask is None else sum(self.mask)
 
 
 def repetition_period(tokens: list[int], max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS,

@@ -25,8 +25,8 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import EvalBatch, Generation, StepOutput
-from . import checkpointing, chunked_head, data, distributed, memory_fit, model as model_io, plan as engine_plan
-from . import rollout, sampling
+from . import agent, checkpointing, chunked_head, data, distributed, memory_fit, model as model_io
+from . import plan as engine_plan, rollout, sampling, tools as agent_tools
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
@@ -34,7 +34,7 @@ from .grpo import group_advantages, group_std
 from .logps import token_logps
 from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
-from .reward_call import StepLog, TrainerState
+from .reward_call import StepLog, TrainerState, tool_conversation
 from .rewards import RewardError, load_rewards, score
 from .update import make_optimizer, optimize_pass
 
@@ -79,12 +79,16 @@ class Trainer:
         self.losses = LossFunctions()
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
 
+        # Tools the model calls during rollouts: their schemas reach the chat template of every row
+        # without a ``tools`` column of its own.
+        self.tools = agent_tools.load_tools(config.tools)
+        schemas = [t.schema for t in self.tools] or None
         d = config.data
-        self.dataset, self.dataset_hash = data.read_dataset(d.path, d)
+        self.dataset, self.dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
         self.eval_dataset = None
         if d.eval_path or d.eval_split:
-            self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split)[0]
+            self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
         if config.training.memory_limit_gb > 0:
             choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
@@ -105,6 +109,10 @@ class Trainer:
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
         log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
         log("info", "engine: " + self.plan.describe())
+        if self.tools:
+            agent.check_template(self.tokenizer, config.generation.enable_thinking)
+            log("info", f"tools: {', '.join(t.name for t in self.tools)}; rows that call one go on in further "
+                        f"rollout rounds (at most {config.generation.max_tool_calls} calls per completion)")
 
     # ------------------------------------------------------------ data order
 
@@ -129,9 +137,7 @@ class Trainer:
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
         prompts = [examples[i].prompt_ids for i in mine]
-        keys = sampling.step_keys(cfg.training.seed, step, list(mine), G)
-        completions = rollout.generate(self.model, self.tokenizer, prompts, G, cfg.generation, logprobs=False,
-                                       plan=self.plan, decode=self.decode, keys=keys)
+        completions = self._rollout(prompts, G, keys=sampling.step_keys(cfg.training.seed, step, list(mine), G))
         generation_s = time.perf_counter() - t0
 
         on_phase("scoring")
@@ -166,7 +172,7 @@ class Trainer:
         training_s = time.perf_counter() - t0
 
         rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
-        lengths = [len(c.token_ids) for c in completions]
+        lengths = [c.model_tokens for c in completions]  # the model's own tokens, not tool results
         prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
         n = len(passes)
         skipped = [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
@@ -204,7 +210,7 @@ class Trainer:
             active_memory_mb=mx.get_active_memory() / MB,
             gradients_applied=not skipped,
             skipped_reason="; ".join(skipped) or None,
-            extra_metrics=logged.metric_means(),
+            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions)},
             ranks=rank_times,
             slowest_rank=slowest,
             all_reduce_bytes=self.ranks.comm_bytes,
@@ -214,6 +220,28 @@ class Trainer:
         generations = self._generations(owners, completions, totals, per_fn, advantages.tolist(), logged)
         return StepOutput(metrics=metrics, generations=generations)
 
+    def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False,
+                 keys: list[int] | None = None) -> list[rollout.Completion]:
+        """``n`` completions per prompt; ``keys`` (sampling.step_keys) make a row's tokens independent
+        of its batch. Agent rollouts draw from ``mx.random`` (their later rounds regroup the rows)."""
+        if self.tools:
+            return agent.generate(self.model, self.tokenizer, prompts, n, self.config.generation, self.tools,
+                                  greedy=greedy, plan=self.plan, decode=self.decode)
+        return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
+                                logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
+
+    def _tool_metrics(self, completions: list[rollout.Completion]) -> dict[str, float]:
+        """Per-step tool metrics (in ``extra_metrics``): calls per completion, the share of calls
+        that failed, seconds spent in tools."""
+        if not self.tools:
+            return {}
+        calls = [t for c in completions for t in c.turns if t.role == "tool"]
+        out = {"tools/calls_per_completion": len(calls) / max(len(completions), 1),
+               "tools/seconds": sum(t.seconds or 0.0 for t in calls)}
+        if calls:
+            out["tools/failed_call_rate"] = sum(t.error is not None for t in calls) / len(calls)
+        return out
+
     def _score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
         parsed = [split_thinking(c.text) for c in completions]
@@ -222,16 +250,23 @@ class Trainer:
             "thinking": [thinking for thinking, _ in parsed],
             "answer": [answer for _, answer in parsed],
             "tool_calls": [[msgspec.to_builtins(t) for t in parse_tool_calls(answer)] for _, answer in parsed],
-            "num_tokens": [len(c.token_ids) for c in completions],
+            "num_tokens": [c.model_tokens for c in completions],
             "prompt_tokens": [len(e.prompt_ids) for e in owners],
             "max_completion_length": self.config.generation.max_completion_length,  # built-ins only
         }
         warn = lambda message: self.log("warning", message)  # noqa: E731
         logged = StepLog(len(completions), warn)
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
+        conversations = None
+        if self.tools:
+            extras["num_tool_calls"] = [sum(t.role == "tool" for t in c.turns) for c in completions]
+            extras["failed_tool_calls"] = [sum(t.role == "tool" and t.error is not None for t in c.turns)
+                                           for c in completions]
+            conversations = [tool_conversation(c.turns) for c in completions]
         totals, per_fn = score(
             self.rewards, [e.prompt for e in owners], [c.text for c in completions], data.columns_for(owners),
             extras, warn, completion_ids=[list(c.token_ids) for c in completions], trainer_state=state, log=logged,
+            conversations=conversations,
         )
         return totals, per_fn, logged
 
@@ -249,6 +284,7 @@ class Trainer:
                 advantages[k * per : (k + 1) * per],
                 keep,
                 group=self.plan.pack_group(G),
+                token_masks=[c.mask for c in part],
             )
             if self.ref_model is not None:
                 logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab,
@@ -269,15 +305,16 @@ class Trainer:
                     group_index=i % G,
                     prompt=ex.prompt_text,
                     completion=answer,
-                    raw_completion=c.text,
+                    raw_completion=c.transcript if c.transcript is not None else c.text,
                     thinking=thinking,
                     reward=totals[i],
                     reward_details={label: values[i] for label, values in per_fn.items()},
                     advantage=advantages[i],
-                    num_tokens=len(c.token_ids),
+                    num_tokens=c.model_tokens,
                     finish_reason=c.finish_reason,
-                    tool_calls=parse_tool_calls(answer),
+                    tool_calls=agent.tool_calls(c.turns) if c.turns else parse_tool_calls(answer),
                     reward_notes=logged.notes(i),
+                    turns=list(c.turns),
                 )
             )
         return out
@@ -296,12 +333,9 @@ class Trainer:
         if seed is not None:
             mx.random.seed(seed % 2**32)
         self.model.eval()
-        completions = rollout.generate(
-            self.model, self.tokenizer, [e.prompt_ids for e in examples], num_samples, self.config.generation,
-            greedy=greedy, logprobs=False, plan=self.plan, decode=self.decode,
-        )  # fmt: skip
+        completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy)
         totals, per_fn, _ = self._score([examples[c.prompt_index] for c in completions], completions)
-        return EvalBatch(per_fn, totals, [len(c.token_ids) for c in completions], [c.finish_reason for c in completions])
+        return EvalBatch(per_fn, totals, [c.model_tokens for c in completions], [c.finish_reason for c in completions])
 
     def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:
         """Mean score of each reward function on the first ``limit`` eval prompts, one completion each."""

@@ -1,0 +1,115 @@
+"""Tools the model calls during its rollouts (``[[tools]]``): loading them and running one call.
+
+A tool is user code running in the worker process with its permissions. A call never raises: every
+way it can go wrong (invalid JSON, no name, an unknown tool, wrong arguments, an exception, a
+timeout) becomes an error text that the model reads as the tool's result, so a bad call is
+something the policy learns from, not a crash. The call runs in a daemon thread with the tool's
+``timeout_s`` (a hung tool is abandoned, not joined), and whatever it prints lands on stderr: the
+worker keeps the real stdout for protocol frames (``frames.reserve_stdout``), and ``sys.stdout`` is
+pointed at stderr during the call for the in-process case too.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from grpo_tui.protocol.config import ToolConfig
+from grpo_tui.protocol.messages import ToolCall, Turn
+
+from .rewards import RewardError, _call_with_timeout, _describe, load_function
+from .tool_schema import SchemaError, function_schema
+
+# A result longer than this is cut (with a note saying so): it would fill the completion budget
+# and the store with one value.
+MAX_RESULT_CHARS = 2000
+
+
+class ToolError(RuntimeError):
+    """A configured tool that cannot be used; the message names its config key."""
+
+
+@dataclass
+class Tool:
+    name: str
+    fn: Callable[..., Any]
+    timeout_s: float
+    schema: dict[str, Any]
+
+
+def load_tools(configs: list[ToolConfig]) -> list[Tool]:
+    """Import every ``[[tools]]`` function and derive its schema."""
+    tools = []
+    for i, config in enumerate(configs):
+        key = f"tools[{i}].function"
+        try:
+            fn = load_function(config.function)
+            schema = function_schema(fn)
+        except (RewardError, SchemaError) as exc:
+            raise ToolError(f"{key}: {str(exc).removeprefix('reward ')}") from None
+        schema["function"]["name"] = config.function.rsplit(":", 1)[1]  # the name the config gave
+        tools.append(Tool(schema["function"]["name"], fn, config.timeout_s, schema))
+    return tools
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def cap(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+    """``text``, cut to ``limit`` characters with a note when longer."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[result cut: {limit} of {len(text)} characters shown]"
+
+
+def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
+    """Run one parsed ``<tool_call>``; the ``tool`` turn holds its result or its error text."""
+    name = call.name
+    arguments = call.arguments if call.arguments is not None else {}
+    turn = Turn(role="tool", content="", name=name, arguments=call.arguments)
+    error: str | None = None
+    if call.status == "invalid_json":
+        error = f"invalid tool call JSON: {call.error}"
+    elif call.status != "ok" or name is None:
+        error = 'the tool call has no "name"'
+    elif name not in tools:
+        error = f"unknown tool {name!r} (available: {', '.join(sorted(tools)) or 'none'})"
+    elif not isinstance(arguments, dict):
+        error = f"wrong arguments for {name}: expected a JSON object, got {type(arguments).__name__}"
+    else:
+        tool = tools[name]
+        try:
+            inspect.signature(tool.fn).bind(**arguments)
+        except TypeError as exc:
+            error = f"wrong arguments for {name}: {exc}"
+        except ValueError:  # a callable without a signature: let the call decide
+            pass
+    if error is None:
+        tool = tools[str(name)]
+        start = time.perf_counter()
+        saved = sys.stdout
+        sys.stdout = sys.stderr  # a tool's print is a log line, never a frame
+        try:
+            turn.content = cap(_text(_call_with_timeout(tool.fn, dict(arguments), tool.timeout_s)))
+        except TimeoutError:
+            error = f"{name} timed out after {tool.timeout_s:g}s"
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in a tool too
+            error = f"{name} raised {_describe(exc)}"
+        finally:
+            if sys.stdout is sys.stderr:
+                sys.stdout = saved
+            turn.seconds = time.perf_counter() - start
+    if error is not None:
+        turn.error = cap(error)
+        turn.content = f"Error: {turn.error}"
+    return turn
