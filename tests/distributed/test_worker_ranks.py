@@ -84,4 +84,17 @@ def test_a_killed_rank_ends_the_run_with_one_clear_error(tmp_path, tiny_model):
     assert len(errors) == 1, worker.events
     assert "rank 1" in errors[0].message
     # rank 0 could still write: the weights after the last completed step are kept
-    assert any(e.kind == "emergency" for e in worker.of(m.Checkpoint))
+    [kept] = [e for e in worker.of(m.Checkpoint) if e.kind == "emergency"]
+    # ... and the two ranks resume from them: the next step is the one after, each step stored once
+    again = WorkerProcess(config, "--ranks", "2", "--resume", kept.path)
+    try:
+        assert again.wait_for(m.ResumeState).step == kept.step
+        again.wait_for(m.Step, lambda e: e.step == kept.step + 2)
+        again.send(m.Stop())
+        again.wait_for(m.Complete)
+        again.finish(timeout=60)
+    finally:
+        again.kill()
+    assert [s.step for s in again.of(m.Step)][:2] == [kept.step + 1, kept.step + 2]
+    stored = [r[0] for r in query(tmp_path / "out" / "outputs.db", "SELECT step FROM steps ORDER BY step")]
+    assert stored == list(range(1, len(stored) + 1))
