@@ -66,7 +66,7 @@ def make_trainer(spec: dict) -> Trainer:
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in spec["rows"]))
     text = CONFIG.format(
-        **spec,
+        **{k: v for k, v in spec.items() if k not in ("lora", "training")},  # written below as TOML
         data=str(data),
         output_dir=str(work / "run"),
         total_steps=spec["warmup"] + spec["steps"],
