@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from textual.app import App
+from textual.widgets import DataTable
 
 from grpo_tui.protocol.messages import Step
 from grpo_tui.tui.app import GrpoApp
@@ -76,6 +77,8 @@ async def test_the_dashboard_shows_hostile_text_inert_everywhere(tmp_path):
     app = GrpoApp(str(tmp_path / "config.toml"), config, worker_argv=argv, stop_timeout_s=5.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: len(app.state.samples) == 4, timeout=30)
+        table = app.query_one("#samples-table", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 4, timeout=30)  # redrawn at most once a second
         assert_shown_inert(app, "[bold]B[/bold] [link=https://x]L[/link]", at_least=4)  # Samples: 4 rows
 
         await pilot.press("enter")

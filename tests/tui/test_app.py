@@ -37,6 +37,7 @@ def table_rows(app) -> int:
     """Rows the samples table shows (it is rebuilt at most once a second)."""
     return app.query_one("#samples-table", DataTable).row_count
 
+
 async def test_live_view_follows_the_run(make_app):
     app = make_app("--steps", "6", "--samples", "8", "--hold")
     async with app.run_test(size=SIZE) as pilot:
