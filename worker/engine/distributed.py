@@ -26,7 +26,7 @@ import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import ConfigError
-from grpo_tui.protocol.messages import RankTiming, Turn
+from grpo_tui.protocol.messages import RankTiming
 
 from .reward_call import StepLog
 from .rollout import Completion
@@ -190,17 +190,11 @@ Scored = tuple[list[Completion], list[float | None], dict[str, list[float | None
 
 
 class _Part(msgspec.Struct, array_like=True):
-    prompt_index: list[int]
-    token_ids: list[list[int]]
-    text: list[str]
-    finish_reason: list[str]
+    completions: list[Completion]  # with an agent rollout's mask, turns and transcript
     totals: list[float | None]
     per_fn: dict[str, list[float | None]]
     metrics: dict[str, list[float]]  # StepLog.metrics: the reward functions' log_metric values
     extras: dict[str, list[str | None]]  # StepLog.extras: their log_extra notes, one per completion
-    mask: list[list[int] | None]  # agent rollouts: which tokens the model sampled
-    turns: list[list[Turn]]  # agent rollouts: the conversation, for the store and the dashboard
-    transcript: list[str | None]
 
 
 def gather_scored(ranks: Ranks, completions: list[Completion], totals: list[float | None],
@@ -211,23 +205,16 @@ def gather_scored(ranks: Ranks, completions: list[Completion], totals: list[floa
         c.prompt_index += offset
     if ranks.size == 1:
         return completions, totals, per_fn, logged
-    part = _Part([c.prompt_index for c in completions], [c.token_ids for c in completions],
-                 [c.text for c in completions], [c.finish_reason for c in completions], totals, per_fn,
-                 logged.metrics, logged.extras, [c.mask for c in completions], [c.turns for c in completions],
-                 [c.transcript for c in completions])
+    part = _Part(completions, totals, per_fn, logged.metrics, logged.extras)
     parts = [msgspec.msgpack.decode(raw, type=_Part) for raw in ranks.gather_bytes(msgspec.msgpack.encode(part))]
-    all_completions = [
-        Completion(prompt_index=p.prompt_index[i], token_ids=p.token_ids[i], text=p.text[i], finish_reason=p.finish_reason[i],
-                   mask=p.mask[i], turns=p.turns[i], transcript=p.transcript[i])
-        for p in parts for i in range(len(p.text))
-    ]
+    all_completions = [c for p in parts for c in p.completions]
     all_totals = [t for p in parts for t in p.totals]
     all_per_fn = {label: [v for p in parts for v in p.per_fn[label]] for label in per_fn}
     merged = StepLog(len(all_completions), logged.warn)
     for name in dict.fromkeys(n for p in parts for n in p.metrics):
         merged.metrics[name] = [v for p in parts for v in p.metrics.get(name, [])]
     for name in dict.fromkeys(n for p in parts for n in p.extras):  # a rank that did not log: no notes
-        merged.extras[name] = [v for p in parts for v in p.extras.get(name, [None] * len(p.text))]
+        merged.extras[name] = [v for p in parts for v in p.extras.get(name, [None] * len(p.completions))]
     return all_completions, all_totals, all_per_fn, merged
 
 
