@@ -27,7 +27,7 @@ from . import rollout
 from .accel import fastgen
 from .parsing import parse_tool_calls
 from .plan import EnginePlan
-from .rewards import _describe
+from .rewards import describe_error
 from .tools import Tool, ToolError, run_call
 
 CLOSE = "</tool_call>"
@@ -174,4 +174,4 @@ def check_template(tokenizer: Any, enable_thinking: bool) -> None:
     try:
         tool_message_ids(tokenizer, [Turn(role="tool", content="0", name="check")], enable_thinking)
     except Exception as exc:  # noqa: BLE001 — a Jinja error raised by the template: say what it means
-        raise ToolError(f"tools: the model's chat template cannot render a tool result message ({_describe(exc)})") from None
+        raise ToolError(f"tools: the model's chat template cannot render a tool result message ({describe_error(exc)})") from None

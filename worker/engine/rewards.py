@@ -214,7 +214,7 @@ def load_function(spec: str) -> RewardFn:
     except RewardError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise RewardError(f"reward {spec}: cannot import {target}: {_describe(exc)}") from exc
+        raise RewardError(f"reward {spec}: cannot import {target}: {describe_error(exc)}") from exc
     fn = getattr(module, name, None)
     if not callable(fn):
         raise RewardError(f"reward {spec}: {name!r} is not a function in {target}")
@@ -270,7 +270,7 @@ def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
     return rewards
 
 
-def _call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float) -> Any:
+def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float) -> Any:
     """Run ``fn(**kwargs)`` (sync or async) in a daemon thread; a hung function is abandoned, not joined."""
     box: dict[str, Any] = {}
 
@@ -293,7 +293,7 @@ def _call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float) -
     return box["value"]
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     try:
         return f"{exc.__class__.__name__}: {exc}"
     except Exception:  # noqa: BLE001 — an exception whose __str__ fails
@@ -357,9 +357,9 @@ def score(
             columns=columns, extras=extras if reward.builtin else custom_extras, log=log, params=reward.params,
         )
         try:
-            values = _validate(_call_with_timeout(reward.fn, kwargs, reward.timeout_s), n)
+            values = _validate(call_with_timeout(reward.fn, kwargs, reward.timeout_s), n)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
-            message = f"reward function {reward.label!r} failed: {_describe(exc)}"
+            message = f"reward function {reward.label!r} failed: {describe_error(exc)}"
             if reward.on_error != "skip":
                 raise RewardError(message) from exc
             warn(message + " (on_error = skip: scored None)")

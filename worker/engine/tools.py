@@ -21,7 +21,7 @@ from typing import Any, Callable
 from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
 
-from .rewards import RewardError, _call_with_timeout, _describe, load_function
+from .rewards import RewardError, call_with_timeout, describe_error, load_function
 from .tool_schema import SchemaError, function_schema
 
 # A result longer than this is cut (with a note saying so): it would fill the completion budget
@@ -100,11 +100,11 @@ def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
         saved = sys.stdout
         sys.stdout = sys.stderr  # a tool's print is a log line, never a frame
         try:
-            turn.content = cap(_text(_call_with_timeout(tool.fn, dict(arguments), tool.timeout_s)))
+            turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s)))
         except TimeoutError:
             error = f"{name} timed out after {tool.timeout_s:g}s"
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in a tool too
-            error = f"{name} raised {_describe(exc)}"
+            error = f"{name} raised {describe_error(exc)}"
         finally:
             if sys.stdout is sys.stderr:
                 sys.stdout = saved
