@@ -42,6 +42,7 @@ from mlx_lm import load  # noqa: E402
 
 from grpo_tui.protocol.config import GenerationConfig  # noqa: E402
 from grpo_tui.worker.engine import agent, rollout, sampling  # noqa: E402
+from grpo_tui.worker.engine.accel import fastgen  # noqa: E402
 from grpo_tui.worker.engine.tool_schema import function_schema  # noqa: E402
 from grpo_tui.worker.engine.tools import Tool  # noqa: E402
 from eval_arith import render_prompt  # noqa: E402
@@ -60,7 +61,7 @@ def multiply(a: int, b: int) -> int:
     return a * b
 
 
-def rounds(model, tokenizer, prompts, n, gen, tools, keys, parallel: bool) -> list[rollout.Completion]:
+def rounds(model, tokenizer, prompts, n, gen, tools, keys, parallel: bool, decode) -> list[rollout.Completion]:
     """The rounds design: each round generates every live row to the end of its turn; the round's
     calls run (one by one, or all at once); the rows that called go on in the next round."""
     by_name = {t.name: t for t in tools}
@@ -74,7 +75,7 @@ def rounds(model, tokenizer, prompts, n, gen, tools, keys, parallel: bool) -> li
             budget = max(gen.max_completion_length - len(tokens[i]) for i in live)
             outs = rollout.generate(model, tokenizer, [contexts[i] + tokens[i] for i in live], 1,
                                     GenerationConfig(max_completion_length=budget, temperature=gen.temperature),
-                                    logprobs=False, keys=[keys[i] for i in live])
+                                    logprobs=False, keys=[keys[i] for i in live], decode=decode)
             pending = []
             for i, out in zip(live, outs):
                 ids = out.token_ids[: gen.max_completion_length - len(tokens[i])]
@@ -119,13 +120,16 @@ def main() -> None:
     no_calls = msgspec.structs.replace(gen, max_tool_calls=0)
     tools = [Tool("multiply", multiply, 10.0, function_schema(multiply))]
     n = args.group
+    decode = fastgen.DecodeStep(model)  # one compiled step for every way, as the trainer keeps it
     ways = {
-        "rounds, calls one by one": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, False),
-        "rounds, a round's calls at once": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, True),
-        "continuous": lambda keys: agent.generate(model, tokenizer, prompts, n, gen, tools, keys=keys),
+        "rounds, calls one by one": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, False, decode),
+        "rounds, a round's calls at once": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, True,
+                                                               decode),
+        "continuous": lambda keys: agent.generate(model, tokenizer, prompts, n, gen, tools, keys=keys, decode=decode),
         "plain compiled rollout (no tools)": lambda keys: rollout.generate(model, tokenizer, prompts, n, gen,
-                                                                          logprobs=False, keys=keys),
-        "continuous, no call run": lambda keys: agent.generate(model, tokenizer, prompts, n, no_calls, [], keys=keys),
+                                                                          logprobs=False, keys=keys, decode=decode),
+        "continuous, no call run": lambda keys: agent.generate(model, tokenizer, prompts, n, no_calls, [], keys=keys,
+                                                               decode=decode),
     }
     for way in ways.values():  # warm-up: compile every shape once
         way(sampling.step_keys(0, 0, list(range(len(prompts))), n))

@@ -100,10 +100,10 @@ def test_each_turn_ends_at_the_end_of_turn_token_and_its_call_s_result_is_a_tool
 
 def test_every_call_of_a_turn_runs_in_order_and_their_results_follow_in_order(two_call_model, decoder_kind):
     model, tokenizer = two_call_model
-    seen: dict[int, list[tuple[int, int]]] = {}
+    seen: list[tuple[int, int]] = []
 
     def traced(a: int, b: int) -> int:
-        seen.setdefault(threading.get_ident(), []).append((a, b))  # a row's turn runs on one thread
+        seen.append((a, b))
         return a + b
 
     tools = [Tool("add", traced, 5.0, function_schema(add))]
@@ -117,8 +117,11 @@ def test_every_call_of_a_turn_runs_in_order_and_their_results_follow_in_order(tw
             ("assistant", TOOL_CALL_TEXT + SECOND_CALL_TEXT)]
         assert c.token_ids == calls + [tokenizer.eos_token_id] + glue + calls + [tokenizer.eos_token_id]
         assert c.mask == [1] * 3 + [0] * len(glue) + [1] * 3
-    # each row's calls one after the other, first call first (the two rows' turns may overlap)
-    assert sorted(seen.values()) in ([[(1, 2), (3, 4)]] * 2, [[(1, 2), (3, 4)] * 2])
+    assert sorted(seen) == [(1, 2), (1, 2), (3, 4), (3, 4)]  # two rows' turns, which may overlap
+    seen.clear()
+    gen = GenerationConfig(max_completion_length=120, max_tool_calls=3)
+    agent.generate(model, tokenizer, [_prompt(tokenizer)], 1, gen, tools)
+    assert seen == [(1, 2), (3, 4)]  # one row's calls one after the other, first call first
     stored = agent.tool_calls(completions[0].turns)
     assert [(s.index, s.arguments) for s in stored] == [(0, {"a": 1, "b": 2}), (1, {"a": 3, "b": 4}),
                                                          (2, {"a": 1, "b": 2}), (3, {"a": 3, "b": 4})]

@@ -50,39 +50,42 @@ class CompiledRows:
         self.decode = decode if decode is not None and decode.model is model else fastgen.DecodeStep(model)
         self.pick = pick
         self.slot = np.full(self.rows, self.width, dtype=np.int64)  # where each row's next input is written
-        self.mode = [SAMPLE] * self.rows
-        self.epoch = [0] * self.rows
-        self.fed: list[deque[int]] = [deque() for _ in range(self.rows)]
+        self.mode = np.full(self.rows, SAMPLE)
+        self.epoch = np.zeros(self.rows, dtype=np.int64)
+        self.fed: dict[int, deque[int]] = {}  # the rows being fed, and what is left to feed them
         self.steps = 0  # compiled decode steps run (tests count them)
-        self.pending = pick(logits, mx.zeros((self.rows,), dtype=mx.uint32))
-        self.tags = list(self.epoch)  # per row: the epoch its pending output is a live draw of, or -1
+        self.pending = pick(logits, mx.zeros((self.rows,), dtype=mx.uint32)).astype(mx.uint32)
+        self.tags = self.epoch.copy()  # per row: the epoch its pending output is a live draw of, or -1
         mx.async_eval(self.pending)
 
     @property
     def active(self) -> bool:
         """Whether any row is sampling or being fed."""
-        return any(m in (SAMPLE, FEED) for m in self.mode)
+        return bool(np.any(self.mode <= FEED))
 
     def step(self) -> list[tuple[int, int]]:
         """One decode step: (row, token) for every row whose live draw came back."""
-        forced = np.zeros(self.rows, dtype=np.uint32)
-        use_forced = np.ones(self.rows, dtype=bool)
-        advance = np.zeros(self.rows, dtype=bool)
-        tags = [-1] * self.rows
-        for i, mode in enumerate(self.mode):
-            if mode == SAMPLE:
-                use_forced[i], advance[i], tags[i] = False, True, self.epoch[i]
-            elif mode == FEED:
-                forced[i], advance[i] = self.fed[i].popleft(), True
-                if not self.fed[i]:  # the last fed token: this step's output is the row's next draw
+        sampling = self.mode == SAMPLE
+        tags = np.where(sampling, self.epoch, -1)
+        advance = sampling.copy()
+        inputs = self.pending  # a paused or finished row's input is never read: any token will do
+        if self.fed:
+            forced = np.zeros(self.rows, dtype=np.uint32)
+            feeding = np.zeros(self.rows, dtype=bool)
+            for i, left in list(self.fed.items()):
+                forced[i] = left.popleft()
+                feeding[i] = advance[i] = True
+                if not left:  # the last fed token: this step's output is the row's next draw
+                    del self.fed[i]
                     self.mode[i], tags[i] = SAMPLE, self.epoch[i]
+            inputs = mx.where(mx.array(feeding), mx.array(forced), inputs)
         positions = np.minimum(self.slot, self.length - 1)  # a finished row may sit past the end
-        inputs = mx.where(mx.array(use_forced), mx.array(forced), self.pending.astype(mx.uint32))
         logits, *self.kv = self.decode(inputs[:, None], mx.array(positions), self.left_pad, *self.kv)
-        upcoming = self.pick(logits, mx.array(positions + 1 - self.width, dtype=mx.uint32))
+        upcoming = self.pick(logits, mx.array(positions + 1 - self.width, dtype=mx.uint32)).astype(mx.uint32)
         mx.async_eval(upcoming)
         ids = self.pending.tolist()
-        out = [(i, ids[i]) for i in range(self.rows) if self.tags[i] == self.epoch[i] and self.mode[i] == SAMPLE]
+        live = np.flatnonzero((self.tags == self.epoch) & (self.mode == SAMPLE))
+        out = [(int(i), ids[i]) for i in live]
         self.slot += advance
         self.pending, self.tags = upcoming, tags
         self.steps += 1
@@ -93,12 +96,15 @@ class CompiledRows:
         self._set(row, WAIT)
 
     def resume(self, row: int, tokens: list[int]) -> None:
-        """Feed ``tokens`` to a paused row, then let it sample again."""
+        """Feed ``tokens`` (at least one) to a paused row, then let it sample again."""
+        if not tokens:
+            raise ValueError("a paused row needs at least one token to go on from")
         self._set(row, FEED)
         self.fed[row] = deque(tokens)
 
     def end(self, row: int) -> None:
         self._set(row, DONE)
+        self.fed.pop(row, None)
 
     def close(self) -> None:
         pass
