@@ -1,6 +1,7 @@
 """The whole-batch stall of agent rollouts in rounds, against continuous rows, in one run.
 
     python bench/agent_rollout.py [--latency-ms 100] [--prompts 8] [--group 8] [--tokens 128] [--repeats 3]
+                                  [--model examples/runs/agent_calculator/final]
 
 The agent demo's model (examples/models/tiny-agent, a 0.4M-parameter Qwen3 that calls its calculator
 in part of its completions and guesses in the rest) rolls out the held-out prompts with the
@@ -111,9 +112,11 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--max-tool-calls", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--model", default=str(ROOT / "examples" / "models" / "tiny-agent"),
+                   help="e.g. examples/runs/agent_calculator/final: the demo after GRPO, which calls in most rows")
     args = p.parse_args()
     LATENCY[0] = args.latency_ms / 1000
-    model, tokenizer = load(str(ROOT / "examples" / "models" / "tiny-agent"))
+    model, tokenizer = load(args.model)
     rows = [json.loads(line) for line in (ROOT / "examples" / "data" / "mul_eval.jsonl").read_text().splitlines()]
     prompts = [render_prompt(tokenizer, r["prompt"]) for r in rows[: args.prompts]]
     gen = GenerationConfig(max_completion_length=args.tokens, temperature=1.0, max_tool_calls=args.max_tool_calls)
@@ -144,7 +147,7 @@ def main() -> None:
             tool_calls = sum(m == 0 and (k == 0 or c.mask[k - 1] == 1) for c in out if c.mask for k, m in enumerate(c.mask))
             results[name].append((wall, cpu, model_tokens, tool_calls))
         assert same["plain compiled rollout (no tools)"] == same["continuous, no call run"], "not the same tokens"
-    print(f"{len(prompts)} prompts x {n}, up to {args.tokens} tokens, tool latency {args.latency_ms:g} ms, "
+    print(f"{args.model}: {len(prompts)} prompts x {n}, up to {args.tokens} tokens, tool latency {args.latency_ms:g} ms, "
           f"max {args.max_tool_calls} calls per completion; medians of {args.repeats} (turns with calls per run)")
     median = {name: [statistics.median(r[k] for r in runs) for k in range(4)] for name, runs in results.items()}
     for name, (wall, cpu, tokens, turns) in median.items():

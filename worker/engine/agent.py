@@ -16,7 +16,8 @@ ends the row with what it sampled).
 calls run on a thread of their own (``tools.run_call`` with each tool's timeout), and the decode
 loop keeps stepping the other rows; when the results are back the row is fed the tool messages
 and samples again. Only when every unfinished row waits for a tool does the loop block, on the
-first tool to finish. Two decoders behind one interface (step / pause / resume / end):
+first tool to finish. (A tool that waits, on I/O, a subprocess or a sleep, costs the loop nothing; one
+that computes in Python holds the GIL while it runs and slows the loop's host side.) Two decoders behind one interface (step / pause / resume / end):
 
 - llama-family models without logits processors (the plan's ``fast_rollout``):
   ``accel.rowgen.CompiledRows``, fastgen's compiled fixed-shape step with one cache position per

@@ -35,8 +35,9 @@ class GeneratorRows:
         self.max_tokens, self.pick_row = max_tokens, pick_row
         self.uid_row: dict[int, int] = {}
         self.used = [0] * rows  # tokens each row holds (sampled and fed)
-        self.parked: dict[int, Any] = {}  # row -> its KV cache, from the end of its turn
-        self._insert(list(range(rows)), [p for p in prompts for _ in range(n)], [None] * rows)
+        # row -> (its KV cache, the tokens in it), from the end of its turn
+        self.parked: dict[int, tuple[Any, list[int]]] = {}
+        self._insert(list(range(rows)), [p for p in prompts for _ in range(n)], [None] * rows, [[]] * rows)
 
     @property
     def active(self) -> bool:
@@ -52,7 +53,7 @@ class GeneratorRows:
             self.used[row] += 1
             if r.finish_reason is not None:  # the generator took it out of its batch
                 del self.uid_row[r.uid]
-                self.parked[row] = r.prompt_cache
+                self.parked[row] = (r.prompt_cache, r.all_tokens)
         return out
 
     def pause(self, row: int) -> None:
@@ -61,7 +62,8 @@ class GeneratorRows:
 
     def resume(self, row: int, tokens: list[int]) -> None:
         self.used[row] += len(tokens)
-        self._insert([row], [tokens], [self.parked.pop(row)])
+        cache, seen = self.parked.pop(row)
+        self._insert([row], [tokens], [cache], [list(seen)])  # ``seen``: a repetition penalty's context
 
     def end(self, row: int) -> None:
         self.parked.pop(row, None)
@@ -73,11 +75,12 @@ class GeneratorRows:
     def close(self) -> None:
         self.generator.close()
 
-    def _insert(self, rows: list[int], prompts: list[list[int]], caches: list[Any]) -> None:
+    def _insert(self, rows: list[int], prompts: list[list[int]], caches: list[Any], seen: list[list[int]]) -> None:
         samplers = None if self.pick_row is None else [self._sampler(r) for r in rows]
         budgets = [self.max_tokens - self.used[r] for r in rows]
         caches_arg = caches if any(c is not None for c in caches) else None
-        uids = self.generator.insert(prompts, max_tokens=budgets, caches=caches_arg, samplers=samplers)
+        uids = self.generator.insert(prompts, max_tokens=budgets, caches=caches_arg, all_tokens=seen,
+                                     samplers=samplers)
         self.uid_row.update(zip(uids, rows))
 
     def _sampler(self, row: int) -> Callable[[mx.array], mx.array]:
