@@ -107,6 +107,7 @@ class _Row:
     turn_start: int = 0  # where the current assistant turn begins in ``tokens``
     calls: int = 0
     finish_reason: str | None = None  # set when the row is done
+    ended_on_eos: bool = False  # its last token is the model's end of turn (not in the transcript's text)
 
 
 class _Picker:
@@ -116,25 +117,25 @@ class _Picker:
     def __init__(self, gen: GenerationConfig, greedy: bool, keys: list[int] | None) -> None:
         self.greedy = greedy
         self.keyed = KeyedSampler(gen, keys) if keys is not None and not greedy else None
+        self.keys = mx.array(keys if keys is not None else [], dtype=mx.uint32)
         self.sampler = rollout.make_sampling(gen, greedy)[0]
         # top-p and min-p read probabilities off the log-probs; the other draws ignore a shift
         self.normalize = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
 
     def __call__(self, logits: mx.array, positions: mx.array) -> mx.array:
         """Every row at once (``accel.rowgen``)."""
-        return self._draw(logits, None if self.keyed is None else self.keyed.keys, positions)
+        return self._draw(logits, self.keys, positions)
 
     def row(self, logprobs: mx.array, row: int, position: int) -> mx.array:
         """One row (``generator_rows``)."""
-        assert self.keyed is not None
-        return self._draw(logprobs, self.keyed.keys[row : row + 1], mx.array([position], dtype=mx.uint32))
+        return self._draw(logprobs, self.keys[row : row + 1], mx.array([position], dtype=mx.uint32))
 
-    def _draw(self, logits: mx.array, keys: mx.array | None, positions: mx.array) -> mx.array:
+    def _draw(self, logits: mx.array, keys: mx.array, positions: mx.array) -> mx.array:
         if self.greedy:
             return mx.argmax(logits, axis=-1).astype(mx.uint32)
         if self.normalize:
             logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        if self.keyed is None or keys is None:
+        if self.keyed is None:
             return self.sampler(logits)
         return self.keyed.draw(logits, keys, positions)
 
@@ -214,6 +215,7 @@ def _take(i: int, row: _Row, token: int, tokenizer: Any, gen: GenerationConfig, 
     if calls and row.calls + len(calls) <= gen.max_tool_calls:
         return calls
     row.finish_reason = early or rollout.finish_reason(body, stopped)
+    row.ended_on_eos = stopped
     return []
 
 
@@ -235,7 +237,6 @@ def _resume(i: int, row: _Row, results: list[Turn], tokenizer: Any, gen: Generat
 
 def _completion(prompt_index: int, row: _Row, tokenizer: Any) -> rollout.Completion:
     model_text = "".join(t.content for t in row.turns if t.role == "assistant")
-    stopped = row.finish_reason == "stop" and bool(row.tokens) and row.mask[-1] == 1
     return rollout.Completion(
         prompt_index=prompt_index,
         token_ids=row.tokens,
@@ -243,7 +244,7 @@ def _completion(prompt_index: int, row: _Row, tokenizer: Any) -> rollout.Complet
         finish_reason=row.finish_reason or "length",
         mask=row.mask,
         turns=row.turns,
-        transcript=tokenizer.decode(row.tokens[:-1] if stopped else row.tokens),
+        transcript=tokenizer.decode(row.tokens[:-1] if row.ended_on_eos else row.tokens),
     )
 
 

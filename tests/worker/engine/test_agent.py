@@ -157,7 +157,7 @@ class Counting:
     ``on_end(row)`` when a row is done."""
 
     def __init__(self, inner, on_end) -> None:
-        self.inner, self.on_end, self.steps, self.got = inner, on_end, 0, []
+        self.inner, self.on_end, self.steps, self.got, self.paused = inner, on_end, 0, [], []
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -172,6 +172,10 @@ class Counting:
         self.inner.end(row)
         self.on_end(row)
 
+    def pause(self, row):  # the row's calls were just handed to a thread
+        self.paused.append((row, self.steps))
+        self.inner.pause(row)
+
 
 def test_a_slow_tool_runs_while_the_other_rows_decode_and_delays_none_of_them(tool_model, decoder_kind):
     model, tokenizer = tool_model
@@ -181,17 +185,14 @@ def test_a_slow_tool_runs_while_the_other_rows_decode_and_delays_none_of_them(to
     plain_done = threading.Event()
     inner = agent.decoder(model, prompts, 1, gen, set(tokenizer.eos_token_ids), agent._Picker(gen, True, None), None, None)
     counting = Counting(inner, lambda row: row == 1 and plain_done.set())
-    started: list[int] = []
-
     def slow(a: int, b: int) -> str:
-        started.append(counting.steps)
         # returns only once row 1 is done: a loop that waited for the tool would never get there
         return "waited" if plain_done.wait(timeout=20) else "the other rows stalled"
 
     completions = agent.generate(model, tokenizer, prompts, 1, gen, [Tool("add", slow, 30.0, function_schema(add))],
                                  greedy=True, rows_decoder=counting)
     assert completions[0].turns[1].content == "waited"
-    assert started == [2]  # the call ran as soon as its turn ended: the call's token, then the end of turn
+    assert counting.paused == [(0, 2)]  # the call went out as soon as its turn ended: the call, the end of turn
     # row 1 got a token at every step until its 60 tokens, exactly as without a tool call beside it
     row1_steps = [k for k, rows in enumerate(counting.got) if 1 in rows]
     assert completions[1].turns == [Turn(role="assistant", content=PLAIN_TEXT * 60)]
