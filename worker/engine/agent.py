@@ -16,14 +16,18 @@ ends the row with what it sampled).
 calls run on a thread of their own (``tools.run_call`` with each tool's timeout), and the decode
 loop keeps stepping the other rows; when the results are back the row is fed the tool messages
 and samples again. Only when every unfinished row waits for a tool does the loop block, on the
-first tool to finish. (A tool that waits, on I/O, a subprocess or a sleep, costs the loop nothing; one
-that computes in Python holds the GIL while it runs and slows the loop's host side.) Two decoders behind one interface (step / pause / resume / end):
+first tool to finish. (A tool that waits, on I/O, a subprocess or a sleep, costs the loop nothing;
+one that computes in Python holds the GIL while it runs and slows the loop's host side.) Two
+decoders behind one interface (step / pause / resume / end):
 
 - llama-family models without logits processors (the plan's ``fast_rollout``):
   ``accel.rowgen.CompiledRows``, fastgen's compiled fixed-shape step with one cache position per
-  row, so a paused row costs nothing but its slot and rows without tools decode as fast as in a
-  plain rollout (``bench/agent_rollout.py``). The tool messages go in one token per step as forced
-  inputs, inside the same compiled step: no second prefill shape, no retrace.
+  row. A paused row costs its slot in the batch and nothing else; rows without tools get exactly
+  the plain compiled rollout's tokens at 1.06-1.09x its time (``bench/agent_rollout.py``). The tool
+  messages go in one token per step as forced inputs, inside the same compiled step: no second
+  prefill shape, no retrace. mlx-lm's ``BatchGenerator`` removes the stall too, but runs every
+  step op by op, which is what the compiled loop exists to avoid (docs/architecture.md,
+  "Accelerations").
 - everything else: ``generator_rows.GeneratorRows``, mlx-lm's ``BatchGenerator``, whose
   ``insert`` takes a paused row back with its KV cache and the tool messages as its prompt.
 
