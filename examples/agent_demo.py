@@ -15,7 +15,9 @@ message with the product as the chat template renders it, then ``<answer>P</answ
 answer at once with a random four-digit guess. So the warm-up model calls the tool only part of the
 time and its direct answers are almost always wrong: GRPO (reward: accuracy) has to learn to call the
 tool. The tool-result tokens are masked out of the warm-up loss exactly as the GRPO loss masks them,
-and they are rendered by the same code as in the rollouts (``worker.engine.agent.tool_message_ids``).
+and they are rendered by the same code as in the rollouts (``worker.engine.agent.tool_glue``); the
+end-of-turn token after the call is the model's own (the rollout runs a turn's calls when the model
+ends the turn).
 """
 
 from __future__ import annotations
@@ -70,8 +72,12 @@ def encode(tokenizer, row: dict[str, str], use_tool: bool, rng: random.Random) -
     prompt = render_prompt(tokenizer, row["prompt"])
     pieces: list[tuple[list[int], float]] = [(prompt, 0.0)]
     if use_tool:
-        glue = agent.tool_message_ids(tokenizer, [Turn(role="tool", content=row["answer"], name="multiply")], False)
-        pieces += [(tokenizer.encode(call_text(row), add_special_tokens=False), 1.0), (glue, 0.0)]
+        # The model ends its tool-calling turn itself (its end-of-turn token is trained on), as the
+        # rollout expects; the template's rest of the turn, the tool message and the next prompt are not.
+        glue = agent.tool_glue(tokenizer, [Turn(role="tool", content=row["answer"], name="multiply")], False,
+                               tokenizer.eos_token_id)
+        call = tokenizer.encode(call_text(row), add_special_tokens=False) + [tokenizer.eos_token_id]
+        pieces += [(call, 1.0), (glue, 0.0)]
         answer = row["answer"]
     else:
         answer = str(rng.randint(100, 9999))  # a guess: the model cannot multiply on its own

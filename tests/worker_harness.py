@@ -184,12 +184,20 @@ FAULTY_TRAINER = f"{ROOT / 'tests' / 'fake_trainer.py'}:FaultyTrainer"
 
 
 TOOL_CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+SECOND_CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>'
+PLAIN_TEXT = "<plain>"  # a prompt that ends with this token gets it again and again, never a call
 
 
-def build_tool_calling_model(directory: Path) -> Path:
-    """A tiny real Qwen3 that always writes ``TOOL_CALL_TEXT``: one added token carries the text,
-    the blocks are zeroed so the residual stream is the input embedding, and that token's tied
-    embedding points where every hidden state points, so it wins every sampling step."""
+def build_tool_calling_model(directory: Path, calls_per_turn: int = 1) -> Path:
+    """A tiny real Qwen3 whose every assistant turn is ``TOOL_CALL_TEXT`` (then, with
+    ``calls_per_turn=2``, ``SECOND_CALL_TEXT``) and its end-of-turn token ``<|im_end|>``: one added
+    token carries each call's text, and the blocks are zeroed, so the residual stream is the input
+    embedding and the next token depends on the last one only. The tied embeddings make the choice:
+    every hidden state leans along dimension 0, where the first call's token points most; that
+    token's state along dimension 1, where the next token (the second call, or the end of turn)
+    points further; the second call's along dimension 2, where the end of turn points further.
+    ``PLAIN_TEXT``'s state points along dimension 3, where only that token points: a row whose
+    prompt ends with it repeats it and never calls a tool."""
     import mlx.core as mx
     from tokenizers import Tokenizer
 
@@ -197,9 +205,9 @@ def build_tool_calling_model(directory: Path) -> Path:
 
     build_tiny_model(directory)
     tok = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    tok.add_tokens([TOOL_CALL_TEXT])
+    tok.add_tokens([TOOL_CALL_TEXT, SECOND_CALL_TEXT, PLAIN_TEXT])
     tok.save(str(directory / "tokenizer.json"))
-    tool_id = tok.token_to_id(TOOL_CALL_TEXT)
+    first, second, plain, end = (tok.token_to_id(t) for t in (TOOL_CALL_TEXT, SECOND_CALL_TEXT, PLAIN_TEXT, "<|im_end|>"))
     config = json.loads((directory / "config.json").read_text())
     config["vocab_size"] = tok.get_vocab_size()
     (directory / "config.json").write_text(json.dumps(config))
@@ -208,10 +216,20 @@ def build_tool_calling_model(directory: Path) -> Path:
     for name, value in weights.items():
         if name.endswith(("o_proj.weight", "down_proj.weight")):
             weights[name] = mx.zeros_like(value)  # every block adds nothing to the residual
+        elif name == "model.norm.weight":
+            weights[name] = mx.ones_like(value)  # the final norm keeps the direction
     embed = weights["model.embed_tokens.weight"] * 0.01
     embed = mx.concatenate([embed, mx.zeros((config["vocab_size"] - embed.shape[0], embed.shape[1]))])
-    embed[:, 0] = 1.0  # every hidden state leans along dimension 0 ...
-    embed[tool_id, 0] = 40.0  # ... and so does the tool-call token, by far the most
+    embed[:, 0] = 1.0
+    for token in (first, second, plain, end):
+        embed[token] = 0.0
+    embed[plain, 3] = 60.0
+    embed[first, 0], embed[first, 1] = 40.0, 40.0  # after any other token: the first call
+    if calls_per_turn == 2:
+        embed[second, 1], embed[second, 2] = 100.0, 100.0  # after the first call: the second
+        embed[end, 2] = 250.0  # after the second: the end of the turn
+    else:
+        embed[end, 1] = 100.0  # after the call: the end of the turn
     weights["model.embed_tokens.weight"] = embed
     mx.save_safetensors(str(directory / "model.safetensors"), weights)
     return directory

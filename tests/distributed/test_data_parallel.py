@@ -69,3 +69,52 @@ max_grad_norm = 0.5
         assert w1.keys() == w2.keys()
         for key in w1:
             np.testing.assert_allclose(w2[key], w1[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+def test_an_agent_step_on_two_ranks_equals_one_rank(tmp_path):
+    """The agent demo's model and calculator: rows call the tool at different times, each draws at
+    its own positions from its own key, so the ranks' halves sample what one rank samples."""
+    examples = ROOT / "examples"
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+[model]
+path = "{examples / 'models' / 'tiny-agent'}"
+
+[data]
+path = "{examples / 'data' / 'mul.jsonl'}"
+
+[[tools]]
+function = "{examples / 'tools' / 'calculator.py'}:multiply"
+
+[[rewards]]
+name = "accuracy"
+
+[grpo]
+group_size = 4
+loss_type = "dapo"
+
+[generation]
+max_completion_length = 96
+max_tool_calls = 2
+temperature = 1.0
+
+[training]
+batch_size = 4
+gradient_accumulation_steps = 2
+learning_rate = 1e-3
+
+[checkpoint]
+output_dir = "run"
+""")
+    _train(config, tmp_path / "one", 1)
+    _train(config, tmp_path / "two", 2)
+    one, w1 = _load(tmp_path / "one", 0)
+    turns = [t for m in one["metrics"] for t in m["tokens"]]
+    assert any("<|im_start|>tool" in t for t in turns) and not all("<|im_start|>tool" in t for t in turns)
+    for rank in (0, 1):
+        two, w2 = _load(tmp_path / "two", rank)
+        for a, b in zip(one["metrics"], two["metrics"], strict=True):
+            assert a["tokens"] == b["tokens"]
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
+        for key in w1:
+            np.testing.assert_allclose(w2[key], w1[key], rtol=1e-4, atol=1e-6, err_msg=key)

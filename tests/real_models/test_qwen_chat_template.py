@@ -118,3 +118,17 @@ def test_the_worker_renders_dataset_prompts_with_this_template(qwen_tok, tmp_pat
             assert ex.prompt_ids == qwen_tok.encode(expected)
             assert ex.prompt_text.startswith("<|im_start|>system\nBe kind.<|im_end|>\n")
             assert ex.prompt_text.endswith("<think>\n\n</think>\n\n") is (not thinking)
+
+
+def test_the_agent_s_tool_messages_after_the_model_s_end_of_turn_are_the_template_s(qwen_tok):
+    # A turn with two calls that the model ends with <|im_end|> (its own token): the rollout appends
+    # both results, in order, as the template renders them, without a second <|im_end|>.
+    from grpo_tui.protocol.messages import Turn
+    from grpo_tui.worker.engine import agent
+
+    results = [Turn(role="tool", content="3", name="add"), Turn(role="tool", content="pluie 🌧", name="météo")]
+    glue = agent.tool_glue(qwen_tok, results, False, qwen_tok.eos_token_id)
+    assert qwen_tok.eos_token_id == 151645 and glue[0] != 151645
+    assert qwen_tok.decode(glue) == (
+        "\n<|im_start|>user\n<tool_response>\n3\n</tool_response>\n<tool_response>\npluie 🌧\n</tool_response>"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")

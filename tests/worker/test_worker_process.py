@@ -206,7 +206,7 @@ def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_keep_the_last_go
 
 
 def test_tool_calls_in_real_completions_are_parsed_streamed_and_stored(tmp_path):
-    model = build_tool_calling_model(tmp_path / "tool-model")  # a real model that always calls `add`
+    model = build_tool_calling_model(tmp_path / "tool-model")  # a real model whose every turn calls `add`
     config = write_config(
         tmp_path, model, rewards=reward_config(tmp_path, "varied"),
         training={"max_steps": 2}, generation={"max_completion_length": 2},
@@ -222,7 +222,7 @@ def test_tool_calls_in_real_completions_are_parsed_streamed_and_stored(tmp_path)
         "FROM tool_calls t JOIN generations g ON g.id = t.generation_id",
     )
     assert {r[0] for r in rows} == {1, 2} and query(db, "SELECT count(*) FROM generations") == [(8,)]
-    assert len(rows) == 8 * 2  # two tokens per completion, each one whole call
+    assert len(rows) == 8  # two tokens per completion: one whole call and the end of the turn
     assert {(r[2], json.loads(r[3])["b"], r[4], r[5]) for r in rows} == {("add", 2, "ok", TOOL_CALL_TEXT)}
 
 
@@ -282,7 +282,7 @@ def calls(completions, num_tool_calls, failed_tool_calls, log_extra, **kwargs):
 
 
 def test_an_agent_run_calls_its_tools_mid_rollout_and_stores_the_turns(tmp_path):
-    model = build_tool_calling_model(tmp_path / "tool-model")  # a real model that always calls `add`
+    model = build_tool_calling_model(tmp_path / "tool-model")  # a real model whose every turn calls `add`
     (tmp_path / "agent_tools.py").write_text(AGENT_TOOLS_PY)
     (tmp_path / "agent_reward.py").write_text(AGENT_REWARD_PY)
     rewards = (f'[[rewards]]\nfunction = "{tmp_path / "agent_reward.py"}:calls"\n'

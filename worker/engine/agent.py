@@ -1,33 +1,71 @@
-"""Multi-turn rollouts with tools (``[[tools]]``): the model calls a tool, reads its result, goes on.
+"""Multi-turn rollouts with tools (``[[tools]]``): the model calls tools, reads their results, goes on.
 
-Rounds: every row is generated as usual (``rollout.generate``); a row whose text closes a
-``<tool_call>`` is cut right after that ``</tool_call>`` (the tokens sampled after it never saw the
-result, and a prefix of a sample is itself a sample), the call runs (``tools.run_call``), and the
-chat template's rendering of the tool message (the assistant turn's closing, the ``tool`` message,
-the next generation prompt) is appended to the row's context. The rows that called a tool are then
-generated again from their contexts, the others are done and never regenerated; this repeats until
-no row calls a tool, each row bounded by ``generation.max_tool_calls`` and by
-``max_completion_length`` (model and tool tokens together).
+**Turns.** An assistant turn ends at the model's own end-of-turn token (the tokenizer's EOS, e.g.
+Qwen's ``<|im_end|>``), as TRL's tool loop and the Qwen chat template have it. Every closed
+``<tool_call>`` block of that turn then runs, in order, and the results are appended as ``tool``
+messages rendered by the chat template (``tool_glue``: the rest of the template's turn closing, one
+``tool`` message per result, the next generation prompt); the row then goes on. A turn without a
+closed call ends the completion (finish reason ``stop``), as do a stop string and the repetition
+stop. Nothing is sampled and then thrown away: the turn's tokens, its end-of-turn token included,
+are the model's and are trained on. Bounds: ``generation.max_tool_calls`` calls per completion (a
+turn whose calls do not all fit ends the completion, none of them run), ``max_completion_length``
+over the model's and the tool messages' tokens (a result that leaves no room for one more token
+ends the row with what it sampled).
 
-Each completion's ``mask`` marks the tokens the model sampled (1) apart from the tool-result and
-template tokens (0): the trainer's loss, log-probs, KL and length metrics count only the former.
+**No whole-batch stall.** Rows are continuous: a row whose turn ended on tool calls pauses, its
+calls run on a thread of their own (``tools.run_call`` with each tool's timeout), and the decode
+loop keeps stepping the other rows; when the results are back the row is fed the tool messages
+and samples again. Only when every unfinished row waits for a tool does the loop block, on the
+first tool to finish. (A tool that waits, on I/O, a subprocess or a sleep, costs the loop nothing;
+one that computes in Python holds the GIL while it runs and slows the loop's host side.) Two
+decoders behind one interface (step / pause / resume / end):
+
+- llama-family models without logits processors (the plan's ``fast_rollout``):
+  ``accel.rowgen.CompiledRows``, fastgen's compiled fixed-shape step with one cache position per
+  row. A paused row costs its slot in the batch and nothing else; rows without tools get exactly
+  the plain compiled rollout's tokens at 1.06-1.09x its time (``bench/agent_rollout.py``). The tool
+  messages go in one token per step as forced inputs, inside the same compiled step: no second
+  prefill shape, no retrace. mlx-lm's ``BatchGenerator`` removes the stall too, but runs every
+  step op by op, which is what the compiled loop exists to avoid (docs/architecture.md,
+  "Accelerations").
+- everything else: ``generator_rows.GeneratorRows``, mlx-lm's ``BatchGenerator``, whose
+  ``insert`` takes a paused row back with its KV cache and the tool messages as its prompt.
+
+The alternative, rounds (generate every row, run the tools of the rows that called one, generate
+those rows again), made every tool wait for the slowest row of its round and every row wait for
+the slowest tool; ``bench/agent_rollout.py`` rebuilds it to measure the difference.
+
+**Sampling.** With ``keys`` (the trainer's ``sampling.step_keys``) every row draws from its own
+keyed stream at its own token position (``sampling.KeyedSampler.draw``; the position counts the
+model's and the tool messages' tokens), so a row's tokens do not depend on the rows beside it:
+an agent step on 2 ranks equals 1 rank, and a resumed step replays. Without keys (demo, tests),
+mlx-lm's sampler.
+
+Each completion's ``mask`` marks the tokens the model sampled (1) apart from the tool-message
+tokens (0): the trainer's loss, log-probs, KL and length metrics count only the former.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+import mlx.core as mx
 import msgspec
 
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
 
-from . import rollout
+from . import architectures, rollout
 from .accel import fastgen
+from .accel.rowgen import CompiledRows
+from .generator_rows import GeneratorRows
 from .parsing import parse_tool_calls
 from .plan import EnginePlan
 from .rewards import describe_error
+from .sampling import KeyedSampler
+from .stopping import cut_at_stop, make_row_stops
 from .tools import Tool, ToolError, run_call
 
 CLOSE = "</tool_call>"
@@ -47,33 +85,74 @@ def tool_message_ids(tokenizer: Any, turns: list[Turn], enable_thinking: bool) -
     return list(tokenizer.encode(glue, add_special_tokens=False))
 
 
-def tool_call_end(tokenizer: Any, ids: list[int]) -> int | None:
-    """The shortest prefix length of ``ids`` whose text closes a ``<tool_call>``, or ``None``."""
-    if CLOSE not in tokenizer.decode(ids):
-        return None
-    lo, hi = 1, len(ids)  # "the prefix's text holds </tool_call>" only turns true as the prefix grows
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if CLOSE in tokenizer.decode(ids[:mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def tool_glue(tokenizer: Any, turns: list[Turn], enable_thinking: bool, turn_end: int | None) -> list[int]:
+    """The tokens between an assistant turn that ended with the model's own end-of-turn token
+    ``turn_end`` and the model's next turn: ``tool_message_ids`` without the template's closing of
+    the turn when that closing is the same token (the model wrote it, and it is trained on)."""
+    ids = tool_message_ids(tokenizer, turns, enable_thinking)
+    return ids[1:] if ids and turn_end is not None and ids[0] == turn_end else ids
+
+
+def closed_calls(text: str) -> list[ToolCall]:
+    """The ``<tool_call>`` blocks of one turn's text that are closed (they run, in this order)."""
+    return [c for c in parse_tool_calls(text) if c.raw.endswith(CLOSE)]
+
+
+def run_calls(tools: dict[str, Tool], calls: list[ToolCall]) -> list[Turn]:
+    """One turn's calls, one after the other (a tool may depend on an earlier call's effect)."""
+    return [run_call(tools, c) for c in calls]
 
 
 @dataclass
 class _Row:
-    prompt: list[int]
-    prompt_index: int
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    turn_start: int = 0  # where the current assistant turn begins in ``tokens``
     calls: int = 0
-    finish_reason: str = "length"
+    finish_reason: str | None = None  # set when the row is done
+    ended_on_eos: bool = False  # its last token is the model's end of turn (not in the transcript's text)
 
-    @property
-    def context(self) -> list[int]:
-        return self.prompt + self.tokens
+
+class _Picker:
+    """Each row's next token from its logits: greedy, keyed (the row's own key and position), or
+    mlx-lm's sampler (``mx.random``)."""
+
+    def __init__(self, gen: GenerationConfig, greedy: bool, keys: list[int] | None) -> None:
+        self.greedy = greedy
+        self.keyed = KeyedSampler(gen, keys) if keys is not None and not greedy else None
+        self.keys = mx.array(keys if keys is not None else [], dtype=mx.uint32)
+        self.sampler = rollout.make_sampling(gen, greedy)[0]
+        # top-p and min-p read probabilities off the log-probs; the other draws ignore a shift
+        self.normalize = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
+
+    def __call__(self, logits: mx.array, positions: mx.array) -> mx.array:
+        """Every row at once (``accel.rowgen``)."""
+        return self._draw(logits, self.keys, positions)
+
+    def row(self, logprobs: mx.array, row: int, position: int) -> mx.array:
+        """One row (``generator_rows``)."""
+        return self._draw(logprobs, self.keys[row : row + 1], mx.array([position], dtype=mx.uint32))
+
+    def _draw(self, logits: mx.array, keys: mx.array, positions: mx.array) -> mx.array:
+        if self.greedy:
+            return mx.argmax(logits, axis=-1).astype(mx.uint32)
+        if self.normalize:
+            logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        if self.keyed is None:
+            return self.sampler(logits)
+        return self.keyed.draw(logits, keys, positions)
+
+
+def decoder(model: Any, prompts: list[list[int]], n: int, gen: GenerationConfig, stop_ids: set[int],
+            pick: _Picker, plan: EnginePlan | None, decode: fastgen.DecodeStep | None) -> Any:
+    """The continuous decoder for this model (see the module docstring)."""
+    if plan.fast_rollout if plan is not None else fastgen.supports(model, gen.repetition_penalty):
+        return CompiledRows(model, prompts, n, gen.max_completion_length, pick, decode)
+    one_row = plan.one_row_rollout if plan is not None else architectures.one_row_rollout(model)
+    sampler, processors = rollout.make_sampling(gen, pick.greedy)
+    return GeneratorRows(model, prompts, n, gen.max_completion_length, stop_ids, sampler, processors,
+                         bool(one_row), pick.row if pick.keyed is not None else None)
 
 
 def generate(
@@ -87,83 +166,111 @@ def generate(
     greedy: bool = False,
     plan: EnginePlan | None = None,
     decode: fastgen.DecodeStep | None = None,
+    keys: list[int] | None = None,
+    rows_decoder: Any = None,
 ) -> list[rollout.Completion]:
     """``n`` multi-turn completions per prompt, ordered as ``rollout.generate``'s, each with its
-    ``mask`` and ``turns``."""
+    ``mask`` and ``turns``. ``keys``: one ``sampling.row_key`` per row. ``rows_decoder``: a
+    decoder already built (tests count its steps), else ``decoder(...)``."""
     by_name = {t.name: t for t in tools}
-    rows = [_Row(prompts[i // n], i // n) for i in range(len(prompts) * n)]
-    active = list(range(len(rows)))
-    outputs = rollout.generate(model, tokenizer, prompts, n, gen, greedy=greedy, logprobs=False, plan=plan,
-                               decode=decode)
-    while True:
-        again = []
-        for index, out in zip(active, outputs):
-            row = rows[index]
-            budget = gen.max_completion_length - len(row.tokens)
-            ids, stopped = out.token_ids[:budget], out.finish_reason == "stop" and len(out.token_ids) <= budget
-            if _absorb(row, ids, stopped, tokenizer, by_name, gen):
-                again.append(index)
-        if not again:
-            break
-        active = again
-        longest = max(gen.max_completion_length - len(rows[i].tokens) for i in again)
-        outputs = rollout.generate(model, tokenizer, [rows[i].context for i in again], 1,
-                                   msgspec.structs.replace(gen, max_completion_length=longest),
-                                   greedy=greedy, logprobs=False, plan=plan, decode=decode)
-    return [_completion(row, tokenizer) for row in rows]
+    stop_ids = set(tokenizer.eos_token_ids)
+    rows = [_Row() for _ in range(len(prompts) * n)]
+    rules = make_row_stops(len(rows), tokenizer, gen)
+    rows_decoder = rows_decoder or decoder(model, prompts, n, gen, stop_ids, _Picker(gen, greedy, keys), plan, decode)
+    running: dict[int, Future[list[Turn]]] = {}
+    with ThreadPoolExecutor(max_workers=len(rows), thread_name_prefix="tool") as pool:
+        try:
+            while True:
+                for i in [i for i, f in running.items() if f.done()]:
+                    _resume(i, rows[i], running.pop(i).result(), tokenizer, gen, rows_decoder)
+                if not rows_decoder.active:
+                    if not running:
+                        break
+                    wait(list(running.values()), return_when=FIRST_COMPLETED)  # every live row waits for a tool
+                    continue
+                for i, token in rows_decoder.step():
+                    calls = _take(i, rows[i], token, tokenizer, gen, stop_ids, rules)
+                    if calls:
+                        running[i] = pool.submit(run_calls, by_name, calls)
+                        rows_decoder.pause(i)
+                    elif rows[i].finish_reason is not None:
+                        rows_decoder.end(i)
+        finally:
+            rows_decoder.close()
+    return [_completion(i // n, row, tokenizer) for i, row in enumerate(rows)]
 
 
-def _absorb(row: _Row, ids: list[int], stopped: bool, tokenizer: Any, tools: dict[str, Tool],
-            gen: GenerationConfig) -> bool:
-    """Add one round's sampled ``ids`` to ``row``; True when a tool ran and the row goes on."""
-    cut = tool_call_end(tokenizer, ids) if row.calls < gen.max_tool_calls else None
-    if cut is not None:
-        text = tokenizer.decode(ids[:cut])
-        closed = [c for c in parse_tool_calls(text) if c.raw.endswith(CLOSE)]
-        result = run_call(tools, closed[-1]) if closed else None
-        glue = tool_message_ids(tokenizer, [result], gen.enable_thinking) if result is not None else []
-        # The result must fit with room for at least one more sampled token; a row without room
-        # keeps what it sampled and ends there (the call ran, but the model never read its result).
-        if result is not None and len(row.tokens) + cut + len(glue) < gen.max_completion_length:
-            row.tokens += ids[:cut] + glue
-            row.mask += [1] * cut + [0] * len(glue)
-            row.turns += [Turn(role="assistant", content=text), result]
-            row.calls += 1
-            return True
-    body = ids[:-1] if stopped else ids
-    row.tokens += ids
-    row.mask += [1] * len(ids)
-    row.turns.append(Turn(role="assistant", content=tokenizer.decode(body)))
-    row.finish_reason = rollout.finish_reason(body, stopped)
-    return False
+def _take(i: int, row: _Row, token: int, tokenizer: Any, gen: GenerationConfig, stop_ids: set[int],
+          rules: Any) -> list[ToolCall]:
+    """Add one sampled token to ``row``; the calls to run when it ended a turn that called tools."""
+    row.tokens.append(token)
+    row.mask.append(1)
+    stopped = token in stop_ids
+    early = rules.push(i, token) if rules is not None and not stopped else None
+    full = len(row.tokens) >= gen.max_completion_length
+    if not (stopped or early or full):
+        return []
+    body = row.tokens[row.turn_start : len(row.tokens) - stopped]
+    text = tokenizer.decode(body)
+    if early == "stop":
+        text = cut_at_stop(text, gen.stop)[0]  # vLLM's default: the stop string is not in the text
+    row.turns.append(Turn(role="assistant", content=text))
+    calls = closed_calls(text) if stopped and not full else []
+    if calls and row.calls + len(calls) <= gen.max_tool_calls:
+        return calls
+    row.finish_reason = early or rollout.finish_reason(body, stopped)
+    row.ended_on_eos = stopped
+    return []
 
 
-def _completion(row: _Row, tokenizer: Any) -> rollout.Completion:
+def _resume(i: int, row: _Row, results: list[Turn], tokenizer: Any, gen: GenerationConfig, rows_decoder: Any) -> None:
+    """A paused row's tool results are back: feed them as tool messages, or end the row when they
+    leave no room for one more token (the calls ran, but the model never reads their results)."""
+    glue = tool_glue(tokenizer, results, gen.enable_thinking, row.tokens[-1])
+    if len(row.tokens) + len(glue) >= gen.max_completion_length:
+        row.finish_reason = "length"
+        rows_decoder.end(i)
+        return
+    row.tokens += glue
+    row.mask += [0] * len(glue)
+    row.turns += results
+    row.calls += len(results)
+    row.turn_start = len(row.tokens)
+    rows_decoder.resume(i, glue)
+
+
+def _completion(prompt_index: int, row: _Row, tokenizer: Any) -> rollout.Completion:
     model_text = "".join(t.content for t in row.turns if t.role == "assistant")
-    stopped = row.finish_reason == "stop"
     return rollout.Completion(
-        prompt_index=row.prompt_index,
+        prompt_index=prompt_index,
         token_ids=row.tokens,
         text=model_text,
-        finish_reason=row.finish_reason,
+        finish_reason=row.finish_reason or "length",
         mask=row.mask,
         turns=row.turns,
-        transcript=tokenizer.decode(row.tokens[:-1] if stopped else row.tokens),
+        transcript=tokenizer.decode(row.tokens[:-1] if row.ended_on_eos else row.tokens),
     )
 
 
 def tool_calls(turns: list[Turn]) -> list[ToolCall]:
     """The parsed ``<tool_call>`` blocks of an agent completion's turns, numbered through, each call
     that ran and failed carrying its error (the store's ``tool_calls`` rows, which the Database
-    tab's "a failed tool call" filter reads)."""
+    tab's "a failed tool call" filter reads). The tool turns after an assistant turn are its
+    closed calls' results, in order."""
     out: list[ToolCall] = []
     for i, turn in enumerate(turns):
         if turn.role != "assistant":
             continue
         calls = parse_tool_calls(turn.content)
-        ran = turns[i + 1] if i + 1 < len(turns) and turns[i + 1].role == "tool" else None
-        if ran is not None and calls and ran.error is not None and calls[-1].error is None:
-            calls[-1] = msgspec.structs.replace(calls[-1], error=ran.error)  # the call that ran is the turn's last
+        ran = []
+        for later in turns[i + 1 :]:
+            if later.role != "tool":
+                break
+            ran.append(later)
+        closed = [k for k, c in enumerate(calls) if c.raw.endswith(CLOSE)]
+        for k, result in zip(closed, ran):
+            if result.error is not None and calls[k].error is None:
+                calls[k] = msgspec.structs.replace(calls[k], error=result.error)
         out += [msgspec.structs.replace(c, index=len(out) + k) for k, c in enumerate(calls)]
     return out
 

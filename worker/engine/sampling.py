@@ -91,9 +91,15 @@ class KeyedSampler:
     def __call__(self, logprobs: mx.array) -> mx.array:
         position = mx.array(self.position, dtype=mx.uint32)
         self.position += 1
+        return self.draw(logprobs, self.keys, position)
+
+    def draw(self, logprobs: mx.array, keys: mx.array, positions: mx.array) -> mx.array:
+        """One token per row of ``logprobs``: row i's is a pure function of ``keys[i]``,
+        ``positions[i]`` (its token position; a scalar: the same for every row) and
+        ``logprobs[i]``, so rows at different positions (agent rollouts) draw in one call."""
         for method in self.filters:
             logprobs = method(logprobs)
-        return _draw(logprobs, self.keys, position, 1.0 / self.temperature)
+        return _draw(logprobs, keys, positions, 1.0 / self.temperature)
 
 
 def step_keys(seed: int, step: int, prompt_positions: list[int], n: int) -> list[int]:

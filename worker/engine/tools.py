@@ -14,9 +14,11 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
@@ -72,6 +74,30 @@ def cap(text: str, limit: int = MAX_RESULT_CHARS) -> str:
     return text[:limit] + f"\n[result cut: {limit} of {len(text)} characters shown]"
 
 
+_redirect_lock = threading.Lock()
+_redirect_depth = 0
+_saved_stdout: Any = None
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """``sys.stdout`` points at stderr while any tool call runs: calls of several rows overlap (each
+    on a thread of its own), so the first one in saves the real stdout and the last one out
+    restores it."""
+    global _redirect_depth, _saved_stdout
+    with _redirect_lock:
+        if _redirect_depth == 0:
+            _saved_stdout, sys.stdout = sys.stdout, sys.stderr
+        _redirect_depth += 1
+    try:
+        yield
+    finally:
+        with _redirect_lock:
+            _redirect_depth -= 1
+            if _redirect_depth == 0 and sys.stdout is sys.stderr:
+                sys.stdout = _saved_stdout
+
+
 def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
     """Run one parsed ``<tool_call>``; the ``tool`` turn holds its result or its error text."""
     name = call.name
@@ -97,17 +123,14 @@ def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
     if error is None:
         tool = tools[str(name)]
         start = time.perf_counter()
-        saved = sys.stdout
-        sys.stdout = sys.stderr  # a tool's print is a log line, never a frame
         try:
-            turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s)))
+            with _stdout_to_stderr():  # a tool's print is a log line, never a frame
+                turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s)))
         except TimeoutError:
             error = f"{name} timed out after {tool.timeout_s:g}s"
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in a tool too
             error = f"{name} raised {describe_error(exc)}"
         finally:
-            if sys.stdout is sys.stderr:
-                sys.stdout = saved
             turn.seconds = time.perf_counter() - start
     if error is not None:
         turn.error = cap(error)

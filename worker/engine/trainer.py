@@ -111,8 +111,9 @@ class Trainer:
         log("info", "engine: " + self.plan.describe())
         if self.tools:
             agent.check_template(self.tokenizer, config.generation.enable_thinking)
-            log("info", f"tools: {', '.join(t.name for t in self.tools)}; rows that call one go on in further "
-                        f"rollout rounds (at most {config.generation.max_tool_calls} calls per completion)")
+            log("info", f"tools: {', '.join(t.name for t in self.tools)}; a row whose turn calls them waits for "
+                        f"their results while the other rows decode (at most {config.generation.max_tool_calls} "
+                        "calls per completion)")
 
     # ------------------------------------------------------------ data order
 
@@ -223,10 +224,10 @@ class Trainer:
     def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False,
                  keys: list[int] | None = None) -> list[rollout.Completion]:
         """``n`` completions per prompt; ``keys`` (sampling.step_keys) make a row's tokens independent
-        of its batch. Agent rollouts draw from ``mx.random`` (their later rounds regroup the rows)."""
+        of its batch, agent rollouts' included (each row draws at its own position)."""
         if self.tools:
             return agent.generate(self.model, self.tokenizer, prompts, n, self.config.generation, self.tools,
-                                  greedy=greedy, plan=self.plan, decode=self.decode)
+                                  greedy=greedy, plan=self.plan, decode=self.decode, keys=keys)
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 import time
 from typing import Literal
 
@@ -133,6 +135,37 @@ def test_a_huge_result_is_cut_with_a_note_and_prints_go_to_stderr(capfd):
     assert turn.content.endswith(f"[result cut: {MAX_RESULT_CHARS} of 100000 characters shown]")
     out, err = capfd.readouterr()
     assert "a tool printing to stdout" not in out and "a tool printing to stdout" in err
+
+
+def test_a_call_still_running_when_an_earlier_one_ends_still_prints_to_stderr(capfd):
+    # agent rollouts run several rows' calls at once: the first call to end must not hand the
+    # real stdout back while another call still runs
+    quick_inside, late_started, quick_done = threading.Event(), threading.Event(), threading.Event()
+
+    def quick(x: int) -> int:
+        quick_inside.set()
+        late_started.wait(timeout=5)
+        return x
+
+    def late(x: int) -> int:
+        late_started.set()
+        quick_done.wait(timeout=5)
+        print("a late tool printing")
+        return x
+
+    tools = _tools(quick=quick, late=late)
+    before = sys.stdout
+    first = threading.Thread(target=run_call, args=(tools, _call('<tool_call>{"name": "quick", "arguments": {"x": 1}}</tool_call>')))
+    second = threading.Thread(target=run_call, args=(tools, _call('<tool_call>{"name": "late", "arguments": {"x": 2}}</tool_call>')))
+    first.start()
+    assert quick_inside.wait(timeout=5)
+    second.start()
+    first.join(timeout=5)
+    quick_done.set()
+    second.join(timeout=5)
+    out, err = capfd.readouterr()
+    assert "a late tool printing" not in out and "a late tool printing" in err
+    assert sys.stdout is before
 
 
 def test_sys_exit_in_a_tool_is_an_error_not_an_exit():

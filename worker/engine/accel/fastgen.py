@@ -39,8 +39,13 @@ class StaticCache(MaskedCache):
         self.keys, self.values = keys, values
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        self.keys = mx.slice_update(self.keys, keys.astype(self.keys.dtype), self.offset, axes=(2,))
-        self.values = mx.slice_update(self.values, values.astype(self.values.dtype), self.offset, axes=(2,))
+        if self.offset.ndim == 1:  # one write position per row (accel.rowgen): one token per row
+            where = mx.broadcast_to(self.offset.astype(mx.int32)[:, None, None, None], keys.shape)
+            self.keys = mx.put_along_axis(self.keys, where, keys.astype(self.keys.dtype), axis=2)
+            self.values = mx.put_along_axis(self.values, where, values.astype(self.values.dtype), axis=2)
+        else:
+            self.keys = mx.slice_update(self.keys, keys.astype(self.keys.dtype), self.offset, axes=(2,))
+            self.values = mx.slice_update(self.values, values.astype(self.values.dtype), self.offset, axes=(2,))
         return self.keys, self.values
 
 
@@ -64,7 +69,8 @@ def _attention_shape(model: nn.Module) -> tuple[int, int]:
 
 def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.array,
              kv: list[mx.array]) -> tuple[mx.array, list[mx.array]]:
-    """Last-position logits for ``tokens`` written at ``offset``, and the updated cache buffers."""
+    """Last-position logits for ``tokens`` written at ``offset`` (a scalar, or one position per
+    row), and the updated cache buffers."""
     length = kv[0].shape[2]
     mask = padded_causal_mask(left_pad, tokens.shape[1], offset, length)
     caches = [StaticCache(kv[2 * i], kv[2 * i + 1], offset, mask) for i in range(len(kv) // 2)]
@@ -89,6 +95,27 @@ class DecodeStep:
         return self.step(*args)
 
 
+def prefill(model: nn.Module, prompts: list[list[int]], n: int,
+            max_tokens: int) -> tuple[mx.array, list[mx.array], mx.array, int]:
+    """Each prompt run once, left-padded to the longest, into a static cache with room for
+    ``max_tokens`` more; its cache and last logits copied to its ``n`` rows: (logits, cache
+    buffers, each row's left padding, the padded prompt width)."""
+    width = max(len(p) for p in prompts)
+    length = -(-(width + max_tokens) // BUCKET) * BUCKET
+    kv_heads, head_dim = _attention_shape(model)
+    dtype = model.model.embed_tokens.weight.dtype
+    if not mx.issubdtype(dtype, mx.floating):
+        dtype = mx.float16
+
+    pad = [width - len(p) for p in prompts]
+    tokens = mx.array([[0] * k + p for k, p in zip(pad, prompts)])
+    prompt_pad = mx.array(pad)
+    empty = mx.zeros((len(prompts), kv_heads, length, head_dim), dtype=dtype)
+    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * (2 * len(model.model.layers)))
+    kv = [mx.repeat(a, n, axis=0) for a in kv]
+    return mx.repeat(logits, n, axis=0), kv, mx.repeat(prompt_pad, n, axis=0), width
+
+
 def generate_tokens(
     model: nn.Module,
     prompts: list[list[int]],
@@ -111,23 +138,7 @@ def generate_tokens(
     early-stop rules (``engine.stopping.RowStops``: ``push(row, token)`` answers a reason to end the
     row, or None); a row they end is not ``stopped`` and has no stop token."""
     rows = len(prompts) * n
-    width = max(len(p) for p in prompts)
-    length = -(-(width + max_tokens) // BUCKET) * BUCKET
-    kv_heads, head_dim = _attention_shape(model)
-    dtype = model.model.embed_tokens.weight.dtype
-    if not mx.issubdtype(dtype, mx.floating):
-        dtype = mx.float16
-
-    pad = [width - len(p) for p in prompts]
-    tokens = mx.array([[0] * k + p for k, p in zip(pad, prompts)])
-    prompt_pad = mx.array(pad)
-    empty = mx.zeros((len(prompts), kv_heads, length, head_dim), dtype=dtype)
-    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * (2 * len(model.model.layers)))
-    # Each prompt's cache and last logits, copied to its n rows.
-    kv = [mx.repeat(a, n, axis=0) for a in kv]
-    logits = mx.repeat(logits, n, axis=0)
-    left_pad = mx.repeat(prompt_pad, n, axis=0)
-
+    logits, kv, left_pad, width = prefill(model, prompts, n, max_tokens)
     decode = decode if decode is not None and decode.model is model else DecodeStep(model)
 
     def sample(logits: mx.array) -> tuple[mx.array, mx.array]:

@@ -22,11 +22,13 @@ def is_llama_family(model: Any) -> bool:
 
 
 def padded_causal_mask(left_pad: mx.array, queries: int, first: mx.array | int, keys: int) -> mx.array:
-    """(rows, 1, queries, keys): query i (at position first + i) sees the keys that are neither
-    padding nor in the future. A query always sees its own position, so a padding query's row is
-    never empty (an empty row is NaN in a softmax, and NaN values spread through zero weights)."""
+    """(rows, 1, queries, keys): query i (at position first + i; ``first`` a scalar or one per
+    row) sees the keys that are neither padding nor in the future. A query always sees its own
+    position, so a padding query's row is never empty (an empty row is NaN in a softmax, and NaN
+    values spread through zero weights)."""
     k = mx.arange(keys)[None, None, None, :]
-    q = (first + mx.arange(queries))[None, None, :, None]
+    first = first if isinstance(first, mx.array) else mx.array(first)
+    q = (first.reshape(-1, 1) + mx.arange(queries)[None])[:, None, :, None]
     return ((k >= left_pad[:, None, None, None]) & (k <= q)) | (k == q)
 
 
