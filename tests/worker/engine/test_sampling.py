@@ -174,3 +174,17 @@ def test_the_host_draw_reports_the_tokens_log_probs_at_temperature_one():
     tokens, picked = sampling.KeyedSampler(gen, list(range(5)), host=True).sample_logits(logits, True)
     want = mx.take_along_axis(logits - mx.logsumexp(logits, axis=-1, keepdims=True), tokens[:, None].astype(mx.int32), -1)
     np.testing.assert_allclose(np.array(picked), np.array(want)[:, 0], atol=1e-5)
+
+
+@pytest.mark.parametrize("gen", [GenerationConfig(), GenerationConfig(temperature=0.8, top_p=0.9, min_p=0.01, top_k=30)],
+                         ids=["plain", "filters"])
+def test_column_major_logits_draw_what_row_major_ones_do(gen):
+    """A decode step's flipped head product is column-major; the host draw reads it in place."""
+    columns = mx.transpose(mx.random.normal((9000, 6), key=mx.random.key(6)) * 3)
+    rows = mx.contiguous(columns)
+    assert not np.array(columns, copy=False).flags.c_contiguous and np.array(rows, copy=False).flags.c_contiguous
+    keys = [sampling.row_key(2, 7, p, 0) for p in range(6)]
+    a, lp_a = sampling.KeyedSampler(gen, keys, host=True).sample_logits(columns, True)
+    b, lp_b = sampling.KeyedSampler(gen, keys, host=True).sample_logits(rows, True)
+    assert a.tolist() == b.tolist()
+    np.testing.assert_allclose(np.array(lp_a), np.array(lp_b), atol=1e-6)

@@ -134,9 +134,12 @@ def generate_tokens(
 
     decode = decode if decode is not None and decode.model is model else DecodeStep(model)
 
+    # sampling.KeyedSampler's numpy draw: raw logits in, the log-probs out
+    host_draw = getattr(sampler, "sample_logits", None) if getattr(sampler, "on_host", False) else None
+
     def sample(logits: mx.array) -> tuple[mx.array, mx.array]:
-        if getattr(sampler, "on_host", False):  # sampling.KeyedSampler's numpy draw: raw logits in, log-probs out
-            token, host_picked = sampler.sample_logits(logits, logprobs)
+        if host_draw is not None:
+            token, host_picked = host_draw(logits, logprobs)
             return token, host_picked if host_picked is not None else token
         if not (normalized or logprobs):
             token = sampler(logits)

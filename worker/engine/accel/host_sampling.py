@@ -14,9 +14,9 @@ the untempered log-probs, temperature applied after): each keeps the tokens at o
 so together they keep ``logit >= max(thresholds)``; a tie at top-k's k-th value keeps the tied
 tokens of lowest index, so exactly k remain (mlx-lm's ``argpartition`` keeps an unspecified k).
 
-Rows are independent (a row's token depends on its logits and its ``u`` only) and run as two
-halves on two threads (numpy releases the GIL). Whether rollouts sample here is the plan's
-``host_sampling``.
+Rows are independent (a row's token depends on its logits and its ``u`` only); row-major logits
+run as two halves on two threads (numpy releases the GIL). Whether rollouts sample here is the
+plan's ``host_sampling``.
 """
 
 from __future__ import annotations
@@ -65,9 +65,13 @@ def draw(logits: mx.array, uniforms: np.ndarray, temperature: float, filters: Fi
     def part(x, u, e, tok, *lp):
         tok[:] = _draw_rows(x, u, e, 1.0 / temperature, filters, lp[0] if lp else None)
 
-    args = (x, np.asarray(uniforms, np.float64), weights, tokens, *([picked] if logprobs else []))
-    # Column-major halves of rows interleave in every cache line: one thread reads them faster.
-    by_halves(part, *args) if x.flags.c_contiguous else part(*args)
+    args: list[np.ndarray] = [x, np.asarray(uniforms, np.float64), weights, tokens]
+    if picked is not None:
+        args.append(picked)
+    if x.flags.c_contiguous:
+        by_halves(part, *args)
+    else:  # column-major halves of rows share every cache line: one thread reads them faster
+        part(*args)
     return tokens, picked
 
 
