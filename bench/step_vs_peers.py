@@ -3,6 +3,7 @@
     .venv/bin/python bench/step_vs_peers.py                    # both shapes + memory probe (about 13 min on 2 cores)
     .venv/bin/python bench/step_vs_peers.py --quick            # demo shape, 2 steps (about 2 min)
     .venv/bin/python bench/step_vs_peers.py --shape qwen3-0.6b --steps 3
+    .venv/bin/python bench/step_vs_peers.py --shapes realistic  # real-vocab-tiny, qwen2.5-0.5b, prompt-heavy
 
 Every system does identical work in one run: the same model folder (``bench/shapes.py``), the same
 prompts (``examples/data/arith.jsonl`` rendered with the model's chat template), group size,
@@ -53,13 +54,21 @@ SYSTEMS = tuple(RUNNERS)
 SHAPES = {
     "demo": {"batch_size": 8, "group_size": 8, "max_completion_length": 24, "learning_rate": 2e-4, "steps": 5},
     "qwen3-0.6b": {"batch_size": 2, "group_size": 4, "max_completion_length": 32, "learning_rate": 1e-6, "steps": 3},
-    # Realistic shapes (not in the default run; ``--shape``): a 0.5B model with 128-token completions,
-    # and the 0.6B shape with 256-token prompts (``prompt_tokens``: a filler context before each prompt).
-    "qwen2.5-0.5b": {"batch_size": 2, "group_size": 4, "max_completion_length": 128, "learning_rate": 1e-6, "steps": 2},
+    # Realistic shapes (not in the default run; ``--shape realistic``): the tiny model with the real
+    # 151,936-token BPE, a 0.5B model with 128-token completions, and the 0.6B shape with 256-token
+    # prompts (``prompt_tokens``: a filler context before each prompt).
+    "real-vocab-tiny": {"batch_size": 8, "group_size": 8, "max_completion_length": 32, "learning_rate": 1e-5, "steps": 3},
+    # grpo-tui's default step on this shape and prompt-heavy needs more than this 24 GiB machine has
+    # (killed at 24 GB resident, main's code as well: the same MLX peak): they run with the memory
+    # switch a user here would set (``grpo_tui_training``, the same work in two halves of the
+    # group); the rollout comparison once (a 0.5B rollout is ~40 s).
+    "qwen2.5-0.5b": {"batch_size": 2, "group_size": 4, "max_completion_length": 128, "learning_rate": 1e-6, "steps": 2,
+                     "grpo_tui_training": {"logprob_batch_size": 4}, "rollout_repeats": 1},
     "prompt-heavy": {"batch_size": 1, "group_size": 8, "max_completion_length": 64, "learning_rate": 1e-6, "steps": 2,
-                     "prompt_tokens": 256},
+                     "prompt_tokens": 256, "rollout_repeats": 1, "grpo_tui_training": {"logprob_batch_size": 4}},
 }
 DEFAULT_SHAPES = ("demo", "qwen3-0.6b")
+GROUPS = {"all": DEFAULT_SHAPES, "realistic": ("real-vocab-tiny", "qwen2.5-0.5b", "prompt-heavy")}
 FILLER = "Context: the numbers below are small whole numbers; answer with <answer>N</answer>. "
 # The memory question of issue 7: one 0.6B-shaped step with a group of 8 completions of 256 tokens.
 MEMORY_PROBE = {"batch_size": 1, "group_size": 8, "max_completion_length": 256, "learning_rate": 1e-6, "steps": 1}
@@ -82,6 +91,8 @@ def python_for(system: str) -> str:
 def model_folder(shape: str, layers: int | None) -> Path:
     if shape == "demo":
         return shapes.demo_model(wait_s=1800)
+    if shape == "real-vocab-tiny":
+        return shapes.real_vocab_tiny_model()
     return shapes.qwen25_05b_model(layers) if shape == "qwen2.5-0.5b" else shapes.qwen3_06b_model(layers)
 
 
@@ -159,7 +170,8 @@ def report(shape: str, work: dict, model: Path, results: dict[str, dict]) -> lis
     lines = [
         f"== {shape}: {model.relative_to(ROOT)} ({params / 1e6:.1f}M parameters, {config.get('torch_dtype', 'float32')}, "
         f"full fine-tune) · {work['batch_size']} prompts × G={work['group_size']} × {work['max_completion_length']} "
-        f"tokens (fixed length) · lr {work['learning_rate']} · median of {work['steps']} steps after {work['warmup']} warm-up",
+        f"tokens (fixed length) · lr {work['learning_rate']} · median of {work['steps']} steps after {work['warmup']} warm-up"
+        + "".join(f" · grpo-tui with {k} = {v}" for k, v in work.get("grpo_tui_training", {}).items()),
         f"{'system':<12} {'s/step':>8} {'CPU-s/step':>10} {'generation':>10} {'gen tok/step':>12} {'peak mem/step':>13} "
         f"{'max RSS':>9}   grpo-tui faster by (wall / CPU)",
     ]
@@ -244,7 +256,9 @@ def memory_probe(data: Path, logs: Path, timeout: float) -> tuple[list[str], dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
+    parser.add_argument("--shape", "--shapes", default="all",
+                        help=f"a shape ({', '.join(SHAPES)}), a comma-separated list, or a group: "
+                             + "; ".join(f"{g} = {', '.join(v)}" for g, v in GROUPS.items()))
     parser.add_argument("--steps", type=int, help="measured steps per system (default: per shape)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ", ".join(SYSTEMS))
@@ -256,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1500, help="seconds per system run")
     args = parser.parse_args(argv)
 
-    chosen = ["demo"] if args.quick else (list(DEFAULT_SHAPES) if args.shape == "all" else [args.shape])
+    chosen = ["demo"] if args.quick else [s for part in args.shape.split(",") for s in GROUPS.get(part.strip(), [part.strip()])]
+    if set(chosen) - set(SHAPES):
+        parser.error(f"unknown shapes: {', '.join(sorted(set(chosen) - set(SHAPES)))}")
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
@@ -278,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{shape}: {model}", file=sys.stderr)
         results = {}
         for system in systems:
-            extra = {"rollout_repeats": 5, "sgemm": True} if system == "grpo-tui" else {}
+            extra = {"rollout_repeats": work.get("rollout_repeats", 5), "sgemm": True,
+                     "training": work.get("grpo_tui_training", {})} if system == "grpo-tui" else {}
             results[system] = run_system(system, work, model, args.data, logs, args.timeout, **extra)
         lines = report(shape, work, model, results)
         print("\n".join(lines), flush=True)

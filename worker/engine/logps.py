@@ -15,7 +15,7 @@ import mlx.nn as nn
 
 from . import chunked_head
 from .accel import host_vocab, shared_prompt, two_cores
-from .accel.llama_family import is_llama_family
+from .accel.llama_family import head_logits, is_llama_family
 from .batch import MicroBatch
 
 
@@ -23,14 +23,8 @@ def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.arra
     """``model(inputs)[:, start:]`` without projecting the earlier positions onto the vocabulary
     (most of a step's positions are prompt; the projection dominates with a large vocabulary)."""
     if is_llama_family(model):  # logits are lm_head(model.model(x)): skip the earlier positions
-        return _head(model, model.model(inputs)[:, start:, :])
+        return head_logits(model, model.model(inputs)[:, start:, :])
     return model(inputs)[:, start:, :]
-
-
-def _head(model: nn.Module, hidden: mx.array) -> mx.array:
-    if model.args.tie_word_embeddings:
-        return model.model.embed_tokens.as_linear(hidden)
-    return model.lm_head(hidden)
 
 
 def batch_hidden(model: nn.Module, batch: MicroBatch) -> mx.array:
@@ -43,7 +37,7 @@ def batch_hidden(model: nn.Module, batch: MicroBatch) -> mx.array:
 def batch_logits(model: nn.Module, batch: MicroBatch) -> mx.array:
     """(B, T, vocab) logits that predict ``batch.targets``."""
     if batch.prompts is not None:
-        return _head(model, batch_hidden(model, batch))
+        return head_logits(model, batch_hidden(model, batch))
     return completion_logits(model, batch.inputs, batch.start)
 
 
@@ -62,8 +56,8 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
 
     ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
     run ``chunked_head``'s way, that many positions at a time. ``host`` (the plan's
-    ``host_vocab``; eager graphs only): the vocabulary log-softmax runs in numpy when the logits
-    fit ``accel.host_vocab``'s cap (or per chunk). Else, with ``split_rows``, the vocabulary-wide
+    ``host_vocab``; eager graphs only): the vocabulary log-softmax runs in numpy (float32 logits,
+    any number, ``accel.host_vocab``'s chunks of positions). Else, with ``split_rows``, the vocabulary-wide
     reductions run on half the rows per CPU stream."""
     if vocab_chunk > 0:
         return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature,

@@ -31,6 +31,7 @@ SWITCHES = {
     "shared_prompt": "GRPO_TUI_SHARED_PROMPT",
     "compiled_loss": "GRPO_TUI_COMPILED_LOSS",
     "host_vocab": "GRPO_TUI_HOST_VOCAB",
+    "host_sampling": "GRPO_TUI_HOST_SAMPLING",
     "two_streams": "GRPO_TUI_TWO_STREAMS",
     "cpu_kernels": "GRPO_TUI_CPU_KERNELS",
     "keep_freed_memory": "GRPO_TUI_KEEP_FREED_MEMORY",
@@ -72,11 +73,12 @@ class EnginePlan:
     fast_rollout: bool  # accel.fastgen: compiled decode loop, one prefill per prompt
     shared_prompt: bool  # accel.shared_prompt: each group's prompt once in the training forward
     compiled_loss: bool  # loss.py under mx.compile (small models, shared-prompt layout)
-    host_vocab: bool  # accel.host_vocab: eager vocabulary log-softmax in numpy, up to MAX_LOGITS
+    host_vocab: bool  # accel.host_vocab: eager vocabulary log-softmax in numpy, in chunks of positions
     two_streams: bool  # accel.two_cores: each micro-batch's halves on two CPU streams
     cpu_kernels: bool  # accel.cpu_fast via accel.patches: x86 exp/SwiGLU/attention/RoPE
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
+    host_sampling: bool = False  # accel.host_sampling: the keyed draw in numpy (else MLX's Gumbel-max)
     speed_paths_off: str | None = None  # architectures.speed_paths_off: why this architecture runs stock
     one_row_rollout: str | None = None  # architectures.one_row_rollout: why rows are generated one by one
     # The memory switches of [training] (docs/config.md, "Memory"); 0 / False = off.
@@ -92,6 +94,8 @@ class EnginePlan:
         """The worker log's ``engine:`` line."""
         paths = ["rollout: compiled loop, one prefill per prompt" if self.fast_rollout
                  else "rollout: mlx-lm BatchGenerator"]
+        paths.append(f"sampling: keyed inverse-CDF in numpy (a host buffer of {self.vocabulary * 4 / 2**20:.2f} MB per row)"
+                     if self.host_sampling else "sampling: keyed Gumbel-max in MLX")
         paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")
         if self.compiled_loss:
             paths.append("compiled loss")
@@ -100,9 +104,9 @@ class EnginePlan:
             buffer = self.vocab_chunk_size * self.vocabulary * 4 / 2**20
             paths.append(f"vocabulary log-softmax in numpy per chunk (a {buffer:.0f} MB host buffer)")
         elif self.host_vocab:
-            where = " (reference model)" if self.compiled_loss else ""
-            paths.append(f"vocabulary log-softmax in numpy{where}, up to {host_vocab.MAX_LOGITS // 2**20}M logits "
-                         f"(a host buffer of up to {host_vocab.MAX_LOGITS * 4 // 2**20} MB)")
+            rows = host_vocab.chunk_rows(self.vocabulary)
+            paths.append(f"vocabulary log-softmax in numpy, {rows} positions at a time "
+                         f"(a {rows * self.vocabulary * 4 / 2**20:.0f} MB host buffer)")
         if self.two_streams:
             paths.append("batch halves on two CPU streams")
         if self.cpu_kernels:
@@ -136,13 +140,13 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     shared = _on(env, "shared_prompt") and shared_prompt.supports(model) and config.grpo.group_size >= 2
     training = config.training
     vocab_chunk = training.vocab_chunk_size if chunked_head.supports(model) else 0
+    # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it. On the CPU a
+    # large vocabulary's log-softmax is most of a small model's step, and numpy's exp beats MLX's
+    # inside the trace (bench/README.md, real-vocab-tiny): there the loss stays eager.
+    host = _on(env, "host_vocab") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY
     # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
     # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
-    compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config)
-    # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it; the reference
-    # model's eager log-probs (beta > 0) still can.
-    host = (_on(env, "host_vocab") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY
-            and (not compiled or config.grpo.beta > 0))
+    compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config) and not host
     two = _on(env, "two_streams") and (os.cpu_count() or 1) >= 2 and len(two_cores.streams()) >= 2 and small
     return EnginePlan(
         device="cpu" if cpu else "gpu",
@@ -156,6 +160,7 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         cpu_kernels=_on(env, "cpu_kernels") and cpu_fast.enabled() and patches.can_patch(model),
         keep_freed_memory=keeps_freed_memory,
         evaluation_width=env.get(BFS_WIDTH_VARIABLE),
+        host_sampling=_on(env, "host_sampling") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY,
         speed_paths_off=architectures.speed_paths_off(model),
         one_row_rollout=architectures.one_row_rollout(model),
         gradient_checkpointing=training.gradient_checkpointing,

@@ -111,7 +111,9 @@ def generate(
     ``sampling.row_key`` per row): the compiled loop draws each row from its own keyed stream, so
     the tokens do not depend on the batch a row is in (ranks, resume). mlx-lm's BatchGenerator
     drops finished rows from its batch, so its sampler cannot tell the rows apart: it ignores
-    ``keys`` and draws from ``mx.random`` (not rank-invariant; the trainer logs it)."""
+    ``keys`` and draws from ``mx.random`` (not rank-invariant; the trainer logs it). On the plan's
+    ``host_sampling`` the compiled loop always draws keyed (without ``keys``, from keys taken off
+    ``mx.random``), since that draw is the fast one there."""
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
     rules = make_row_stops(len(prompts) * n, tokenizer, gen)
@@ -120,8 +122,11 @@ def generate(
         # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
         # sampling do not care about a constant shift of the logits.
         normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
+        host = plan is not None and plan.host_sampling
+        if keys is None and host and not greedy:  # no rank to agree with: keys from mx.random's stream
+            keys = mx.random.randint(0, 2**31, (len(prompts) * n,)).tolist()
         if keys is not None and not greedy:
-            sampler = KeyedSampler(gen, keys)
+            sampler = KeyedSampler(gen, keys, host=host)
         tokens, stopped, sampled = fastgen.generate_tokens(
             model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
             fast_exp=plan is not None and plan.cpu_kernels, decode=decode, row_stops=rules,

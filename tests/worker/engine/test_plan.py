@@ -6,7 +6,7 @@ import pytest
 
 from grpo_tui.protocol.config import GenerationConfig, ModelConfig, parse_config
 from grpo_tui.worker.engine import model as model_io, plan as engine_plan, rollout, update
-from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_vocab, memory
+from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_sampling, host_vocab, memory
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
 from tests.tiny_model import build_tiny_model
@@ -38,7 +38,33 @@ def test_the_host_vocabulary_switch(loaded, monkeypatch):
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
     on, off = _plan(loaded[0], off=["compiled_loss"]), _plan(loaded[0], off=["compiled_loss", "host_vocab"])
     assert on.host_vocab and not off.host_vocab
-    assert "numpy" in on.describe() and "64M logits" in on.describe() and "numpy" not in off.describe()
+    assert "log-softmax in numpy" in on.describe() and "positions at a time" in on.describe()
+    assert "log-softmax in numpy" not in off.describe()
+
+
+def test_a_large_vocabulary_on_the_cpu_keeps_the_loss_eager_for_the_numpy_log_softmax(loaded, monkeypatch):
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary counts as large
+    plan = _plan(loaded[0])
+    assert plan.host_vocab and not plan.compiled_loss
+    assert _plan(loaded[0], off=["host_vocab"]).compiled_loss
+
+
+def test_the_host_sampling_switch_and_the_rollout_draws_where_planned(loaded, monkeypatch):
+    model, tokenizer = loaded
+    assert not _plan(model).host_sampling  # a 261-token vocabulary: MLX's own draw
+    assert "sampling: keyed Gumbel-max in MLX" in _plan(model).describe()
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    on, off = _plan(model), _plan(model, off=["host_sampling"])
+    assert on.host_sampling and not off.host_sampling
+    assert "sampling: keyed inverse-CDF in numpy" in on.describe() and "Gumbel" in off.describe()
+    draws = []
+    real = host_sampling.draw
+    monkeypatch.setattr(host_sampling, "draw", lambda *a, **k: draws.append(1) or real(*a, **k))
+    gen = GenerationConfig(max_completion_length=4)
+    for plan in (on, off):
+        out = rollout.generate(model, tokenizer, [[5, 6, 7]], 2, gen, plan=plan, keys=[1, 2])
+        assert [len(c.token_ids) for c in out] == [4, 4]
+    assert len(draws) == 4  # one host draw per position, only on the planned path
 
 
 def test_without_the_shared_prompt_there_is_no_compiled_loss(loaded):

@@ -9,6 +9,7 @@ from mlx_lm import load
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import completion_logits, token_logps
+from grpo_tui.worker.engine.plan import EnginePlan
 from grpo_tui.worker.engine.rollout import finish_reason, generate, repetition_period
 from tests.tiny_model import build_tiny_model
 
@@ -55,6 +56,21 @@ def test_sampling_logprobs_match_the_training_forward_pass(tiny):
     batch = pack([prompts[c.prompt_index] for c in out], [c.token_ids for c in out], [0.0] * 4, [True] * 4)
     logps, _ = token_logps(model, batch, 1.0)
     logps, mask = np.array(logps), np.array(batch.mask)
+    for i, c in enumerate(out):
+        np.testing.assert_allclose(logps[i][mask[i] > 0], c.sampling_logprobs, atol=1e-4)
+
+
+@pytest.mark.parametrize("gen", [GenerationConfig(max_completion_length=8, temperature=0.7),
+                                 GenerationConfig(max_completion_length=8, top_p=0.9, top_k=50)], ids=["temperature", "filters"])
+def test_the_host_draws_logprobs_match_the_training_forward_pass(tiny, gen):
+    """The plan's numpy draw reports the sampled tokens' log-probs at temperature 1, unfiltered."""
+    model, tokenizer, prompts = tiny
+    plan = EnginePlan(device="cpu", parameters=0, vocabulary=model.args.vocab_size, fast_rollout=True,
+                      shared_prompt=False, compiled_loss=False, host_vocab=False, two_streams=False,
+                      cpu_kernels=False, keep_freed_memory=False, evaluation_width=None, host_sampling=True)
+    out = generate(model, tokenizer, prompts, 2, gen, plan=plan, keys=[1, 2, 3, 4])
+    batch = pack([prompts[c.prompt_index] for c in out], [c.token_ids for c in out], [0.0] * 4, [True] * 4)
+    logps, mask = (np.array(a) for a in (token_logps(model, batch, 1.0)[0], batch.mask))
     for i, c in enumerate(out):
         np.testing.assert_allclose(logps[i][mask[i] > 0], c.sampling_logprobs, atol=1e-4)
 

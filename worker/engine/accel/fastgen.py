@@ -5,7 +5,8 @@ all sequences start together. mlx-lm's continuous-batching ``BatchGenerator`` ha
 case; this loop uses the special one:
 
 - **one prefill per prompt**: the ``n`` completions of a prompt share its prompt, so the prompt is
-  run once and its KV cache copied ``n`` times (``n``× less prefill work);
+  run once and its KV cache copied ``n`` times (``n``× less prefill work), and only its last
+  position goes through the vocabulary head;
 - **a static KV cache**: every row's keys/values live in one preallocated buffer of the final
   length, written at the current position (``mx.slice_update``), so every decode step has the same shapes and
   its graph is traced and compiled once (``mx.compile``) instead of rebuilt op by op in Python;
@@ -26,7 +27,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import cpu_fast
-from .llama_family import MaskedCache, is_llama_family, padded_causal_mask
+from .llama_family import MaskedCache, head_logits, is_llama_family, padded_causal_mask
 
 BUCKET = 32  # the cache length is rounded up to a multiple, so nearby shapes reuse one trace
 
@@ -74,7 +75,8 @@ def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.
     length = kv[0].shape[2]
     mask = padded_causal_mask(left_pad, tokens.shape[1], offset, length)
     caches = [StaticCache(kv[2 * i], kv[2 * i + 1], offset, mask) for i in range(len(kv) // 2)]
-    logits = model(tokens, cache=caches)[:, -1, :].astype(mx.float32)
+    # The head on the last position only: a prefill's earlier positions need no logits.
+    logits = head_logits(model, model.model(tokens, cache=caches)[:, -1:, :])[:, 0, :].astype(mx.float32)
     return logits, [a for c in caches for a in (c.keys, c.values)]
 
 
@@ -133,7 +135,9 @@ def generate_tokens(
     """``n`` completions per prompt, row ``i * n + j``: (token ids with the stop token, stopped,
     sampled tokens' log-probs when ``logprobs``). ``normalized=False`` hands the sampler raw logits
     (fine for greedy and plain temperature sampling, which ignore a constant shift) and saves a
-    vocabulary-wide logsumexp per token. ``fast_exp``: the plan's ``cpu_kernels``. ``decode``: the
+    vocabulary-wide logsumexp per token (a sampler with ``on_host`` set, ``sampling.KeyedSampler``
+    on the plan's ``host_sampling``, takes raw logits and gives the log-probs itself; it returns
+    evaluated tokens, so the next step is queued after the draw). ``fast_exp``: the plan's ``cpu_kernels``. ``decode``: the
     model's compiled step, kept between rollouts (a fresh one without it). ``row_stops``: the
     early-stop rules (``engine.stopping.RowStops``: ``push(row, token)`` answers a reason to end the
     row, or None); a row they end is not ``stopped`` and has no stop token."""
@@ -141,7 +145,13 @@ def generate_tokens(
     logits, kv, left_pad, width = prefill(model, prompts, n, max_tokens)
     decode = decode if decode is not None and decode.model is model else DecodeStep(model)
 
+    # sampling.KeyedSampler's numpy draw: raw logits in, the log-probs out
+    host_draw = getattr(sampler, "sample_logits", None) if getattr(sampler, "on_host", False) else None
+
     def sample(logits: mx.array) -> tuple[mx.array, mx.array]:
+        if host_draw is not None:
+            token, host_picked = host_draw(logits, logprobs)
+            return token, host_picked if host_picked is not None else token
         if not (normalized or logprobs):
             token = sampler(logits)
             return token, token

@@ -2,7 +2,11 @@
 
 Per completion token a GRPO step needs log softmax(logits)[target] (and its gradient) and the
 entropy, over every vocabulary entry. MLX's CPU ``exp`` is a libm ``fma`` call per element on the
-x86 wheels, while numpy's is SIMD, so the same maths runs in numpy, in a buffer kept between steps.
+x86 wheels, while numpy's is SIMD, so the same maths runs in numpy, at any size: the positions go
+through in chunks of ``CHUNK_BYTES`` of logits (``chunk_rows``), each chunk's halves on two threads,
+so the host buffer is bounded whatever the step size. The forward reads the evaluated logits in
+place (a view of MLX's memory) and the gradient is written straight into the MLX array it returns,
+so neither makes a step-sized numpy copy.
 
 Only for eager (uncompiled) graphs: the forward evaluates the logits and the gradient evaluates its
 cotangent, both synchronously. The entropy is a metric and has no gradient. Whether a model gets
@@ -12,35 +16,41 @@ this is the plan's ``host_vocab`` (``GRPO_TUI_HOST_VOCAB=0`` turns it off).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 import mlx.core as mx
 import numpy as np
 
 MIN_VOCABULARY = 8192  # below this MLX's own fused kernels are cheap enough, and stay lazy
-# Evaluating the logits mid-graph keeps ~4 of the differentiated graph's logit-sized arrays alive
-# at once; above this many logits per micro-batch MLX's own kernels run instead.
-MAX_LOGITS = 64 * 2**20
+# The host buffer: the softmax of this many bytes of float32 logits at a time (~220 positions of a
+# 151,936 vocabulary), kept for the process. One buffer of a fixed size also keeps the heap whole:
+# fresh step-sized numpy buffers left holes that MLX's next large arrays did not fit, so they were
+# page-faulted in again.
+CHUNK_BYTES = 128 * 2**20
 
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="host-vocab")  # numpy ufuncs release the GIL
-_SCRATCH: list[np.ndarray] = [np.empty(0, np.float32)]
+_SCRATCH: dict[str, np.ndarray] = {}
 
 
-def _scratch(shape: tuple[int, int]) -> np.ndarray:
-    """One float32 buffer kept for the process, grown when needed: fresh numpy buffers each step
-    left holes in the heap (malloc keeps freed memory, ``memory``) that MLX's next large arrays
-    did not fit, so they were page-faulted in again."""
+def scratch(shape: tuple[int, int], name: str = "log-softmax") -> np.ndarray:
+    """A float32 (rows, columns) view of buffer ``name``, kept for the process and grown when needed."""
     size = shape[0] * shape[1]
-    if _SCRATCH[0].size < size:
-        _SCRATCH[0] = np.empty(size, np.float32)
-    return _SCRATCH[0][:size].reshape(shape)
+    if name not in _SCRATCH or _SCRATCH[name].size < size:
+        _SCRATCH[name] = np.empty(size, np.float32)
+    return _SCRATCH[name][:size].reshape(shape)
+
+
+def chunk_rows(vocabulary: int) -> int:
+    """Positions per chunk of the host log-softmax."""
+    return max(1, CHUNK_BYTES // (4 * vocabulary))
 
 
 def fits(logits: mx.array) -> bool:
-    """Whether these logits may go to numpy: float32 and at most ``MAX_LOGITS`` of them."""
-    return logits.dtype == mx.float32 and logits.size <= MAX_LOGITS
+    """Whether these logits may go to numpy (float32: any size, chunk by chunk)."""
+    return logits.dtype == mx.float32
 
 
-def _probabilities(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _probabilities(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(softmax of each row, log-sum-exp of each row) for float32 rows ``x``, softmax into ``out``."""
     top = x.max(axis=1)
     probs = np.subtract(x, top[:, None], out=out)
@@ -50,11 +60,11 @@ def _probabilities(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.nda
     return probs, top + np.log(total).astype(np.float32)
 
 
-def _forward_rows(x: np.ndarray, targets: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    probs, lse = _probabilities(x, out)
-    picked = x[np.arange(len(x)), targets] - lse
-    entropy = lse - np.einsum("ij,ij->i", probs, x)
-    return picked, entropy
+def _forward_rows(x: np.ndarray, targets: np.ndarray, buffer: np.ndarray, picked: np.ndarray,
+                  entropy: np.ndarray) -> None:
+    probs, lse = _probabilities(x, buffer)
+    picked[:] = x[np.arange(len(x)), targets] - lse
+    entropy[:] = lse - np.einsum("ij,ij->i", probs, x)
 
 
 def _gradient_rows(x: np.ndarray, targets: np.ndarray, cotangent: np.ndarray, out: np.ndarray) -> None:
@@ -63,7 +73,7 @@ def _gradient_rows(x: np.ndarray, targets: np.ndarray, cotangent: np.ndarray, ou
     probs[np.arange(len(x)), targets] += cotangent
 
 
-def _by_halves(fn, *rows: np.ndarray) -> list:
+def by_halves(fn: Callable[..., Any], *rows: np.ndarray) -> list:
     """``fn`` on each half of the rows (every argument is sliced), the halves on two threads."""
     cut = len(rows[0]) // 2
     if cut == 0:
@@ -71,25 +81,37 @@ def _by_halves(fn, *rows: np.ndarray) -> list:
     return list(_POOL.map(lambda part: fn(*(r[part] for r in rows)), (slice(0, cut), slice(cut, None))))
 
 
-def _host(array: mx.array) -> np.ndarray:
+def host(array: mx.array) -> np.ndarray:
+    """``array`` evaluated, as a numpy view of its memory (no copy)."""
     mx.eval(array)
     return np.array(array, copy=False)
+
+
+def _chunks(rows: int, vocabulary: int) -> list[slice]:
+    step = chunk_rows(vocabulary)
+    return [slice(s, min(s + step, rows)) for s in range(0, rows, step)]
 
 
 def rows_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
     """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), evaluated now
     (also ``engine.chunked_head``'s per-chunk log-softmax)."""
-    x = _host(logits)
-    parts = _by_halves(_forward_rows, x, _host(targets), _scratch(x.shape))
-    return mx.array(np.concatenate([p for p, _ in parts])), mx.array(np.concatenate([e for _, e in parts]))
+    x, t = host(logits), host(targets)
+    picked, entropy = np.empty(len(x), np.float32), np.empty(len(x), np.float32)
+    for rows in _chunks(*x.shape):
+        buffer = scratch((rows.stop - rows.start, x.shape[1]))
+        by_halves(_forward_rows, x[rows], t[rows], buffer, picked[rows], entropy[rows])
+    return mx.array(picked), mx.array(entropy)
 
 
 def rows_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
-    """d(cotangent · log softmax(logits)[target]) / d logits, evaluated now."""
-    x = _host(logits)
-    gradient = _scratch(x.shape)
-    _by_halves(_gradient_rows, x, _host(targets), _host(cotangent.astype(mx.float32)), gradient)
-    return mx.array(gradient)  # mx.array copies: the buffer is free again
+    """d(cotangent · log softmax(logits)[target]) / d logits, evaluated now: computed chunk by
+    chunk into the (N, V) MLX array it returns (a fresh one per call)."""
+    x, t, c = host(logits), host(targets), host(cotangent.astype(mx.float32))
+    gradient = mx.zeros(x.shape, mx.float32)
+    out = host(gradient)  # writable: MLX's buffer, filled in place
+    for rows in _chunks(*x.shape):
+        by_halves(_gradient_rows, x[rows], t[rows], c[rows], out[rows])
+    return gradient
 
 
 @mx.custom_function

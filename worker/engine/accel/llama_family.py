@@ -21,6 +21,13 @@ def is_llama_family(model: Any) -> bool:
     return getattr(args, "model_type", None) in MODEL_TYPES and hasattr(model, "model") and full
 
 
+def head_logits(model: Any, hidden: mx.array) -> mx.array:
+    """The vocabulary logits of final hidden states: the LM head, or the tied embedding."""
+    if model.args.tie_word_embeddings:
+        return model.model.embed_tokens.as_linear(hidden)
+    return model.lm_head(hidden)
+
+
 def padded_causal_mask(left_pad: mx.array, queries: int, first: mx.array | int, keys: int) -> mx.array:
     """(rows, 1, queries, keys): query i (at position first + i; ``first`` a scalar or one per
     row) sees the keys that are neither padding nor in the future. A query always sees its own
