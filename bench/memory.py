@@ -30,8 +30,7 @@ import shapes  # noqa: E402
 from step_vs_peers import BENCH, MEMORY_PROBE, run_system, summarise  # noqa: E402
 
 # The memory switches as a user would set them for this shape (docs/config.md, "Memory").
-# vocab_chunk_size is left out: measured, it raises the peak on CPU (bench/README.md, "Memory").
-SWITCHES = {"gradient_checkpointing": True, "logprob_batch_size": 4}
+SWITCHES = {"gradient_checkpointing": True, "logprob_batch_size": 4, "vocab_chunk_size": 64}
 LORA = {"rank": 16, "layers": -1}
 GIB = 1024
 

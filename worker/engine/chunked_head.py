@@ -5,14 +5,16 @@ Unchunked, a micro-batch's (rows, steps, vocabulary) float32 logits exist at onc
 over in the differentiated graph (logits, softmax, their cotangents): on a 152k vocabulary, 8 × 256
 positions are 1.2 GB per copy. Here one custom function takes the final hidden states and the head's
 weight and returns the targets' log-probs and the entropy; it projects ``chunk`` positions onto the
-vocabulary at a time, and its gradient recomputes each chunk's logits instead of keeping them. Each
-chunk is evaluated before the next is built, meant to keep one chunk's logits alive (eager graphs
-only, which is why the plan turns the compiled loss off with it). Same numbers as the unchunked path,
-tested for full and LoRA fine-tuning. Measured, MLX keeps evaluated arrays alive inside the gradient
-transform, so the step's peak is still above the unchunked path's (bench/README.md, "Memory").
+vocabulary at a time, and its gradient recomputes each chunk's logits instead of keeping them.
 
-On CPU with the plan's ``host_vocab`` each chunk's log-softmax runs in numpy (``accel.host_vocab``),
-so no vocabulary size falls back to MLX's slow x86 ``exp``.
+Nothing is evaluated inside: under MLX's gradient transform an evaluated array keeps its whole graph
+(the forward's arrays are tracers, a VJP runs with the graph retained), so evaluating per chunk kept
+every chunk's logits and every block's intermediates alive (20.9 GiB against the unchunked 9.4 on
+the 4-layer 0.6B shape, bench/memory.py). Instead each chunk's logits depend on the previous
+chunk's results (``mx.depends``), so the one lazy evaluation of the step builds a chunk's logits
+only after the previous chunk's are consumed and freed. MLX's own log-softmax therefore runs here,
+never ``accel.host_vocab``'s numpy one (which evaluates). Same numbers as the unchunked path,
+tested for full and LoRA fine-tuning.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
-from .accel import host_vocab
 from .accel.llama_family import is_llama_family
 
 
@@ -57,9 +57,8 @@ def _mlx_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> m
 
 
 @lru_cache(maxsize=None)
-def _function(chunk: int, temperature: float, weight_grad: bool, host: bool) -> Callable:
+def _function(chunk: int, temperature: float, weight_grad: bool) -> Callable:
     """The custom function for one setting (cached: a custom function is built once per setting)."""
-    forward_rows = host_vocab.rows_forward if host else _mlx_forward
 
     def chunks(rows: int) -> list[slice]:
         return [slice(s, min(s + chunk, rows)) for s in range(0, rows, chunk)]
@@ -69,10 +68,13 @@ def _function(chunk: int, temperature: float, weight_grad: bool, host: bool) -> 
 
     @mx.custom_function
     def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
-        logps, entropy = [], []
+        logps: list[mx.array] = []
+        entropy: list[mx.array] = []
         for rows in chunks(hidden.shape[0]):
-            picked, ent = forward_rows(logits_of(hidden[rows], weight), targets[rows])
-            mx.eval(picked, ent)  # this chunk's logits are free before the next chunk's exist
+            # This chunk's logits wait for the previous chunk's results (mx.depends): MLX frees a
+            # chunk's logits before it builds the next chunk's, in one lazy evaluation.
+            part = mx.depends(hidden[rows], logps[-1:] + entropy[-1:]) if logps else hidden[rows]
+            picked, ent = _mlx_forward(logits_of(part, weight), targets[rows])
             logps.append(picked)
             entropy.append(ent)
         return mx.concatenate(logps), mx.concatenate(entropy)
@@ -82,43 +84,30 @@ def _function(chunk: int, temperature: float, weight_grad: bool, host: bool) -> 
         hidden, weight, targets = primals
         cotangent = cotangents[0].astype(mx.float32) / temperature  # the entropy is a metric
         d_hidden: list[mx.array] = []
-        # The head's gradient is summed in a numpy buffer: inside a gradient transform, evaluating
-        # an MLX running sum kept every chunk's (vocabulary, hidden) part alive (20.9 GiB on the
-        # 4-layer 0.6B shape, bench/memory.py, 12.8 with this; the default path needs 9.4).
-        d_weight: np.ndarray | None = None
+        d_weight: mx.array | None = None  # the running sum over chunks: one (vocabulary, hidden) part at a time
         for rows in chunks(hidden.shape[0]):
-            logits = logits_of(hidden[rows], weight)
-            if host:
-                d_logits = host_vocab.rows_gradient(logits, targets[rows], cotangent[rows])
-            else:
-                d_logits = _mlx_gradient(logits, targets[rows], cotangent[rows])
-            d_logits = d_logits.astype(hidden.dtype)
+            after = d_hidden[-1:] + ([d_weight] if d_weight is not None else [])
+            part = mx.depends(hidden[rows], after) if after else hidden[rows]
+            d_logits = _mlx_gradient(logits_of(part, weight), targets[rows], cotangent[rows]).astype(hidden.dtype)
             d_hidden.append(d_logits @ weight)
             if weight_grad:  # LoRA's frozen head needs none: skip its matmul
-                part = (d_logits.T @ hidden[rows]).astype(mx.float32)
-                mx.eval(d_hidden[-1], part)
-                if d_weight is None:
-                    d_weight = np.array(part)
-                else:
-                    d_weight += np.asarray(part)
-                del part
-            else:
-                mx.eval(d_hidden[-1])
-        grad = mx.zeros_like(weight) if d_weight is None else mx.array(d_weight).astype(weight.dtype)
+                term = (d_logits.T @ part).astype(mx.float32)
+                d_weight = term if d_weight is None else d_weight + term
+        grad = mx.zeros_like(weight) if d_weight is None else d_weight.astype(weight.dtype)
         return mx.concatenate(d_hidden), grad, mx.zeros_like(targets)
 
     return logps_entropy
 
 
-def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, temperature: float, chunk: int,
-                  host: bool) -> tuple[mx.array, mx.array]:
+def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, temperature: float,
+                  chunk: int) -> tuple[mx.array, mx.array]:
     """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the model's
     head on logits / temperature, ``chunk`` positions at a time."""
     weight = head_weight(model)
     assert weight is not None, "the plan enables vocab_chunk_size only for plain heads"
     rows, steps, width = hidden.shape
     weight_grad = _head_trainable(model)
-    fn = _function(chunk, float(temperature), weight_grad, host)
+    fn = _function(chunk, float(temperature), weight_grad)
     logps, entropy = fn(hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
     return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
 

@@ -55,13 +55,12 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
 
     ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
-    run ``chunked_head``'s way, that many positions at a time. ``host`` (the plan's
-    ``host_vocab``; eager graphs only): the vocabulary log-softmax runs in numpy (float32 logits,
-    any number, ``accel.host_vocab``'s chunks of positions). Else, with ``split_rows``, the vocabulary-wide
-    reductions run on half the rows per CPU stream."""
+    run ``chunked_head``'s way, that many positions at a time (MLX's log-softmax, lazily). ``host``
+    (the plan's ``host_vocab``; eager graphs only): otherwise the vocabulary log-softmax runs in
+    numpy (float32 logits, any number, ``accel.host_vocab``'s chunks of positions). Else, with
+    ``split_rows``, the vocabulary-wide reductions run on half the rows per CPU stream."""
     if vocab_chunk > 0:
-        return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature,
-                                          vocab_chunk, host)
+        return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, vocab_chunk)
     logits = batch_logits(model, batch).astype(mx.float32) / temperature
     if host and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape

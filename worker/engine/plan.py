@@ -100,10 +100,7 @@ class EnginePlan:
         if self.compiled_loss:
             paths.append("compiled loss")
         # The speed paths' own memory, said with them (docs/config.md, "Memory").
-        if self.host_vocab and self.vocab_chunk_size:
-            buffer = self.vocab_chunk_size * self.vocabulary * 4 / 2**20
-            paths.append(f"vocabulary log-softmax in numpy per chunk (a {buffer:.0f} MB host buffer)")
-        elif self.host_vocab:
+        if self.host_vocab and not self.vocab_chunk_size:  # the chunked head runs MLX's, lazily
             rows = host_vocab.chunk_rows(self.vocabulary)
             paths.append(f"vocabulary log-softmax in numpy, {rows} positions at a time "
                          f"(a {rows * self.vocabulary * 4 / 2**20:.0f} MB host buffer)")

@@ -94,7 +94,7 @@ def _chunks(rows: int, vocabulary: int) -> list[slice]:
 
 def rows_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
     """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), evaluated now
-    (also ``engine.chunked_head``'s per-chunk log-softmax)."""
+    (the host log-softmax's forward)."""
     x, t = host(logits), host(targets)
     picked, entropy = np.empty(len(x), np.float32), np.empty(len(x), np.float32)
     for rows in _chunks(*x.shape):

@@ -60,3 +60,29 @@ def test_fused_adamw_matches_adamw_with_clipping_scale():
     for key in params:
         assert mx.allclose(p_ref[key], p_fused[key], atol=1e-7), key
     assert abs(_global_norm(params).item() - mx.sqrt(sum((v * v).sum() for v in params.values())).item()) < 1e-5
+
+
+def test_fused_adamw_updates_a_model_one_parameter_at_a_time():
+    mx.random.seed(2)
+    models = [nn.Sequential(*[nn.Linear(1024, 1024, bias=False) for _ in range(8)]) for _ in range(2)]
+    models[1].update(models[0].parameters())
+    ref, fused = optim.AdamW(learning_rate=1e-2, weight_decay=0.1), FusedAdamW(learning_rate=1e-2, weight_decay=0.1)
+    fused.init(models[1].trainable_parameters())
+    mx.eval(models, fused.state)
+    for _ in range(2):
+        grads = tree_map(lambda x: mx.random.normal(x.shape), models[0].trainable_parameters())
+        mx.eval(grads)
+        ref.update(models[0], grads)
+        mx.eval(models[0].parameters(), ref.state)
+        mx.synchronize()
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        fused.update(models[1], grads)
+        mx.eval(models[1].parameters(), fused.state)
+        peak = mx.get_peak_memory() - before
+    for (name, want), (_, got) in zip(tree_flatten(models[0].parameters()), tree_flatten(models[1].parameters())):
+        assert mx.allclose(want, got, atol=1e-6), name
+    # Built all at once, the update peaked at 5× the parameters' size (every new parameter and moment
+    # beside the old ones); one parameter at a time, a few times the largest one.
+    size = sum(v.nbytes for _, v in tree_flatten(models[1].parameters()))
+    assert peak < size
