@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, help="depth of the 0.6B-shaped model (development runs)")
     parser.add_argument("--data", type=Path, default=ROOT / "examples" / "data" / "arith.jsonl")
     parser.add_argument("--timeout", type=float, default=1500, help="seconds per system run")
+    parser.add_argument("--grpo-tui-training", type=json.loads, default=None, metavar="JSON",
+                        help="grpo-tui's [training] switches for every shape instead of the shape's own "
+                             "(e.g. '{}': the defaults, to compare default memory)")
     args = parser.parse_args(argv)
 
     chosen = ["demo"] if args.quick else [s for part in args.shape.split(",") for s in GROUPS.get(part.strip(), [part.strip()])]
@@ -286,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for shape in chosen:
         work = {**SHAPES[shape], "name": shape, "warmup": args.warmup}
+        if args.grpo_tui_training is not None:
+            work["grpo_tui_training"] = args.grpo_tui_training
         if args.steps:
             work["steps"] = args.steps
         if args.quick:
