@@ -160,9 +160,7 @@ class GrpoApp(DashboardKeys):
     def _freeze_startup_objects() -> None:
         """What exists once the screen is drawn (Textual, the widgets, their styles) lives as long as
         the app: frozen out of the collector, a full collection walks only what came after (in
-        bench/tui_load.py the collector's full passes took 1.7 s of CPU in 30 s, 0.7 s frozen).
-        Garbage is collected first, so none of it is frozen with them."""
-        gc.collect()
+        bench/tui_load.py the collector's full passes took 1.7 s of CPU in 30 s, 0.7 s frozen)."""
         gc.freeze()
 
     # ------------------------------------------------------------ worker process
