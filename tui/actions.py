@@ -6,10 +6,12 @@ the flush loop (docs/architecture.md, "Dashboard").
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import TabbedContent
 
@@ -131,8 +133,8 @@ class DashboardKeys(App[int]):
         elif view == "charts":
             self.query_one(ChartsView).focus_chart()
         elif view is not None:
-            for widget in self.query(TAB_FOCUS[view]):
-                widget.focus()
+            with contextlib.suppress(NoMatches):  # an id lookup (cached), not a walk of every widget
+                self.query_one(TAB_FOCUS[view]).focus()
 
     def action_next_tab(self, direction: int) -> None:
         tabs = self.query_one(TabbedContent)

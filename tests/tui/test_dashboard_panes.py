@@ -3,6 +3,7 @@ Pilot against the fake worker."""
 
 from __future__ import annotations
 
+from textual.geometry import Region
 from textual.widgets import DataTable, Static, TabbedContent
 
 from grpo_tui.tui.screens.group_view import GroupScreen
@@ -140,3 +141,39 @@ async def test_group_view_shows_each_completion_once(make_app):
             assert shown.count(sample.completion[:30]) == 1
 
 
+
+
+async def test_a_tab_switch_repaints_the_tabs_not_the_metrics(make_app):
+    """Switching tabs redraws the tab area (and the key bar) in two frames, never the metrics column
+    beside it, and lays the screen out once (bench/tui_load.py measures what that saves)."""
+    app = make_app(*OPTIONS)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        for key in "2345":  # every tab drawn once, so each switch below shows a drawn tab
+            await pilot.press(key)
+            await pilot.pause(0.3)
+        await pilot.press("1")
+        await pilot.pause(0.5)
+        compositor = app.screen._compositor
+        left, tabs = app.query_one("#left").region, app.query_one("#tabs").region
+        frames: list[list[Region]] = []  # what each frame redraws
+        paint = compositor.render_update
+
+        def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+            frames.append(list(compositor._dirty_regions))
+            return paint(*args, **kwargs)
+
+        layouts: list[object] = []
+        app.screen.screen_layout_refresh_signal.subscribe(app.screen, layouts.append)
+        compositor.render_update = recording  # type: ignore[method-assign]
+        keys = "2131451"
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause(0.1)
+        compositor.render_update = paint  # type: ignore[method-assign]
+        painted = [region for frame in frames for region in frame]
+        assert not [r for r in painted if r.overlaps(left)], "a tab switch repainted the metrics column"
+        assert len(layouts) <= len(keys)  # one layout per switch, none per widget
+        # two frames a switch (the tab, then what focus moved); the underline's slide drew 20
+        tab_frames = [frame for frame in frames if any(r.overlaps(tabs) for r in frame)]
+        assert len(keys) <= len(tab_frames) <= 2 * len(keys), frames

@@ -59,6 +59,7 @@ class ChartsView(Vertical):
         self._seen: dict[str, int] = {}  # group -> how many columns its book had at the last sync
         self.columns = 2
         self._last_focused: Widget | None = None
+        self._panels: list[Widget] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="charts-bar")
@@ -97,7 +98,8 @@ class ChartsView(Vertical):
 
     def _tick(self) -> None:
         zoomed = self.screen.maximized
-        if self.is_on_screen or zoomed in self.panels():  # a hidden tab costs nothing but this check
+        # a hidden tab costs nothing but this check
+        if self.is_on_screen or (zoomed is not None and zoomed in self.panels()):
             self._sync()
             self._redraw()
 
@@ -117,6 +119,7 @@ class ChartsView(Vertical):
                    for p in spec.resolve(book.keys()) if p.title not in have]
             if new:
                 grid.mount_all(new)
+                self._panels = None
 
     def _redraw(self) -> None:
         """Redraw a few of the stale charts in view, those waiting longest first; charts scrolled
@@ -147,7 +150,10 @@ class ChartsView(Vertical):
     # ------------------------------------------------------------ keys
 
     def panels(self) -> list[Widget]:
-        return list(self.query("ChartPanel, RewardHeatmap"))
+        """The charts in screen order (kept: a query walks every chart, four times a second)."""
+        if self._panels is None:
+            self._panels = list(self.query("ChartPanel, RewardHeatmap"))
+        return self._panels
 
     def action_window(self) -> None:
         window = WINDOWS[(WINDOWS.index(self.settings.window) + 1) % len(WINDOWS)]
