@@ -140,7 +140,11 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it. On the CPU a
     # large vocabulary's log-softmax is most of a small model's step, and numpy's exp beats MLX's
     # inside the trace (bench/README.md, real-vocab-tiny): there the loss stays eager.
-    host = _on(env, "host_vocab") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY
+    # Small models only: evaluating the logits mid-graph keeps every block's intermediates of the
+    # gradient transform alive (with the x86 CPU kernels, ~0.3 GiB per layer of the 0.5B bench step:
+    # 6.3 vs 5.1 GiB at 4 layers, and the 24-layer default step no longer fit in 24 GiB), for ~10% of
+    # a large model's training time (bench/README.md, "Memory").
+    host = _on(env, "host_vocab") and cpu and small and vocabulary >= host_vocab.MIN_VOCABULARY
     # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
     # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
     compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config) and not host

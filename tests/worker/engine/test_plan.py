@@ -49,6 +49,16 @@ def test_a_large_vocabulary_on_the_cpu_keeps_the_loss_eager_for_the_numpy_log_so
     assert _plan(loaded[0], off=["host_vocab"]).compiled_loss
 
 
+def test_a_large_model_keeps_mlx_s_log_softmax(loaded, monkeypatch):
+    """The numpy log-softmax evaluates the logits inside the gradient transform, which keeps every
+    block's intermediates alive: a large model (here: every model above 0 parameters) does without."""
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    assert _plan(loaded[0], off=["compiled_loss"]).host_vocab
+    monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 0)
+    plan = _plan(loaded[0], off=["compiled_loss"])
+    assert not plan.host_vocab and "numpy," not in plan.describe()
+
+
 def test_the_host_sampling_switch_and_the_rollout_draws_where_planned(loaded, monkeypatch):
     model, tokenizer = loaded
     assert not _plan(model).host_sampling  # a 261-token vocabulary: MLX's own draw
