@@ -53,11 +53,9 @@ def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
 
 
 def test_the_log_says_when_the_vocabulary_goes_to_numpy(tmp_path, model_dir, monkeypatch):
-    from grpo_tui.worker.engine import plan as engine_plan
     from grpo_tui.worker.engine.accel import host_vocab
 
-    monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 10)  # a "large" model: eager loss
-    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary counts as large
     lines = []
     Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
     engine = next(line for line in lines if line.startswith("engine: "))
