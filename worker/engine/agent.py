@@ -118,13 +118,14 @@ class _Picker:
     """Each row's next token from its logits: greedy, keyed (the row's own key and position), or
     mlx-lm's sampler (``mx.random``)."""
 
-    def __init__(self, gen: GenerationConfig, greedy: bool, keys: list[int] | None) -> None:
+    def __init__(self, gen: GenerationConfig, greedy: bool, keys: list[int] | None, host: bool = False) -> None:
         self.greedy = greedy
-        self.keyed = KeyedSampler(gen, keys) if keys is not None and not greedy else None
+        self.keyed = KeyedSampler(gen, keys, host=host) if keys is not None and not greedy else None
         self.keys = mx.array(keys if keys is not None else [], dtype=mx.uint32)
         self.sampler = rollout.make_sampling(gen, greedy)[0]
-        # top-p and min-p read probabilities off the log-probs; the other draws ignore a shift
-        self.normalize = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
+        # top-p and min-p read probabilities off the log-probs; the other draws, and the host draw
+        # (plan.host_sampling: it takes any shift per row), ignore a shift
+        self.normalize = not greedy and not (host and self.keyed) and (gen.top_p < 1.0 or gen.min_p > 0.0)
 
     def __call__(self, logits: mx.array, positions: mx.array) -> mx.array:
         """Every row at once (``accel.rowgen``)."""
@@ -176,7 +177,8 @@ def generate(
     stop_ids = set(tokenizer.eos_token_ids)
     rows = [_Row() for _ in range(len(prompts) * n)]
     rules = make_row_stops(len(rows), tokenizer, gen)
-    rows_decoder = rows_decoder or decoder(model, prompts, n, gen, stop_ids, _Picker(gen, greedy, keys), plan, decode)
+    pick = _Picker(gen, greedy, keys, host=plan is not None and plan.host_sampling)
+    rows_decoder = rows_decoder or decoder(model, prompts, n, gen, stop_ids, pick, plan, decode)
     running: dict[int, Future[list[Turn]]] = {}
     with ThreadPoolExecutor(max_workers=len(rows), thread_name_prefix="tool") as pool:
         try:

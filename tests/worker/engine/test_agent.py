@@ -348,3 +348,25 @@ def test_the_stored_tool_calls_carry_the_error_of_each_call_that_ran_and_failed(
         (0, "add", "ok", "wrong arguments"), (1, "add", "ok", None), (2, "nope", "ok", "unknown tool"),
         (3, None, "invalid_json", calls[3].error)]
     assert calls[3].error
+
+
+def test_keyed_agent_draws_take_the_planned_host_draw(monkeypatch):
+    """On the CPU with a large vocabulary (the plan's host_sampling) an agent row draws with the
+    numpy inverse-CDF, as the plain rollout does, not with MLX's Gumbel-max over every logit."""
+    import mlx.core as mx
+
+    from grpo_tui.protocol.config import GenerationConfig
+    from grpo_tui.worker.engine import agent, sampling
+    from grpo_tui.worker.engine.accel import host_sampling
+
+    calls = []
+    real = host_sampling.draw
+    monkeypatch.setattr(host_sampling, "draw", lambda *a, **k: calls.append(1) or real(*a, **k))
+    gen = GenerationConfig(top_p=0.9)
+    keys = sampling.step_keys(3, 1, [0, 1], 2)
+    logits = mx.random.normal((4, 50))
+    positions = mx.array([0, 5, 2, 7], dtype=mx.uint32)
+    tokens = agent._Picker(gen, False, keys, host=True)(logits, positions)
+    assert calls and not agent._Picker(gen, False, keys, host=True).normalize
+    expected = sampling.KeyedSampler(gen, keys, host=True).draw(logits, mx.array(keys, dtype=mx.uint32), positions)
+    assert tokens.tolist() == expected.tolist()
