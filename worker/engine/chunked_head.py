@@ -106,13 +106,13 @@ def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, tempera
     weight = head_weight(model)
     assert weight is not None, "the plan enables vocab_chunk_size only for plain heads"
     rows, steps, width = hidden.shape
-    weight_grad = _head_trainable(model)
+    weight_grad = head_trainable(model)
     fn = _function(chunk, float(temperature), weight_grad)
     logps, entropy = fn(hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
     return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
 
 
-def _head_trainable(model: nn.Module) -> bool:
+def head_trainable(model: nn.Module) -> bool:
     tied = getattr(model.args, "tie_word_embeddings", False)
     head = model.model.embed_tokens if tied else model.lm_head
     return "weight" in head.trainable_parameters()

@@ -14,7 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import chunked_head
-from .accel import host_vocab, shared_prompt, two_cores
+from .accel import host_head, host_vocab, shared_prompt, two_cores
 from .accel.llama_family import head_logits, is_llama_family
 from .batch import MicroBatch
 
@@ -56,11 +56,17 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
 
     ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
     run ``chunked_head``'s way, that many positions at a time (MLX's log-softmax, lazily). ``host``
-    (the plan's ``host_vocab``; eager graphs only): otherwise the vocabulary log-softmax runs in
-    numpy (float32 logits, any number, ``accel.host_vocab``'s chunks of positions). Else, with
-    ``split_rows``, the vocabulary-wide reductions run on half the rows per CPU stream."""
+    (the plan's ``host_vocab``; eager graphs only): otherwise, on a plain head, the head and the
+    log-softmax run in numpy a block of vocabulary at a time (``accel.host_head``: the logits never
+    exist whole), on any other head the log-softmax alone (float32 logits, any number,
+    ``accel.host_vocab``'s chunks of positions). Else, with ``split_rows``, the vocabulary-wide
+    reductions run on half the rows per CPU stream."""
     if vocab_chunk > 0:
         return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, vocab_chunk)
+    weight = chunked_head.head_weight(model) if host else None
+    if weight is not None:
+        return host_head.logps_entropy(batch_hidden(model, batch), weight, batch.targets, temperature,
+                                       chunked_head.head_trainable(model))
     logits = batch_logits(model, batch).astype(mx.float32) / temperature
     if host and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape

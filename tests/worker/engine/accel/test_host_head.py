@@ -1,0 +1,94 @@
+"""The LM head and log-softmax in numpy, a block of vocabulary at a time (``accel.host_head``), give
+the unchunked path's log-probs, entropy, loss and gradients (full and LoRA, tied and untied heads),
+and the logits never exist whole in MLX memory."""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx_lm.models import qwen3
+
+from grpo_tui.worker.engine import chunked_head
+from grpo_tui.worker.engine.accel import host_head, host_vocab
+from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.logps import _logps_entropy
+from tests.worker.engine.accel.test_host_vocab import _reference
+from tests.worker.engine.test_memory_switches import _assert_same, _batch, _config, _grads, _model
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(host_head, "BLOCK", 700)  # 5000 = 7 blocks and a remainder of 100
+
+
+def test_log_probs_entropy_and_gradients_match_the_whole_logits(small_blocks):
+    hidden = mx.random.normal((3, 13, 16), key=mx.random.key(0))
+    weight = mx.random.normal((5000, 16), key=mx.random.key(1)) * 0.5
+    targets = mx.concatenate([mx.array([[4999, 0, 699, 700]] * 3), mx.random.randint(0, 5000, (3, 9), key=mx.random.key(2))], 1)
+    cotangent = mx.random.normal((3, 13), key=mx.random.key(3))
+    temperature = 0.7
+
+    def ours(h, w):
+        logps, entropy = host_head.logps_entropy(h, w, targets, temperature, weight_grad=True)
+        return mx.sum(logps * cotangent), (logps, entropy)
+
+    def whole(h, w):
+        logps, entropy = _logps_entropy((h @ w.T) / temperature, targets)
+        return mx.sum(logps * cotangent), (logps, entropy)
+
+    (loss, (logps, entropy)), grads = mx.value_and_grad(ours, argnums=(0, 1))(hidden, weight)
+    (want_loss, _), want_grads = mx.value_and_grad(whole, argnums=(0, 1))(hidden, weight)
+    logits = np.array((hidden @ weight.T) / temperature).reshape(-1, 5000)
+    exact_logps, exact_entropy = _reference(logits, np.array(targets).reshape(-1))
+    np.testing.assert_allclose(np.array(logps).reshape(-1), exact_logps, atol=2e-5)
+    np.testing.assert_allclose(np.array(entropy).reshape(-1), exact_entropy, atol=1e-4)
+    assert loss.item() == pytest.approx(want_loss.item(), rel=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-5, rtol=1e-4)
+
+
+def test_a_frozen_head_gets_no_weight_gradient(small_blocks):
+    hidden, weight = mx.random.normal((2, 5, 8)), mx.random.normal((1500, 8))
+    targets = mx.random.randint(0, 1500, (2, 5))
+    grad = mx.grad(lambda w: mx.sum(host_head.logps_entropy(hidden, w, targets, 1.0, weight_grad=False)[0]))(weight)
+    assert not mx.any(grad).item()
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("group", [4, 1], ids=["shared-prompt", "plain"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_the_loss_and_gradients_equal_the_mlx_path(small_blocks, monkeypatch, lora, group, tie):
+    """Through the real loss: ``host`` (the plan's host_vocab) on a plain head takes the host head
+    (the tied embedding's gradient is its lookup's plus the head's), and equals the MLX path."""
+    calls = []
+    forward = host_head.forward
+    monkeypatch.setattr(host_head, "forward", lambda *a: calls.append(1) or forward(*a))
+    monkeypatch.setattr(host_vocab, "logps_entropy", None)  # the logits path must not run
+    model, config = _model(lora, tie=tie), _config("dapo")
+    assert chunked_head.supports(model)
+    batch = _batch(3, 2, group)
+    _assert_same(_grads(model, batch, config, host=True), _grads(model, batch, config))
+    assert calls
+
+
+def test_the_logits_never_exist_whole_in_mlx_memory():
+    mx.random.seed(0)
+    vocabulary = 151_936
+    args = qwen3.ModelArgs(model_type="qwen3", hidden_size=32, num_hidden_layers=1, intermediate_size=64,
+                           num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocabulary, num_key_value_heads=1,
+                           max_position_embeddings=512, rope_theta=10000.0, head_dim=16, tie_word_embeddings=True)
+    model, config = qwen3.Model(args), _config("grpo")
+    mx.eval(model.parameters())
+    model.train()
+    rng = np.random.default_rng(0)
+    batch = pack([[5, 6, 7]] * 8, [[int(t) for t in rng.integers(3, vocabulary, 48)] for _ in range(8)], [1.0] * 8,
+                 [True] * 8, group=1)
+    peaks = {}
+    for host in (False, True):
+        mx.synchronize()
+        mx.reset_peak_memory()
+        _grads(model, batch, config, host=host)
+        peaks[host] = mx.get_peak_memory()
+    logits_bytes = 8 * 50 * vocabulary * 4  # 243 MB
+    weight_bytes = vocabulary * 32 * 4  # 19 MB: the weight, its gradient, the embedding's
+    assert peaks[True] < logits_bytes / 2 and peaks[True] < peaks[False] - 2 * logits_bytes
+    assert peaks[True] < 8 * weight_bytes

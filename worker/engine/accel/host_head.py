@@ -1,0 +1,139 @@
+"""The LM head and the vocabulary log-softmax together in numpy, a block of vocabulary at a time.
+
+``accel.host_vocab`` takes the logits from MLX: a micro-batch's (positions, vocabulary) float32
+logits and their gradient then exist whole in MLX memory, several times over in the differentiated
+graph (1.24 GB per copy on the real-vocab-tiny bench step: 2,048 positions × 151,936). Here one
+custom function takes the final hidden states and the head's weight instead and returns the
+targets' log-probs and the entropy. It projects ``BLOCK`` vocabulary entries at a time for every
+position (numpy's matmul into a kept buffer), so only a block of logits ever exists:
+
+- forward: per block its logits' max, sum of exp and exp-weighted sum of logits per position,
+  combined at the end into the log-sum-exp and the entropy (the online log-softmax); the targets'
+  logits are read off the block that holds them;
+- gradient: recomputes each block's logits and, from the forward's log-sum-exp, its softmax; the
+  block's rows of the weight's gradient are written once, straight into the MLX array returned,
+  and the hidden states' gradient is a (positions, hidden) running sum.
+
+The price is the head's matmul once more in the gradient; the block of logits stays in cache for
+the passes over it, where the whole logits tensor went through memory in every pass.
+
+Only for eager graphs and small models: the forward evaluates the hidden states mid-graph (see
+``plan``). The entropy is a metric and has no gradient. Used wherever the plan's ``host_vocab``
+runs on a plain (unquantized, bias-free) head (``chunked_head.head_weight``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from .host_vocab import by_halves, host, scratch
+
+BLOCK = 2048  # vocabulary entries per block: (positions × BLOCK) float32 logits at a time
+
+
+def _blocks(vocabulary: int) -> list[slice]:
+    return [slice(s, min(s + BLOCK, vocabulary)) for s in range(0, vocabulary, BLOCK)]
+
+
+def _block_logits(h: np.ndarray, w: np.ndarray, block: slice) -> np.ndarray:
+    """(positions, block) ``h @ w[block].T``, in the kept buffer."""
+    return np.matmul(h, w[block].T, out=scratch((len(h), block.stop - block.start), "head-logits"))
+
+
+def _targets_in(targets: np.ndarray, block: slice) -> tuple[np.ndarray, np.ndarray]:
+    """(positions whose target is in ``block``, the target's column in the block)."""
+    rows = np.flatnonzero((targets >= block.start) & (targets < block.stop))
+    return rows, targets[rows] - block.start
+
+
+def _block_stats(x: np.ndarray, e: np.ndarray, top: np.ndarray, total: np.ndarray, weighted: np.ndarray) -> None:
+    """Per row of ``x``: its max, the sum of exp(x - max) and of exp(x - max) · x (``e``: a buffer).
+    float32 sums within a block (numpy's pairwise sum), float64 across blocks."""
+    top[:] = x.max(axis=1)
+    np.exp(np.subtract(x, top[:, None], out=e), out=e)
+    total[:] = e.sum(axis=1)
+    weighted[:] = np.einsum("ij,ij->i", e, x)
+
+
+def forward(h: np.ndarray, w: np.ndarray, targets: np.ndarray, inv_temp: float) -> tuple[np.ndarray, ...]:
+    """(log-probs of ``targets``, entropy, log-sum-exp), float32 per position, of ``h @ w.T * inv_temp``."""
+    h = h * np.float32(inv_temp)  # the temperature on the small side of the product
+    blocks = _blocks(len(w))
+    top, total, weighted = (np.empty((len(blocks), len(h)), np.float32) for _ in range(3))
+    picked = np.empty(len(h), np.float32)
+    for i, block in enumerate(blocks):
+        x = _block_logits(h, w, block)
+        by_halves(_block_stats, x, scratch(x.shape, "head-exp"), top[i], total[i], weighted[i])
+        rows, columns = _targets_in(targets, block)
+        picked[rows] = x[rows, columns]
+    # The online log-softmax: each block's sums rescaled to the overall max.
+    best = top.max(axis=0)
+    scale = np.exp(top - best[None, :]).astype(np.float64)
+    mass = (total * scale).sum(axis=0)
+    lse = best + np.log(mass)
+    entropy = lse - (weighted * scale).sum(axis=0) / mass
+    return (picked - lse).astype(np.float32), entropy.astype(np.float32), lse.astype(np.float32)
+
+
+def gradient(h: np.ndarray, w: np.ndarray, targets: np.ndarray, lse: np.ndarray, cotangent: np.ndarray,
+             inv_temp: float, d_weight: np.ndarray | None) -> np.ndarray:
+    """d(cotangent · log-probs) / d h, and into ``d_weight`` (when given) d / d w, block by block.
+
+    With c = cotangent / temperature and p the softmax: d logits = c · (onehot(target) - p), so
+    d h = c · (w[target] - p @ w) and d w = onehot^T (c · h) - p^T (c · h). The log-sum-exp is a
+    column of the product ([h / T, -lse] @ [w, 1].T = logits - lse), and c sits on h's side, so a
+    block costs its matmuls and one ``exp`` pass."""
+    width = h.shape[1]
+    shifted = np.concatenate([h * np.float32(inv_temp), -lse[:, None]], axis=1)
+    ones = scratch((len(w), width + 1), "head-weight")
+    ones[:, :width], ones[:, width] = w, 1.0
+    scaled = (cotangent * inv_temp).astype(np.float32)
+    weighted = h * -scaled[:, None]  # -c · h: p^T of it is the softmax's part of d w
+    expected = np.zeros(h.shape, np.float32)  # p @ w, summed over the blocks
+    for block in _blocks(len(w)):
+        p = _block_logits(shifted, ones, block)
+        by_halves(lambda x: np.exp(x, out=x), p)
+        expected += p @ w[block]
+        if d_weight is not None:
+            np.matmul(p.T, weighted, out=d_weight[block])
+    if d_weight is not None:
+        np.add.at(d_weight, targets, -weighted)  # the onehot part: + c · h at each target's row
+    return scaled[:, None] * (w[targets] - expected)
+
+
+@lru_cache(maxsize=None)
+def _function(temperature: float, weight_grad: bool) -> Callable:
+    """The custom function for one setting (a custom function is built once per setting)."""
+    inv_temp = 1.0 / temperature
+
+    @mx.custom_function
+    def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        h, w = host(hidden.astype(mx.float32)), host(weight.astype(mx.float32))
+        return tuple(mx.array(a) for a in forward(h, w, host(targets), inv_temp))
+
+    @logps_entropy.vjp
+    def _vjp(primals, cotangents, outputs):
+        hidden, weight, targets = primals
+        h, w = host(hidden.astype(mx.float32)), host(weight.astype(mx.float32))
+        d_weight = mx.zeros(weight.shape, mx.float32)
+        out = host(d_weight) if weight_grad else None  # writable: MLX's buffer, filled in place
+        # The entropy and the log-sum-exp are metrics: only the log-probs' cotangent counts.
+        d_hidden = gradient(h, w, host(targets), host(outputs[2]), host(cotangents[0].astype(mx.float32)),
+                            inv_temp, out)
+        return mx.array(d_hidden).astype(hidden.dtype), d_weight.astype(weight.dtype), mx.zeros_like(targets)
+
+    return logps_entropy
+
+
+def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array, temperature: float,
+                  weight_grad: bool) -> tuple[mx.array, mx.array]:
+    """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the head
+    ``weight`` (V, H) on logits / temperature. ``weight_grad``: the head is trained (LoRA's is not)."""
+    rows, steps, width = hidden.shape
+    logps, entropy, _ = _function(float(temperature), weight_grad)(
+        hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
+    return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
