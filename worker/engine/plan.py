@@ -20,7 +20,7 @@ from grpo_tui.protocol.config import Config
 
 from . import architectures
 from . import chunked_head
-from .accel import cpu_fast, fastgen, host_vocab, memory, patches, shared_prompt, two_cores
+from .accel import cpu_fast, fastgen, host_head, host_vocab, memory, patches, shared_prompt, two_cores
 
 # Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs
 # more than the compiled loss saves. The one place this limit is written.
@@ -78,6 +78,7 @@ class EnginePlan:
     cpu_kernels: bool  # accel.cpu_fast via accel.patches: x86 exp/SwiGLU/attention/RoPE
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
+    host_head: bool = False  # accel.host_head: host_vocab on a plain head runs the head too (logps.token_logps)
     host_sampling: bool = False  # accel.host_sampling: the keyed draw in numpy (else MLX's Gumbel-max)
     speed_paths_off: str | None = None  # architectures.speed_paths_off: why this architecture runs stock
     one_row_rollout: str | None = None  # architectures.one_row_rollout: why rows are generated one by one
@@ -100,7 +101,11 @@ class EnginePlan:
         if self.compiled_loss:
             paths.append("compiled loss")
         # The speed paths' own memory, said with them (docs/config.md, "Memory").
-        if self.host_vocab and not self.vocab_chunk_size:  # the chunked head runs MLX's, lazily
+        if self.host_head and not self.vocab_chunk_size:  # the chunked head runs MLX's, lazily
+            paths.append(f"LM head and vocabulary log-softmax in numpy, {host_head.BLOCK} vocabulary entries at a "
+                         f"time (the logits never exist whole; {8 * host_head.BLOCK // 1024} KB of host buffers "
+                         "per position)")
+        elif self.host_vocab and not self.vocab_chunk_size:
             rows = host_vocab.chunk_rows(self.vocabulary)
             paths.append(f"vocabulary log-softmax in numpy, {rows} positions at a time "
                          f"(a {rows * self.vocabulary * 4 / 2**20:.0f} MB host buffer)")
@@ -157,6 +162,7 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         shared_prompt=shared,
         compiled_loss=compiled,
         host_vocab=host,
+        host_head=host and chunked_head.supports(model),
         two_streams=two,
         cpu_kernels=_on(env, "cpu_kernels") and cpu_fast.enabled() and patches.can_patch(model),
         keep_freed_memory=keeps_freed_memory,

@@ -59,7 +59,35 @@ def test_the_log_says_when_the_vocabulary_goes_to_numpy(tmp_path, model_dir, mon
     lines = []
     Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
     engine = next(line for line in lines if line.startswith("engine: "))
-    assert "vocabulary log-softmax in numpy" in engine and "compiled loss" not in engine
+    assert "LM head and vocabulary log-softmax in numpy" in engine and "compiled loss" not in engine
+    assert "the logits never exist whole" in engine
+
+
+def test_a_step_on_the_host_head_trains_like_the_mlx_head(tmp_path, model_dir, monkeypatch):
+    """What the engine line says runs: the step's head and log-softmax go through numpy
+    (accel.host_head), with the MLX head's loss and gradient norm."""
+    from grpo_tui.worker.engine.accel import host_head, host_vocab
+
+    calls = []
+    forward = host_head.forward
+    monkeypatch.setattr(host_head, "forward", lambda *a: calls.append(1) or forward(*a))
+    monkeypatch.setattr(host_head, "BLOCK", 7)  # the tiny vocabulary in several blocks
+    (tmp_path / "spread.py").write_text("def spread(completions, **kw):\n"
+                                        "    return [float(len(set(c))) for c in completions]\n")
+    varied = BASE + f'[[rewards]]\nfunction = "{tmp_path / "spread.py"}:spread"\n'  # advantages that vary
+    runs = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv("GRPO_TUI_HOST_VOCAB", switch)
+        monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+        monkeypatch.setenv("GRPO_TUI_COMPILED_LOSS", "0")  # the same eager loss on both sides
+        trainer = make(tmp_path / switch, model_dir, varied)
+        assert trainer.plan.host_head == (switch == "1")
+        runs[switch] = trainer.train_step(1).metrics
+    assert calls and runs["0"].grad_norm > 0  # a real gradient to compare
+    assert runs["1"].grad_norm == pytest.approx(runs["0"].grad_norm, rel=1e-4)
+    assert runs["1"].loss == pytest.approx(runs["0"].loss, rel=1e-4, abs=1e-6)
+    # (Each gradient is compared in test_host_head; AdamW's first step moves a weight by ~lr whatever
+    # its gradient's size, so weights with a near-zero gradient are no comparison.)
 
 
 def weights(trainer):
