@@ -1,6 +1,7 @@
 """The engine plan: every switch turns its path off, and the log line (``describe``) says so."""
 
 import ast
+import dataclasses
 
 import pytest
 
@@ -38,8 +39,11 @@ def test_the_host_vocabulary_switch(loaded, monkeypatch):
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
     on, off = _plan(loaded[0], off=["compiled_loss"]), _plan(loaded[0], off=["compiled_loss", "host_vocab"])
     assert on.host_vocab and not off.host_vocab
-    assert "log-softmax in numpy" in on.describe() and "positions at a time" in on.describe()
+    assert on.host_head and not off.host_head  # a plain head: the head goes to numpy with the log-softmax
+    assert "LM head and vocabulary log-softmax in numpy" in on.describe() and "vocabulary entries at a time" in on.describe()
     assert "log-softmax in numpy" not in off.describe()
+    quantized = dataclasses.replace(on, host_head=False)  # what a head the host head cannot take gets
+    assert "vocabulary log-softmax in numpy" in quantized.describe() and "positions at a time" in quantized.describe()
 
 
 def test_a_large_vocabulary_on_the_cpu_keeps_the_loss_eager_for_the_numpy_log_softmax(loaded, monkeypatch):

@@ -105,6 +105,12 @@ def gradient(h: np.ndarray, w: np.ndarray, targets: np.ndarray, lse: np.ndarray,
     return scaled[:, None] * (w[targets] - expected)
 
 
+def _float32(array: mx.array) -> np.ndarray:
+    """``array`` as float32 numpy, a view of MLX's memory when it is float32 already (no copy of
+    the head's weight)."""
+    return host(array if array.dtype == mx.float32 else array.astype(mx.float32))
+
+
 @lru_cache(maxsize=None)
 def _function(temperature: float, weight_grad: bool) -> Callable:
     """The custom function for one setting (a custom function is built once per setting)."""
@@ -112,17 +118,17 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
 
     @mx.custom_function
     def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        h, w = host(hidden.astype(mx.float32)), host(weight.astype(mx.float32))
+        h, w = _float32(hidden), _float32(weight)
         return tuple(mx.array(a) for a in forward(h, w, host(targets), inv_temp))
 
     @logps_entropy.vjp
     def _vjp(primals, cotangents, outputs):
         hidden, weight, targets = primals
-        h, w = host(hidden.astype(mx.float32)), host(weight.astype(mx.float32))
+        h, w = _float32(hidden), _float32(weight)
         d_weight = mx.zeros(weight.shape, mx.float32)
         out = host(d_weight) if weight_grad else None  # writable: MLX's buffer, filled in place
         # The entropy and the log-sum-exp are metrics: only the log-probs' cotangent counts.
-        d_hidden = gradient(h, w, host(targets), host(outputs[2]), host(cotangents[0].astype(mx.float32)),
+        d_hidden = gradient(h, w, host(targets), host(outputs[2]), _float32(cotangents[0]),
                             inv_temp, out)
         return mx.array(d_hidden).astype(hidden.dtype), d_weight.astype(weight.dtype), mx.zeros_like(targets)
 
