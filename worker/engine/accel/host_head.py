@@ -130,7 +130,9 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
         # The entropy and the log-sum-exp are metrics: only the log-probs' cotangent counts.
         d_hidden = gradient(h, w, host(targets), host(outputs[2]), _float32(cotangents[0]),
                             inv_temp, out)
-        return mx.array(d_hidden).astype(hidden.dtype), d_weight.astype(weight.dtype), mx.zeros_like(targets)
+        if weight.dtype != mx.float32:
+            d_weight = d_weight.astype(weight.dtype)
+        return mx.array(d_hidden).astype(hidden.dtype), d_weight, mx.zeros_like(targets)
 
     return logps_entropy
 
