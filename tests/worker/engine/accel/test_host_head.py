@@ -92,3 +92,17 @@ def test_the_logits_never_exist_whole_in_mlx_memory():
     weight_bytes = vocabulary * 32 * 4  # 19 MB: the weight, its gradient, the embedding's
     assert peaks[True] < logits_bytes / 2 and peaks[True] < peaks[False] - 2 * logits_bytes
     assert peaks[True] < 8 * weight_bytes
+
+
+def test_a_bfloat16_model_gets_bfloat16_gradients_of_the_float32_values(small_blocks):
+    hidden, weight = mx.random.normal((2, 5, 8)), mx.random.normal((1500, 8))
+    targets = mx.random.randint(0, 1500, (2, 5))
+
+    def grads(dtype):
+        fn = lambda h, w: mx.sum(host_head.logps_entropy(h, w, targets, 1.0, weight_grad=True)[0])
+        return mx.grad(fn, argnums=(0, 1))(hidden.astype(dtype), weight.astype(dtype))
+
+    half, full = grads(mx.bfloat16), grads(mx.float32)
+    for got, want in zip(half, full):
+        assert got.dtype == mx.bfloat16
+        np.testing.assert_allclose(np.array(got.astype(mx.float32)), np.array(want), atol=0.05, rtol=0.05)
