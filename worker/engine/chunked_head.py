@@ -35,19 +35,40 @@ from .accel import cpu_fast
 from .accel.llama_family import is_llama_family
 
 
-def head_weight(model: nn.Module) -> mx.array | None:
-    """The (vocabulary, hidden) weight of a plain (unquantized, bias-free) LM head, else None."""
+Quantization = tuple[int, int, str] | None  # (group_size, bits, mode) of a quantized head, None if plain
+HeadArrays = tuple[mx.array, ...]  # (weight,) of a plain head; (weight, scales[, biases]) of a quantized one
+
+
+def head_of(model: nn.Module) -> tuple[HeadArrays, Quantization] | None:
+    """A bias-free LM head's arrays and quantization (a 4-bit mlx-community model's tied
+    embedding too), else None."""
     if not is_llama_family(model):
         return None
     tied = getattr(model.args, "tie_word_embeddings", False)
     head = model.model.embed_tokens if tied else getattr(model, "lm_head", None)
-    if not isinstance(head, (nn.Linear, nn.Embedding)) or "bias" in head or "scales" in head:
+    if head is None or "bias" in head:
         return None
-    return head["weight"]
+    if isinstance(head, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        biases = head.get("biases")
+        arrays = (head["weight"], head["scales"]) + ((biases,) if biases is not None else ())
+        return arrays, (head.group_size, head.bits, head.mode)
+    if isinstance(head, (nn.Linear, nn.Embedding)) and "scales" not in head:
+        return (head["weight"],), None
+    return None
 
 
 def supports(model: nn.Module) -> bool:
-    return head_weight(model) is not None
+    return head_of(model) is not None
+
+
+def _project(hidden: mx.array, head: HeadArrays, quantization: Quantization, transpose: bool = True) -> mx.array:
+    """``hidden @ W.T`` (the logits), or with ``transpose=False`` ``d_logits @ W`` (their gradient's
+    hidden part), for the head's (vocabulary, hidden) weight W, quantized or not."""
+    if quantization is None:
+        return hidden @ head[0].T if transpose else hidden @ head[0]
+    group_size, bits, mode = quantization
+    return mx.quantized_matmul(hidden, head[0], scales=head[1], biases=head[2] if len(head) > 2 else None,
+                               transpose=transpose, group_size=group_size, bits=bits, mode=mode)
 
 
 def _exp(x: mx.array) -> mx.array:
@@ -75,44 +96,53 @@ def gradient_from_probs(probs: mx.array, targets: mx.array, cotangent: mx.array)
     return mx.put_along_axis(d_logits, at, mx.take_along_axis(d_logits, at, axis=-1) + cotangent[:, None], axis=-1)
 
 
-def _logits(hidden: mx.array, weight: mx.array, temperature: float) -> mx.array:
-    return (hidden @ weight.T).astype(mx.float32) / temperature
+def _logits(hidden: mx.array, head: HeadArrays, quantization: Quantization, temperature: float) -> mx.array:
+    return _project(hidden, head, quantization).astype(mx.float32) / temperature
+
+
+def _head_gradient(head: HeadArrays, d_weight: mx.array | None) -> tuple[mx.array, ...]:
+    """The head arrays' cotangents: the summed weight gradient (None: frozen), zeros elsewhere."""
+    grads = [mx.zeros_like(a) for a in head]
+    if d_weight is not None:
+        grads[0] = d_weight.astype(head[0].dtype)
+    return tuple(grads)
 
 
 @lru_cache(maxsize=None)
-def _whole_function(temperature: float, weight_grad: bool) -> Callable:
+def _whole_function(temperature: float, weight_grad: bool, quantization: Quantization) -> Callable:
     """The head and log-softmax over every position at once, the softmax kept for the backward
     (the plan's ``fused_head``: the same memory as MLX's own path, whose backward keeps the
     logits, with one vocabulary-wide ``exp`` in all instead of three)."""
 
     @mx.custom_function
-    def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-        picked, entropy, _, probs = softmax_stats(_logits(hidden, weight, temperature), targets)
+    def logps_entropy(hidden: mx.array, head: HeadArrays, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        picked, entropy, _, probs = softmax_stats(_logits(hidden, head, quantization, temperature), targets)
         return picked, entropy, probs
 
     @logps_entropy.vjp
     def _vjp(primals, cotangents, outputs):
-        hidden, weight, targets = primals
+        hidden, head, targets = primals
         cotangent = cotangents[0].astype(mx.float32) / temperature  # the entropy is a metric
         d_logits = gradient_from_probs(outputs[2], targets, cotangent).astype(hidden.dtype)
-        grad = (d_logits.T @ hidden).astype(weight.dtype) if weight_grad else mx.zeros_like(weight)
-        return d_logits @ weight, grad, mx.zeros_like(targets)
+        d_weight = d_logits.T @ hidden if weight_grad else None
+        d_hidden = _project(d_logits, head, quantization, transpose=False)
+        return d_hidden, _head_gradient(head, d_weight), mx.zeros_like(targets)
 
     return logps_entropy
 
 
 @lru_cache(maxsize=None)
-def _function(chunk: int, temperature: float, weight_grad: bool) -> Callable:
+def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Quantization) -> Callable:
     """The custom function for one setting (cached: a custom function is built once per setting)."""
 
     def chunks(rows: int) -> list[slice]:
         return [slice(s, min(s + chunk, rows)) for s in range(0, rows, chunk)]
 
-    def logits_of(hidden: mx.array, weight: mx.array) -> mx.array:
-        return _logits(hidden, weight, temperature)
+    def logits_of(hidden: mx.array, head: HeadArrays) -> mx.array:
+        return _logits(hidden, head, quantization, temperature)
 
     @mx.custom_function
-    def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def logps_entropy(hidden: mx.array, head: HeadArrays, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         logps: list[mx.array] = []
         entropy: list[mx.array] = []
         lse: list[mx.array] = []
@@ -120,7 +150,7 @@ def _function(chunk: int, temperature: float, weight_grad: bool) -> Callable:
             # This chunk's logits wait for the previous chunk's results (mx.depends): MLX frees a
             # chunk's logits before it builds the next chunk's, in one lazy evaluation.
             part = mx.depends(hidden[rows], logps[-1:] + entropy[-1:] + lse[-1:]) if logps else hidden[rows]
-            picked, ent, total, _ = softmax_stats(logits_of(part, weight), targets[rows])
+            picked, ent, total, _ = softmax_stats(logits_of(part, head), targets[rows])
             logps.append(picked)
             entropy.append(ent)
             lse.append(total)
@@ -129,7 +159,7 @@ def _function(chunk: int, temperature: float, weight_grad: bool) -> Callable:
 
     @logps_entropy.vjp
     def _vjp(primals, cotangents, outputs):
-        hidden, weight, targets = primals
+        hidden, head, targets = primals
         lse = outputs[2]
         cotangent = cotangents[0].astype(mx.float32) / temperature  # the entropy is a metric
         d_hidden: list[mx.array] = []
@@ -137,14 +167,13 @@ def _function(chunk: int, temperature: float, weight_grad: bool) -> Callable:
         for rows in chunks(hidden.shape[0]):
             after = d_hidden[-1:] + ([d_weight] if d_weight is not None else [])
             part = mx.depends(hidden[rows], after) if after else hidden[rows]
-            probs = _exp(logits_of(part, weight) - lse[rows][:, None])
+            probs = _exp(logits_of(part, head) - lse[rows][:, None])
             d_logits = gradient_from_probs(probs, targets[rows], cotangent[rows]).astype(hidden.dtype)
-            d_hidden.append(d_logits @ weight)
+            d_hidden.append(_project(d_logits, head, quantization, transpose=False))
             if weight_grad:  # LoRA's frozen head needs none: skip its matmul
                 term = (d_logits.T @ part).astype(mx.float32)
                 d_weight = term if d_weight is None else d_weight + term
-        grad = mx.zeros_like(weight) if d_weight is None else d_weight.astype(weight.dtype)
-        return mx.concatenate(d_hidden), grad, mx.zeros_like(targets)
+        return mx.concatenate(d_hidden), _head_gradient(head, d_weight), mx.zeros_like(targets)
 
     return logps_entropy
 
@@ -153,12 +182,14 @@ def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, tempera
                   chunk: int) -> tuple[mx.array, mx.array]:
     """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the model's
     head on logits / temperature, ``chunk`` positions at a time (0: all at once, ``_whole_function``)."""
-    weight = head_weight(model)
-    assert weight is not None, "the plan enables vocab_chunk_size and fused_head only for plain heads"
+    found = head_of(model)
+    assert found is not None, "the plan enables vocab_chunk_size and fused_head only for supported heads"
+    head, quantization = found
     rows, steps, width = hidden.shape
-    weight_grad = _head_trainable(model)
-    fn = _function(chunk, float(temperature), weight_grad) if chunk else _whole_function(float(temperature), weight_grad)
-    logps, entropy, _ = fn(hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
+    weight_grad = quantization is None and _head_trainable(model)  # a quantized head is frozen
+    t = float(temperature)
+    fn = _function(chunk, t, weight_grad, quantization) if chunk else _whole_function(t, weight_grad, quantization)
+    logps, entropy, _ = fn(hidden.reshape(rows * steps, width), head, targets.reshape(-1))
     return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
 
 
