@@ -50,8 +50,8 @@ def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.ar
     return picked - lse, entropy
 
 
-def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
-                split_rows: bool = True, host: bool = False, vocab_chunk: int = 0) -> tuple[mx.array, mx.array]:
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_rows: bool = True,
+                host: bool = False, vocab_chunk: int = 0, fused_head: bool = False) -> tuple[mx.array, mx.array]:
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
 
     ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
@@ -59,11 +59,13 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
     (the plan's ``host_vocab``; eager graphs only): otherwise, on a plain head, the head and the
     log-softmax run in numpy a block of vocabulary at a time (``accel.host_head``: the logits never
     exist whole), on any other head the log-softmax alone (float32 logits, any number,
-    ``accel.host_vocab``'s chunks of positions). Else, with ``split_rows``, the vocabulary-wide
-    reductions run on half the rows per CPU stream."""
-    if vocab_chunk > 0:
+    ``accel.host_vocab``'s chunks of positions). Else ``fused_head`` (the plan's; eager graphs
+    only): head and log-softmax as one custom function with a single vocabulary-wide exp
+    (``chunked_head``, unchunked). Else, with ``split_rows``, the vocabulary-wide reductions run on
+    half the rows per CPU stream."""
+    if vocab_chunk > 0 or (fused_head and not host):
         return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, vocab_chunk)
-    weight = chunked_head.head_weight(model) if host else None
+    weight = chunked_head.plain_weight(model) if host else None
     if weight is not None:
         return host_head.logps_entropy(batch_hidden(model, batch), weight, batch.targets, temperature,
                                        chunked_head.head_trainable(model))

@@ -289,7 +289,8 @@ class Trainer:
             )
             if self.ref_model is not None:
                 logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab,
-                                       vocab_chunk=self.plan.vocab_chunk_size)
+                                       vocab_chunk=self.plan.vocab_chunk_size,
+                                       fused_head=self.plan.fused_head and chunked_head.supports(self.ref_model))
                 batch.ref_logps = mx.stop_gradient(logps)
                 mx.eval(batch.ref_logps)
             batches.append(batch)

@@ -5,6 +5,7 @@ gradients, for full and LoRA fine-tuning, on a tiny model with a 5000-token voca
 import dataclasses
 
 import mlx.core as mx
+import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 import pytest
@@ -90,6 +91,37 @@ def test_the_chunked_head_equals_the_whole_vocabulary(lora, group, host):
     _assert_same(chunked, whole)
     if lora:
         assert not any("embed" in name for name in chunked[3])
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_the_fused_head_equals_mlx_s_log_softmax(lora, tie):
+    """The large-model default (one exp over the vocabulary, the softmax kept for the backward)
+    computes MLX's own log-softmax path's loss, log-probs, entropy and gradients."""
+    model, config = _model(lora, tie=tie), _config("bnpo")
+    batch = _batch(2, 2)
+    fused = _grads(model, batch, config, fused_head=True)
+    _assert_same(fused, _grads(model, batch, config))
+    assert fused[2]["entropy"] > 1.0  # a near-uniform random model: the metric is really computed
+
+
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_a_4_bit_head_is_fused_and_chunked_like_mlx_s_ops(tie):
+    """QLoRA on an mlx-community 4-bit model: its quantized head gets the fused and chunked paths."""
+    mx.random.seed(3)
+    model = _model(False, tie=tie)
+    nn.quantize(model, group_size=32, bits=4)
+    model.freeze()
+    model_io.add_lora(model, LoraConfig(rank=4, layers=-1))
+    for _, module in model.named_modules():
+        if hasattr(module, "lora_b"):
+            module.lora_b = mx.random.normal(module.lora_b.shape) * 0.05
+    mx.eval(model.parameters())
+    assert chunked_head.supports(model) and chunked_head.head_of(model)[1] == (32, 4, "affine")
+    config, batch = _config("dapo"), _batch(4, 2)
+    whole = _grads(model, batch, config)
+    _assert_same(_grads(model, batch, config, fused_head=True), whole)
+    _assert_same(_grads(model, batch, config, vocab_chunk=6), whole)
 
 
 def test_an_untied_head_chunks_too():

@@ -19,7 +19,7 @@ the passes over it, where the whole logits tensor went through memory in every p
 
 Only for eager graphs and small models: the forward evaluates the hidden states mid-graph (see
 ``plan``). The entropy is a metric and has no gradient. Used wherever the plan's ``host_vocab``
-runs on a plain (unquantized, bias-free) head (``chunked_head.head_weight``).
+runs on a plain (unquantized, bias-free) head (``chunked_head.plain_weight``).
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, 
     """Also with chunks of 3 positions (the step's positions in several chunks and a remainder).
     A head the host head cannot take (quantized, biased) is what hands numpy the logits."""
     monkeypatch.setattr(host_vocab, "CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(chunked_head, "head_weight", lambda model: None)
+    monkeypatch.setattr(chunked_head, "plain_weight", lambda model: None)
     model = model_io.load(ModelConfig(path=str(build_tiny_model(tmp_path))))[0]
     config = parse_config(CONFIG.format(loss_type="grpo"), check_paths=False)
     batch = _batch(model.args.vocab_size, 5, 2)
