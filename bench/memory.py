@@ -116,10 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     full_rows = full_depth(results, args.shape, depths, full)
     printed = len(lines)
     for row in full_rows:
-        base = next((r for r in full_rows if r["finetune"] == row["finetune"] and r["mode"] == "default"), None)
-        note = "  (measured)" if row["from"] is None else "  (extrapolated from {} and {} layers)".format(*row["from"])
-        label = full if row["from"] is None else f"~{full}"
-        lines.append(_line(label, row["finetune"], row["mode"], row, base) + note)
+        if row["from"] is not None:
+            base = next((r for r in full_rows if r["finetune"] == row["finetune"] and r["mode"] == "default"), None)
+            lines.append(_line(f"~{full}", row["finetune"], row["mode"], row, base)
+                         + "  (extrapolated from {} and {} layers)".format(*row["from"]))
+            continue
+        shallow = [d for d in depths if d != full]
+        if len(shallow) >= 2:  # measured at full depth: the straight line from the shallow depths, as a check
+            check = extrapolate({d: results[(row["finetune"], row["mode"])][d] for d in shallow}, shallow, full)
+            lines.append(_line(f"~{full}", row["finetune"], row["mode"], check, None)
+                         + "  (extrapolated from {} and {} layers, to check the line)".format(*check["from"]))
     if full_rows:
         lines += [""] + table(full_rows)
     print("\n".join(lines[printed:]), flush=True)

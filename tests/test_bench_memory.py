@@ -48,12 +48,15 @@ def test_shape_option_measures_its_shallow_depths_and_extrapolates_to_full_depth
     assert "| 4b (36 layers) | lora | default | 15.0 | 16.4 | 20.0 | extrapolated from 1 and 2 layers | no | yes |" in out
 
 
-def test_a_measured_full_depth_is_used_as_it_is(tmp_path, monkeypatch):
+def test_a_measured_full_depth_is_used_as_it_is_and_checks_the_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(memory, "measure", _linear_measure([]))
     monkeypatch.setattr(memory, "BENCH", tmp_path)
-    memory.main(["--layers", "4,28", "--finetune", "lora", "--modes", "switches"])
+    memory.main(["--layers", "4,8,28", "--finetune", "lora", "--modes", "switches"])
     (row,) = json.loads(next(tmp_path.glob("memory-*.json")).read_text())["full"]
     assert row["from"] is None and row["peak_gib"] == pytest.approx(2.0 + 0.4 * 28)
+    out = capsys.readouterr().out
+    assert "    28 lora  switches      13.20     16.00" in out
+    assert "   ~28 lora  switches      13.20     16.00" in out and "(extrapolated from 4 and 8 layers, to check" in out
 
 
 def test_table_takes_the_latest_run_of_each_configuration(tmp_path):
