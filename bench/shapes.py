@@ -217,6 +217,8 @@ def real_vocab_tiny_model() -> Path:
 def shaped_model(base: str, shape: dict, layers: int | None = None) -> Path:
     """A random model folder of ``shape`` under ``.bench/models/``, built once."""
     arch = dict(shape)
+    if layers == shape["num_hidden_layers"]:
+        layers = None  # the full-depth folder under its own name, not a copy of it
     if layers is not None:
         arch["num_hidden_layers"] = layers
     name = base + (f"-{layers}l" if layers is not None else "")
