@@ -88,11 +88,14 @@ def largest(full_rows: list[dict]) -> list[str]:
 
 
 def latest(paths: list[Path]) -> list[dict]:
-    """The full-depth rows of the given ``bench/memory.py`` JSON files, the newest per configuration."""
+    """The full-depth rows of the given ``bench/memory.py`` JSON files, the newest per configuration;
+    a measured row wins over any extrapolated one."""
     chosen: dict[tuple, dict] = {}
     for path in sorted(paths):  # names are time stamps: later files win
         for row in json.loads(path.read_text())["full"]:
-            chosen[(row["shape"], row["finetune"], row["mode"])] = row
+            key = (row["shape"], row["finetune"], row["mode"])
+            if key not in chosen or row["from"] is None or chosen[key]["from"] is not None:
+                chosen[key] = row
     return list(chosen.values())
 
 

@@ -60,14 +60,15 @@ def test_a_measured_full_depth_is_used_as_it_is_and_checks_the_line(tmp_path, mo
 
 
 def test_table_takes_the_latest_run_of_each_configuration(tmp_path):
-    def run(name, shape, peak):
-        row = {"shape": shape, "finetune": "lora", "mode": "switches", "layers": 28, "from": [2, 4],
+    def run(name, shape, peak, source=(2, 4)):
+        row = {"shape": shape, "finetune": "lora", "mode": "switches", "layers": 28, "from": source,
                "peak_gib": peak, "rss_gib": peak + 1, "s": 1, "training_s": 1, "training_cpu_s": 1}
         (tmp_path / name).write_text(json.dumps({"full": [row]}))
 
     run("memory-20261201-100000.json", "1.7b", 30.0)
     run("memory-20261201-110000.json", "1.7b", 9.0)
-    run("memory-20261201-105000.json", "0.6b", 3.0)
+    run("memory-20261201-105000.json", "0.6b", 3.0, None)  # measured at full depth
+    run("memory-20261201-120000.json", "0.6b", 2.5)  # a later extrapolation does not replace it
     rows = memory_table.latest(sorted(tmp_path.glob("*.json")))
     assert sorted((r["shape"], r["peak_gib"]) for r in rows) == [("0.6b", 3.0), ("1.7b", 9.0)]
     assert "16 GiB, lora: 1.7b (switches)" in memory_table.largest(rows)
