@@ -61,3 +61,27 @@ def test_an_absurd_memory_limit_stops_before_the_first_step_in_one_sentence(tmp_
     message = errors[0].message
     assert message.startswith("training.memory_limit_gb: 0.001 GB is too little for this model: ")
     assert message.count(". ") == 0 and "\n" not in message and "ConfigError" not in message
+
+
+def test_the_fused_head_runs_in_the_worker_and_measures_what_mlx_s_ops_do(tmp_path, tiny_model):
+    """An eager loss without the numpy log-softmax (here: the compiled loss off) gets the fused head:
+    the engine line says so, the run trains and saves a model mlx-lm loads, and the first step (same
+    weights, same seed, so the same rollout) has the loss and entropy of MLX's own ops (the switch
+    off). Equal gradients: tests/worker/engine/test_memory_switches.py."""
+    first = {}
+    for fused in ("1", "0"):
+        out = tmp_path / fused
+        out.mkdir()
+        config = write_config(out, tiny_model, grpo={"group_size": 3, "beta": 0.05},
+                              training={"max_steps": 2, "batch_size": 2})
+        worker = WorkerProcess(config, env={"GRPO_TUI_COMPILED_LOSS": "0", "GRPO_TUI_FUSED_HEAD": fused})
+        worker.wait_for(m.Complete)
+        assert worker.finish() == 0
+        engine = next(log.message for log in worker.of(m.Log) if log.message.startswith("engine:"))
+        assert ("LM head and log-softmax fused" in engine) == (fused == "1")
+        steps = worker.of(m.Step)
+        assert [s.step for s in steps] == [1, 2] and all(math.isfinite(s.loss) and s.gradients_applied for s in steps)
+        first[fused] = (steps[0].loss, steps[0].entropy)
+        assert mlx_lm.load(str(out / "out" / "final"))[0]
+    assert first["1"][1] > 1.0  # a random tiny model: the metric is really computed
+    assert first["1"] == pytest.approx(first["0"], rel=1e-5, abs=1e-7)

@@ -50,16 +50,18 @@ def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.ar
     return picked - lse, entropy
 
 
-def token_logps(model: nn.Module, batch: MicroBatch, temperature: float,
-                split_rows: bool = True, host: bool = False, vocab_chunk: int = 0) -> tuple[mx.array, mx.array]:
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_rows: bool = True,
+                host: bool = False, vocab_chunk: int = 0, fused_head: bool = False) -> tuple[mx.array, mx.array]:
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
 
     ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
     run ``chunked_head``'s way, that many positions at a time (MLX's log-softmax, lazily). ``host``
     (the plan's ``host_vocab``; eager graphs only): otherwise the vocabulary log-softmax runs in
-    numpy (float32 logits, any number, ``accel.host_vocab``'s chunks of positions). Else, with
-    ``split_rows``, the vocabulary-wide reductions run on half the rows per CPU stream."""
-    if vocab_chunk > 0:
+    numpy (float32 logits, any number, ``accel.host_vocab``'s chunks of positions). Else
+    ``fused_head`` (the plan's; eager graphs only): head and log-softmax as one custom function
+    with a single vocabulary-wide exp (``chunked_head``, unchunked). Else, with ``split_rows``,
+    the vocabulary-wide reductions run on half the rows per CPU stream."""
+    if vocab_chunk > 0 or (fused_head and not host):
         return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, vocab_chunk)
     logits = batch_logits(model, batch).astype(mx.float32) / temperature
     if host and host_vocab.fits(logits):

@@ -35,13 +35,15 @@ class LossFunctions:
 
 
 def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumulation_steps: int, start: int,
-          group: int, batch_rows: int | None, compiled: bool, host: bool, vocab_chunk: int) -> Callable:
+          group: int, batch_rows: int | None, compiled: bool, host: bool, vocab_chunk: int,
+          fused_head: bool) -> Callable:
     def loss_fn(arrays: dict[str, mx.array]) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
         batch = MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k in batch_layout.ARRAY_FIELDS})
         # A part of a micro-batch already has a stream to itself: no further split of its rows.
         # A trace cannot hand the vocabulary to numpy (host_vocab evaluates mid-graph).
         logps, entropy = token_logps(model, batch, temperature, split_rows=batch_rows is None,
-                                     host=host and not compiled, vocab_chunk=vocab_chunk)
+                                     host=host and not compiled, vocab_chunk=vocab_chunk,
+                                     fused_head=fused_head and not compiled)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
         part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"])
         loss, metrics = policy_loss(
@@ -56,11 +58,12 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
 
 def loss_and_grad(model: nn.Module, batch: MicroBatch, settings: LossSettings, temperature: float, num_items: float,
                   accumulation_steps: int, *, compiled: bool, host: bool = False, whole: MicroBatch | None = None,
-                  functions: LossFunctions | None = None, vocab_chunk: int = 0) -> LossOutput:
+                  functions: LossFunctions | None = None, vocab_chunk: int = 0,
+                  fused_head: bool = False) -> LossOutput:
     """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, or of a part of the
     micro-batch ``whole`` (normalised as a part of it). Runs on the current default stream.
     ``host``: the plan's host-vocabulary log-softmax (eager only); ``vocab_chunk``: the plan's
-    vocabulary chunk (eager only). ``functions`` keeps the built
+    vocabulary chunk (eager only); ``fused_head``: the plan's one-exp head (eager only). ``functions`` keeps the built
     functions between calls (a fresh set without it)."""
     arrays = batch_layout.arrays(batch)
     arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
@@ -72,11 +75,11 @@ def loss_and_grad(model: nn.Module, batch: MicroBatch, settings: LossSettings, t
     # its ops run on) is in the key.
     stream = str(mx.default_stream(mx.default_device()))
     key = (settings, temperature, tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, host,
-           model.training, batch_rows, stream, vocab_chunk)
+           model.training, batch_rows, stream, vocab_chunk, fused_head)
 
     def build() -> Callable:
         fn = nn.value_and_grad(model, _loss(model, settings, temperature, accumulation_steps, batch.start, batch.group,
-                                            batch_rows, compiled, host, vocab_chunk))
+                                            batch_rows, compiled, host, vocab_chunk, fused_head))
         if compiled:
             # The parameters are inputs (current weights every call) and outputs (value_and_grad
             # swaps traced arrays into the model while tracing); so is the random state, or LoRA

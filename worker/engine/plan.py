@@ -32,6 +32,7 @@ SWITCHES = {
     "compiled_loss": "GRPO_TUI_COMPILED_LOSS",
     "host_vocab": "GRPO_TUI_HOST_VOCAB",
     "host_sampling": "GRPO_TUI_HOST_SAMPLING",
+    "fused_head": "GRPO_TUI_FUSED_HEAD",
     "two_streams": "GRPO_TUI_TWO_STREAMS",
     "cpu_kernels": "GRPO_TUI_CPU_KERNELS",
     "keep_freed_memory": "GRPO_TUI_KEEP_FREED_MEMORY",
@@ -79,6 +80,7 @@ class EnginePlan:
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
     host_sampling: bool = False  # accel.host_sampling: the keyed draw in numpy (else MLX's Gumbel-max)
+    fused_head: bool = False  # chunked_head, unchunked: head + log-softmax with one vocabulary-wide exp
     speed_paths_off: str | None = None  # architectures.speed_paths_off: why this architecture runs stock
     one_row_rollout: str | None = None  # architectures.one_row_rollout: why rows are generated one by one
     # The memory switches of [training] (docs/config.md, "Memory"); 0 / False = off.
@@ -104,6 +106,8 @@ class EnginePlan:
             rows = host_vocab.chunk_rows(self.vocabulary)
             paths.append(f"vocabulary log-softmax in numpy, {rows} positions at a time "
                          f"(a {rows * self.vocabulary * 4 / 2**20:.0f} MB host buffer)")
+        if self.fused_head and not self.vocab_chunk_size:
+            paths.append("LM head and log-softmax fused (one exp over the vocabulary, the softmax kept for the backward)")
         if self.two_streams:
             paths.append("batch halves on two CPU streams")
         if self.cpu_kernels:
@@ -148,6 +152,10 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
     # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
     compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config) and not host
+    # Where the numpy log-softmax is not for (large models, GPUs) and the loss is eager: MLX's own
+    # logsumexp, softmax and logsumexp gradient each take an exp over the vocabulary, one is enough
+    # (on the 0.6B prompt-heavy step, 1.9 s each on x86 for 512 positions, bench/README.md).
+    fused = _on(env, "fused_head") and chunked_head.supports(model) and not host and not compiled
     two = _on(env, "two_streams") and (os.cpu_count() or 1) >= 2 and len(two_cores.streams()) >= 2 and small
     return EnginePlan(
         device="cpu" if cpu else "gpu",
@@ -162,6 +170,7 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         keep_freed_memory=keeps_freed_memory,
         evaluation_width=env.get(BFS_WIDTH_VARIABLE),
         host_sampling=_on(env, "host_sampling") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY,
+        fused_head=fused,
         speed_paths_off=architectures.speed_paths_off(model),
         one_row_rollout=architectures.one_row_rollout(model),
         gradient_checkpointing=training.gradient_checkpointing,

@@ -158,7 +158,7 @@ def optimize_pass(
                         model, part, settings, config.generation.temperature, num_items, accumulation,
                         compiled=compiled, host=plan.host_vocab,
                         whole=batch if len(parts) > 1 or len(pieces) > 1 else None,
-                        functions=functions, vocab_chunk=plan.vocab_chunk_size,
+                        functions=functions, vocab_chunk=plan.vocab_chunk_size, fused_head=plan.fused_head,
                     ))
             grads = _accumulate(grads, results)
             values += [value for value, _ in results]

@@ -92,6 +92,18 @@ def test_the_chunked_head_equals_the_whole_vocabulary(lora, group, host):
         assert not any("embed" in name for name in chunked[3])
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("tie", [True, False], ids=["tied", "untied"])
+def test_the_fused_head_equals_mlx_s_log_softmax(lora, tie):
+    """The large-model default (one exp over the vocabulary, the softmax kept for the backward)
+    computes MLX's own log-softmax path's loss, log-probs, entropy and gradients."""
+    model, config = _model(lora, tie=tie), _config("bnpo")
+    batch = _batch(2, 2)
+    fused = _grads(model, batch, config, fused_head=True)
+    _assert_same(fused, _grads(model, batch, config))
+    assert fused[2]["entropy"] > 1.0  # a near-uniform random model: the metric is really computed
+
+
 def test_an_untied_head_chunks_too():
     model, config = _model(False, tie=False), _config("grpo")
     assert chunked_head.supports(model)

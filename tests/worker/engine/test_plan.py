@@ -57,6 +57,17 @@ def test_a_large_model_keeps_mlx_s_log_softmax(loaded, monkeypatch):
     monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 0)
     plan = _plan(loaded[0], off=["compiled_loss"])
     assert not plan.host_vocab and "numpy," not in plan.describe()
+    # Its log-softmax is the fused head's single exp instead, unless switched off.
+    assert plan.fused_head and "LM head and log-softmax fused" in plan.describe()
+    assert not _plan(loaded[0], off=["compiled_loss", "fused_head"]).fused_head
+
+
+def test_the_fused_head_is_for_eager_losses_without_the_numpy_log_softmax(loaded, monkeypatch):
+    plan = _plan(loaded[0])  # a small vocabulary: the compiled loss, whose trace keeps MLX's own ops
+    assert plan.compiled_loss and not plan.fused_head
+    assert _plan(loaded[0], off=["compiled_loss"]).fused_head  # eager: fused
+    monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
+    assert not _plan(loaded[0], off=["compiled_loss"]).fused_head  # the numpy log-softmax runs
 
 
 def test_the_host_sampling_switch_and_the_rollout_draws_where_planned(loaded, monkeypatch):
