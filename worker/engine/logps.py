@@ -60,11 +60,12 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_r
     log-softmax run in numpy a block of vocabulary at a time (``accel.host_head``: the logits never
     exist whole), on any other head the log-softmax alone (float32 logits, any number,
     ``accel.host_vocab``'s chunks of positions). Else ``fused_head`` (the plan's; eager graphs
-    only): head and log-softmax as one custom function with a single vocabulary-wide exp
-    (``chunked_head``, unchunked). Else, with ``split_rows``, the vocabulary-wide reductions run on
+    only): head and log-softmax as ``chunked_head``'s custom function, ``fused_chunk`` positions
+    at a time, one vocabulary-wide exp forward and one backward. Else, with ``split_rows``, the vocabulary-wide reductions run on
     half the rows per CPU stream."""
     if vocab_chunk > 0 or (fused_head and not host):
-        return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, vocab_chunk)
+        chunk = vocab_chunk or chunked_head.fused_chunk(int(model.args.vocab_size))
+        return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, chunk)
     weight = chunked_head.plain_weight(model) if host else None
     if weight is not None:
         return host_head.logps_entropy(batch_hidden(model, batch), weight, batch.targets, temperature,

@@ -112,7 +112,8 @@ class EnginePlan:
             paths.append(f"vocabulary log-softmax in numpy, {rows} positions at a time "
                          f"(a {rows * self.vocabulary * 4 / 2**20:.0f} MB host buffer)")
         if self.fused_head and not self.vocab_chunk_size:
-            paths.append("LM head and log-softmax fused (one exp over the vocabulary, the softmax kept for the backward)")
+            paths.append(f"LM head and log-softmax fused, {chunked_head.fused_chunk(self.vocabulary)} positions at a time "
+                         "(one exp over the vocabulary forward, one backward)")
         if self.two_streams:
             paths.append("batch halves on two CPU streams")
         if self.cpu_kernels:
