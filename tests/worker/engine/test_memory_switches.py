@@ -41,15 +41,19 @@ def _model(lora: bool, seed: int = 0, tie: bool = True):
     model = qwen3.Model(args)
     mx.eval(model.parameters())
     if lora:
-        model.freeze()
-        model_io.add_lora(model, LoraConfig(rank=4, layers=-1))
-        # LoRA's B starts at zero: make it non-zero so the adapters' gradients are all exercised.
-        for _, module in model.named_modules():
-            if hasattr(module, "lora_b"):
-                module.lora_b = mx.random.normal(module.lora_b.shape) * 0.05
-        mx.eval(model.parameters())
+        _add_lora(model)
     model.train()
     return model
+
+
+def _add_lora(model):
+    model.freeze()
+    model_io.add_lora(model, LoraConfig(rank=4, layers=-1))
+    # LoRA's B starts at zero: make it non-zero so the adapters' gradients are all exercised.
+    for _, module in model.named_modules():
+        if hasattr(module, "lora_b"):
+            module.lora_b = mx.random.normal(module.lora_b.shape) * 0.05
+    mx.eval(model.parameters())
 
 
 def _batch(seed: int, groups: int, group: int = G):
@@ -111,12 +115,7 @@ def test_a_4_bit_head_is_fused_and_chunked_like_mlx_s_ops(tie):
     mx.random.seed(3)
     model = _model(False, tie=tie)
     nn.quantize(model, group_size=32, bits=4)
-    model.freeze()
-    model_io.add_lora(model, LoraConfig(rank=4, layers=-1))
-    for _, module in model.named_modules():
-        if hasattr(module, "lora_b"):
-            module.lora_b = mx.random.normal(module.lora_b.shape) * 0.05
-    mx.eval(model.parameters())
+    _add_lora(model)
     assert chunked_head.supports(model) and chunked_head.head_of(model)[1] == (32, 4, "affine")
     config, batch = _config("dapo"), _batch(4, 2)
     whole = _grads(model, batch, config)
