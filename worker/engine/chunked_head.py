@@ -38,13 +38,18 @@ Quantization = tuple[int, int, str] | None  # (group_size, bits, mode) of a quan
 HeadArrays = tuple[mx.array, ...]  # (weight,) of a plain head; (weight, scales[, biases]) of a quantized one
 
 
+def _head_module(model: nn.Module) -> nn.Module | None:
+    """The module that projects onto the vocabulary: the tied embedding or ``lm_head``."""
+    tied = getattr(model.args, "tie_word_embeddings", False)
+    return model.model.embed_tokens if tied else getattr(model, "lm_head", None)
+
+
 def head_of(model: nn.Module) -> tuple[HeadArrays, Quantization] | None:
     """A bias-free LM head's arrays and quantization (a 4-bit mlx-community model's tied
     embedding too), else None."""
     if not is_llama_family(model):
         return None
-    tied = getattr(model.args, "tie_word_embeddings", False)
-    head = model.model.embed_tokens if tied else getattr(model, "lm_head", None)
+    head = _head_module(model)
     if head is None or "bias" in head:
         return None
     if isinstance(head, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
@@ -82,8 +87,8 @@ def _exp(x: mx.array) -> mx.array:
     return cpu_fast.fast_exp(x) if cpu_fast.enabled() else mx.exp(x)
 
 
-def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
-    """(log softmax(logits)[target], entropy, log-sum-exp, softmax) of (N, V) float32 ``logits``,
+def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """(log softmax(logits)[target], entropy, log-sum-exp) of (N, V) float32 ``logits``,
     from one ``exp`` over the vocabulary (MLX's logsumexp and softmax take one each, and the
     gradient of logsumexp a third)."""
     top = mx.max(logits, axis=-1, keepdims=True)
@@ -92,7 +97,7 @@ def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.arr
     lse = (top + mx.log(total))[:, 0]
     probs = unnormalised / total
     picked = mx.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return picked - lse, lse - mx.sum(probs * logits, axis=-1), lse, probs
+    return picked - lse, lse - mx.sum(probs * logits, axis=-1), lse
 
 
 def gradient_from_probs(probs: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
@@ -144,7 +149,7 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
             # This chunk's logits wait for the previous chunk's results (mx.depends): MLX frees a
             # chunk's logits before it builds the next chunk's, in one lazy evaluation.
             part = mx.depends(hidden[rows], logps[-1:] + entropy[-1:] + lse[-1:]) if logps else hidden[rows]
-            picked, ent, total, _ = softmax_stats(logits_of(part, head), targets[rows])
+            picked, ent, total = softmax_stats(logits_of(part, head), targets[rows])
             logps.append(picked)
             entropy.append(ent)
             lse.append(total)
@@ -188,6 +193,5 @@ def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, tempera
 
 
 def head_trainable(model: nn.Module) -> bool:
-    tied = getattr(model.args, "tie_word_embeddings", False)
-    head = model.model.embed_tokens if tied else model.lm_head
-    return "weight" in head.trainable_parameters()
+    head = _head_module(model)
+    return head is not None and "weight" in head.trainable_parameters()
