@@ -239,3 +239,14 @@ def test_grpo_raises_a_dense_custom_reward_within_a_few_steps(tmp_path, model_di
 def digit_share(prompts, completions, **kw):
     """A dense custom reward for the learning check: the share of digits in the completion."""
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def test_the_optimizer_state_exists_before_the_first_step(tmp_path, model_dir):
+    # Built inside the first update, AdamW's moments first counted in the second step's peak memory.
+    t = make(tmp_path, model_dir)
+    moments = dict(tree_flatten(t.optimizer.state))
+    for name, value in weights(t).items():
+        assert moments[f"{name}.m"].shape == moments[f"{name}.v"].shape == value.shape
+    before = set(moments)
+    t.train_step(1)
+    assert set(dict(tree_flatten(t.optimizer.state))) == before  # the update allocates no new state
