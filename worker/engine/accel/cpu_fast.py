@@ -135,6 +135,31 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
     return (weights @ v).reshape(B, H, L, D)
 
 
+def prefix_attention(q: mx.array, prompt_k: mx.array, prompt_v: mx.array, k: mx.array, v: mx.array,
+                     scale: float, mask: mx.array) -> mx.array:
+    """``attention`` over a shared prompt's keys (``prompt_k``: one row per prompt, P rows) followed
+    by each row's own keys (``k``: B = P·n rows, a prompt's n rows next to each other); ``mask``
+    (B, 1, L, W + S) bool over both. A prompt's keys are read once for its n rows: its n·rep·L
+    queries of a KV head are one matrix."""
+    B, H, L, D = q.shape
+    P, kv_heads, W, _ = prompt_k.shape
+    n, rep, S = B // P, H // kv_heads, k.shape[2]
+
+    def by_prompt(x: mx.array) -> mx.array:  # (B, kv, rep·L, X) -> (P, kv, n·rep·L, X)
+        return x.reshape(P, n, kv_heads, rep * L, -1).swapaxes(1, 2).reshape(P, kv_heads, n * rep * L, -1)
+
+    def by_row(x: mx.array) -> mx.array:  # the inverse
+        return x.reshape(P, kv_heads, n, rep * L, -1).swapaxes(1, 2).reshape(B, kv_heads, rep * L, -1)
+
+    q = (q * scale).reshape(B, kv_heads, rep * L, D)
+    scores = mx.concatenate([by_row(by_prompt(q) @ prompt_k.swapaxes(-1, -2)), q @ k.swapaxes(-1, -2)], axis=-1)
+    scores = scores.astype(mx.float32).reshape(B, kv_heads, rep, L, W + S)
+    scores = mx.where(mx.expand_dims(mask, 2), scores, mx.array(-1e30, scores.dtype))
+    weights = softmax(scores).astype(v.dtype).reshape(B, kv_heads, rep * L, W + S)
+    out = by_row(by_prompt(weights[..., :W]) @ prompt_v) + weights[..., W:] @ v
+    return out.reshape(B, H, L, D)
+
+
 # ----------------------------------------------------------------------------- RoPE
 
 _TABLES: dict[tuple, tuple[mx.array, mx.array]] = {}

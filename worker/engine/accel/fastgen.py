@@ -5,8 +5,9 @@ all sequences start together. mlx-lm's continuous-batching ``BatchGenerator`` ha
 case; this loop uses the special one:
 
 - **one prefill per prompt**: the ``n`` completions of a prompt share its prompt, so the prompt is
-  run once and its KV cache copied ``n`` times (``n``× less prefill work), and only its last
-  position goes through the vocabulary head;
+  run once (``n``× less prefill work), and only its last position goes through the vocabulary
+  head. With the x86 attention (``patches``) its KV cache is kept once and each decode step reads
+  it once for the ``n`` rows (``SharedPromptCache``); elsewhere it is copied ``n`` times;
 - **a static KV cache**: every row's keys/values live in one preallocated buffer of the final
   length, written at the current position (``mx.slice_update``), so every decode step has the same shapes and
   its graph is traced and compiled once (``mx.compile``) instead of rebuilt op by op in Python;
@@ -21,12 +22,12 @@ the plan's ``fast_rollout`` decides, and ``rollout.generate`` uses ``BatchGenera
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import cpu_fast
+from . import cpu_fast, patches
 from .llama_family import MaskedCache, head_logits, is_llama_family, padded_causal_mask
 
 BUCKET = 32  # the cache length is rounded up to a multiple, so nearby shapes reuse one trace
@@ -40,14 +41,55 @@ class StaticCache(MaskedCache):
         self.keys, self.values = keys, values
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        if self.offset.ndim == 1:  # one write position per row (accel.rowgen): one token per row
-            where = mx.broadcast_to(self.offset.astype(mx.int32)[:, None, None, None], keys.shape)
+        self._write(keys, values, self.offset)
+        return self.keys, self.values
+
+    def _write(self, keys: mx.array, values: mx.array, slot: mx.array) -> None:
+        if slot.ndim == 1:  # one write position per row (accel.rowgen): one token per row
+            where = mx.broadcast_to(slot.astype(mx.int32)[:, None, None, None], keys.shape)
             self.keys = mx.put_along_axis(self.keys, where, keys.astype(self.keys.dtype), axis=2)
             self.values = mx.put_along_axis(self.values, where, values.astype(self.values.dtype), axis=2)
         else:
-            self.keys = mx.slice_update(self.keys, keys.astype(self.keys.dtype), self.offset, axes=(2,))
-            self.values = mx.slice_update(self.values, values.astype(self.values.dtype), self.offset, axes=(2,))
-        return self.keys, self.values
+            self.keys = mx.slice_update(self.keys, keys.astype(self.keys.dtype), slot, axes=(2,))
+            self.values = mx.slice_update(self.values, values.astype(self.values.dtype), slot, axes=(2,))
+
+
+class SharedPromptCache(StaticCache):
+    """One layer's cache as its prompts' keys/values (one row per prompt, written by the prefill)
+    and each row's completion buffer (slot 0 at position ``width``). The x86 attention
+    (``patches``) calls ``attend``, which reads a prompt's keys once for its n rows, where a
+    repeated prompt cache is read n times per decode step (8 × 240 prompt positions per layer on the
+    prompt-heavy bench). ``mask``: (rows, 1, L, prompt slots + completion slots)."""
+
+    def __init__(self, prompt_keys: mx.array, prompt_values: mx.array, keys: mx.array, values: mx.array,
+                 offset: mx.array, width: mx.array, mask: mx.array) -> None:
+        super().__init__(keys, values, offset, mask)
+        self.prompt_keys, self.prompt_values, self.width = prompt_keys, prompt_values, width
+
+    def attend(self, queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+        self._write(keys, values, self.offset - self.width)
+        return cpu_fast.prefix_attention(queries, self.prompt_keys, self.prompt_values, self.keys, self.values,
+                                         scale, self.mask)
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        # Any other attention: the prompt repeated in front of each row (correct, not fast).
+        self._write(keys, values, self.offset - self.width)
+        n = self.keys.shape[0] // self.prompt_keys.shape[0]
+        return (mx.concatenate([mx.repeat(self.prompt_keys, n, axis=0), self.keys], axis=2),
+                mx.concatenate([mx.repeat(self.prompt_values, n, axis=0), self.values], axis=2))
+
+
+def shared_prompt_mask(left_pad: mx.array, width: mx.array, first: mx.array, queries: int, prompt_slots: int,
+                       slots: int) -> mx.array:
+    """``SharedPromptCache``'s mask: a query (at position first + i) sees its row's prompt
+    positions that are not padding and the completion slots up to its own."""
+    rows = left_pad.shape[0]
+    k = mx.arange(prompt_slots)[None, None, None, :]
+    prompt = (k >= left_pad[:, None, None, None]) & (k < width)
+    own = (first.reshape(-1, 1) - width + mx.arange(queries)[None])[:, None, :, None]
+    mine = mx.arange(slots)[None, None, None, :] <= own
+    return mx.concatenate([mx.broadcast_to(prompt, (rows, 1, queries, prompt_slots)),
+                           mx.broadcast_to(mine, (rows, 1, queries, slots))], axis=-1)
 
 
 def supports(model: nn.Module, repetition_penalty: float) -> bool:
@@ -69,12 +111,21 @@ def _attention_shape(model: nn.Module) -> tuple[int, int]:
 
 
 def _forward(model: nn.Module, tokens: mx.array, offset: mx.array, left_pad: mx.array,
-             kv: list[mx.array]) -> tuple[mx.array, list[mx.array]]:
+             kv: list[mx.array], prompt: list[mx.array] | None = None,
+             width: mx.array | None = None) -> tuple[mx.array, list[mx.array]]:
     """Last-position logits for ``tokens`` written at ``offset`` (a scalar, or one position per
-    row), and the updated cache buffers."""
-    length = kv[0].shape[2]
-    mask = padded_causal_mask(left_pad, tokens.shape[1], offset, length)
-    caches = [StaticCache(kv[2 * i], kv[2 * i + 1], offset, mask) for i in range(len(kv) // 2)]
+    row), and the updated cache buffers. With ``prompt`` (each layer's prompt keys and values, one
+    row per prompt) ``kv`` holds the completion slots only, slot 0 at position ``width``."""
+    if prompt:
+        prompt_slots, slots = prompt[0].shape[2], kv[0].shape[2]
+        mask = shared_prompt_mask(left_pad, width, offset, tokens.shape[1], prompt_slots, slots)
+        caches: list[StaticCache] = [
+            SharedPromptCache(prompt[2 * i], prompt[2 * i + 1], kv[2 * i], kv[2 * i + 1], offset, width, mask)
+            for i in range(len(kv) // 2)
+        ]
+    else:
+        mask = padded_causal_mask(left_pad, tokens.shape[1], offset, kv[0].shape[2])
+        caches = [StaticCache(kv[2 * i], kv[2 * i + 1], offset, mask) for i in range(len(kv) // 2)]
     # The head on the last position only: a prefill's earlier positions need no logits.
     logits = head_logits(model, model.model(tokens, cache=caches)[:, -1:, :])[:, 0, :].astype(mx.float32)
     return logits, [a for c in caches for a in (c.keys, c.values)]
@@ -85,25 +136,46 @@ class DecodeStep:
     traced once. Kept by the trainer for as long as the model."""
 
     def __init__(self, model: nn.Module) -> None:
-        def step(tokens, offset, left_pad, *kv):
-            logits, kv = _forward(model, tokens, offset, left_pad, list(kv))
+        layers = len(model.model.layers)
+
+        def step(tokens, offset, left_pad, width, *arrays):
+            prompt, kv = (arrays[: 2 * layers], arrays[2 * layers :]) if len(arrays) > 2 * layers else ((), arrays)
+            logits, kv = _forward(model, tokens, offset, left_pad, list(kv), list(prompt), width)
             return (logits, *kv)
 
         # The parameters are implicit inputs, so the compiled step always reads the current weights.
         self.model = model
         self.step = mx.compile(step, inputs=model.state)
 
-    def __call__(self, *args: mx.array) -> tuple[mx.array, ...]:
-        return self.step(*args)
+    def __call__(self, tokens: mx.array, offset: mx.array, left_pad: mx.array, *kv: mx.array,
+                 prompt: Sequence[mx.array] = (), width: int = 0) -> tuple[mx.array, ...]:
+        """(logits, the new ``kv``); ``prompt`` and ``width``: ``Prefilled``'s."""
+        return self.step(tokens, offset, left_pad, mx.array(width), *prompt, *kv)
 
 
-def prefill(model: nn.Module, prompts: list[list[int]], n: int,
-            max_tokens: int) -> tuple[mx.array, list[mx.array], mx.array, int]:
-    """Each prompt run once, left-padded to the longest, into a static cache with room for
-    ``max_tokens`` more; its cache and last logits copied to its ``n`` rows: (logits, cache
-    buffers, each row's left padding, the padded prompt width)."""
+class Prefilled(NamedTuple):
+    """A rollout's state after ``prefill``: what every decode step takes."""
+
+    logits: mx.array  # (rows, vocab): each row's first draw
+    kv: list[mx.array]  # each layer's keys and values: the whole length, or the completion slots
+    prompt: list[mx.array]  # the shared-prompt layout's prompt keys and values (else empty)
+    left_pad: mx.array  # (rows,)
+    width: int  # the padded prompt width: the position of the first completion token
+    length: int  # the positions a row can be written at
+
+
+def _bucket(n: int) -> int:
+    return -(-n // BUCKET) * BUCKET
+
+
+def prefill(model: nn.Module, prompts: list[list[int]], n: int, max_tokens: int) -> Prefilled:
+    """Each prompt run once, left-padded to the longest, its last logits copied to its ``n`` rows.
+    Its cache is kept once per prompt beside each row's completion slots where the x86 attention
+    runs (``SharedPromptCache``, ``n`` > 1), else copied to its ``n`` rows in one static cache with
+    room for ``max_tokens`` more."""
     width = max(len(p) for p in prompts)
-    length = -(-(width + max_tokens) // BUCKET) * BUCKET
+    shared = n > 1 and patches.is_patched(model)
+    length = _bucket(width) if shared else _bucket(width + max_tokens)
     kv_heads, head_dim = _attention_shape(model)
     dtype = model.model.embed_tokens.weight.dtype
     if not mx.issubdtype(dtype, mx.floating):
@@ -112,10 +184,15 @@ def prefill(model: nn.Module, prompts: list[list[int]], n: int,
     pad = [width - len(p) for p in prompts]
     tokens = mx.array([[0] * k + p for k, p in zip(pad, prompts)])
     prompt_pad = mx.array(pad)
+    layers = 2 * len(model.model.layers)
     empty = mx.zeros((len(prompts), kv_heads, length, head_dim), dtype=dtype)
-    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * (2 * len(model.model.layers)))
-    kv = [mx.repeat(a, n, axis=0) for a in kv]
-    return mx.repeat(logits, n, axis=0), kv, mx.repeat(prompt_pad, n, axis=0), width
+    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * layers)
+    logits, left_pad = mx.repeat(logits, n, axis=0), mx.repeat(prompt_pad, n, axis=0)
+    if not shared:
+        return Prefilled(logits, [mx.repeat(a, n, axis=0) for a in kv], [], left_pad, width, length)
+    slots = _bucket(max_tokens)
+    own = [mx.zeros((len(prompts) * n, kv_heads, slots, head_dim), dtype=dtype) for _ in range(layers)]
+    return Prefilled(logits, own, kv, left_pad, width, width + slots)
 
 
 def generate_tokens(
@@ -142,7 +219,8 @@ def generate_tokens(
     early-stop rules (``engine.stopping.RowStops``: ``push(row, token)`` answers a reason to end the
     row, or None); a row they end is not ``stopped`` and has no stop token."""
     rows = len(prompts) * n
-    logits, kv, left_pad, width = prefill(model, prompts, n, max_tokens)
+    cache = prefill(model, prompts, n, max_tokens)
+    logits, kv, left_pad, width = cache.logits, cache.kv, cache.left_pad, cache.width
     decode = decode if decode is not None and decode.model is model else DecodeStep(model)
 
     # sampling.KeyedSampler's numpy draw: raw logits in, the log-probs out
@@ -169,7 +247,7 @@ def generate_tokens(
     ended = [False] * rows  # stopped, or ended early by a rule
     for t in range(max_tokens):
         if t + 1 < max_tokens:
-            logits, *kv = decode(token[:, None], mx.array(width + t), left_pad, *kv)
+            logits, *kv = decode(token[:, None], mx.array(width + t), left_pad, *kv, prompt=cache.prompt, width=width)
             next_token, next_picked = sample(logits)
             mx.async_eval(next_token, next_picked)
         ids = token.tolist()

@@ -84,9 +84,12 @@ def _attention_call(self, x: mx.array, mask: Any = None, cache: Any = None) -> m
         keys = cpu_fast.rope(self.rope, keys, offset, self._rope_positions)
     else:
         queries, keys = self.rope(queries, offset=offset), self.rope(keys, offset=offset)
-    if cache is not None:
-        keys, values = cache.update_and_fetch(keys, values)
-    output = cpu_fast.attention(queries, keys, values, self.scale, mask)
+    if hasattr(cache, "attend"):  # fastgen.SharedPromptCache: the group's prompt keys read once
+        output = cache.attend(queries, keys, values, self.scale)
+    else:
+        if cache is not None:
+            keys, values = cache.update_and_fetch(keys, values)
+        output = cpu_fast.attention(queries, keys, values, self.scale, mask)
     return self.o_proj(output.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
 

@@ -44,9 +44,10 @@ class CompiledRows:
 
     def __init__(self, model: nn.Module, prompts: list[list[int]], n: int, max_tokens: int, pick: Picker,
                  decode: fastgen.DecodeStep | None = None) -> None:
-        logits, self.kv, self.left_pad, self.width = fastgen.prefill(model, prompts, n, max_tokens)
+        cache = fastgen.prefill(model, prompts, n, max_tokens)
+        logits, self.kv, self.prompt, self.left_pad = cache.logits, cache.kv, cache.prompt, cache.left_pad
+        self.width, self.length = cache.width, cache.length
         self.rows = len(prompts) * n
-        self.length = self.kv[0].shape[2]
         self.decode = decode if decode is not None and decode.model is model else fastgen.DecodeStep(model)
         self.pick = pick
         self.slot = np.full(self.rows, self.width, dtype=np.int64)  # where each row's next input is written
@@ -80,7 +81,8 @@ class CompiledRows:
                     self.mode[i], tags[i] = SAMPLE, self.epoch[i]
             inputs = mx.where(mx.array(feeding), mx.array(forced), inputs)
         positions = np.minimum(self.slot, self.length - 1)  # a finished row may sit past the end
-        logits, *self.kv = self.decode(inputs[:, None], mx.array(positions), self.left_pad, *self.kv)
+        logits, *self.kv = self.decode(inputs[:, None], mx.array(positions), self.left_pad, *self.kv,
+                                       prompt=self.prompt, width=self.width)
         upcoming = self.pick(logits, mx.array(positions + 1 - self.width, dtype=mx.uint32)).astype(mx.uint32)
         mx.async_eval(upcoming)
         ids = self.pending.tolist()

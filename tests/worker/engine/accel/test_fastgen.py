@@ -200,6 +200,46 @@ def test_an_update_between_calls_is_seen():
         assert flipped[i] == naive_greedy(model, p, 10)[0]
 
 
+# ----------------------------------------------------------------------------- the shared prompt cache
+
+
+@pytest.mark.parametrize("patched", [True, False])
+def test_the_prompt_cache_is_kept_once_per_group_and_decodes_what_the_repeated_one_does(patched, monkeypatch):
+    model = random_llama(patched=patched)
+    prompts = [[5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [42]]
+    monkeypatch.setattr(fastgen.patches, "is_patched", lambda m: False)
+    repeated = fastgen.generate_tokens(model, prompts, 3, 12, set(), GREEDY, logprobs=True)
+    assert not fastgen.prefill(model, prompts, 3, 12).prompt
+    # The x86 attention reads a shared prompt cache (patched); mlx-lm's attention is handed the
+    # prompt repeated in front (unpatched): both must decode the same tokens.
+    monkeypatch.setattr(fastgen.patches, "is_patched", lambda m: True)
+    cache = fastgen.prefill(model, prompts, 3, 12)
+    assert cache.prompt[0].shape[0] == 3 and cache.kv[0].shape[0] == 9  # one prompt row, n completion rows
+    assert cache.kv[0].shape[2] == fastgen.BUCKET and cache.length == 11 + fastgen.BUCKET  # completion slots only
+    shared = fastgen.generate_tokens(model, prompts, 3, 12, set(), GREEDY, logprobs=True)
+    assert shared[0] == repeated[0] and shared[1] == repeated[1]
+    np.testing.assert_allclose(np.array(shared[2]), np.array(repeated[2]), atol=1e-5)
+    for i, p in enumerate(prompts):
+        assert shared[0][3 * i] == naive_greedy(model, p, 12)[0]
+
+
+def test_prefix_attention_equals_attention_over_the_repeated_prompt():
+    mx.random.seed(4)
+    prompts, n, heads, kv_heads, width, slots, d = 2, 3, 4, 2, 5, 4, 8
+    q = mx.random.normal((prompts * n, heads, 1, d))
+    pk, pv = mx.random.normal((prompts, kv_heads, width, d)), mx.random.normal((prompts, kv_heads, width, d))
+    k, v = mx.random.normal((prompts * n, kv_heads, slots, d)), mx.random.normal((prompts * n, kv_heads, slots, d))
+    left_pad = mx.repeat(mx.array([2, 0]), n)
+    mask = fastgen.shared_prompt_mask(left_pad, mx.array(width), mx.array(width + 2), 1, width, slots)
+    got = cpu_fast.prefix_attention(q, pk, pv, k, v, 0.3, mask)
+    full_k = mx.concatenate([mx.repeat(pk, n, axis=0), k], axis=2)
+    full_v = mx.concatenate([mx.repeat(pv, n, axis=0), v], axis=2)
+    want = cpu_fast.attention(q, full_k, full_v, 0.3, mask)
+    np.testing.assert_allclose(np.array(got), np.array(want), atol=1e-5)
+    seen = np.array(mask)[:, 0, 0]
+    assert seen[0].tolist() == [False, False, True, True, True, True, True, True, False]  # padding, future slot
+
+
 # ----------------------------------------------------------------------------- log-probs
 
 
