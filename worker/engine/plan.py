@@ -96,8 +96,10 @@ class EnginePlan:
 
     def describe(self) -> str:
         """The worker log's ``engine:`` line."""
-        paths = ["rollout: compiled loop, one prefill per prompt" if self.fast_rollout
-                 else "rollout: mlx-lm BatchGenerator"]
+        rollout = "rollout: compiled loop, one prefill per prompt"
+        if self.fast_rollout and self.cpu_kernels:
+            rollout += " and its KV cache read once per group"  # fastgen.SharedPromptCache
+        paths = [rollout if self.fast_rollout else "rollout: mlx-lm BatchGenerator"]
         paths.append(f"sampling: keyed inverse-CDF in numpy (a host buffer of {self.vocabulary * 4 / 2**20:.2f} MB per row)"
                      if self.host_sampling else "sampling: keyed Gumbel-max in MLX")
         paths.append("training: prompt once per group" if self.shared_prompt else "training: full sequences")

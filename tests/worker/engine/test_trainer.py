@@ -44,6 +44,8 @@ def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
     Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
     engine = next(line for line in lines if line.startswith("engine: "))
     assert "rollout: compiled loop, one prefill per prompt" in engine
+    from grpo_tui.worker.engine.accel import cpu_fast
+    assert ("its KV cache read once per group" in engine) == cpu_fast.enabled()  # x86: fastgen.SharedPromptCache
     assert "training: prompt once per group" in engine and "compiled loss" in engine
     assert "batch halves on two CPU streams" in engine
     lines.clear()
