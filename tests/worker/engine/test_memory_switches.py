@@ -219,3 +219,23 @@ def test_the_chunked_head_lowers_the_peak(monkeypatch):
     # The large-model default: all positions at once kept several vocabulary-sized arrays alive (the
     # 4-layer 0.6B memory step went from 9.4 to 14.2 GiB); in 128 MB chunks it is below MLX's own ops.
     assert peaks["fused"] < peaks["mlx"] - 2 * logits_bytes
+
+
+@pytest.mark.parametrize("positions", [40, 100], ids=["fewer-than-hidden", "more-than-hidden"])
+def test_the_head_weight_gradient_is_the_same_kept_whole_or_summed_by_chunk(positions):
+    # Up to the hidden size the logits' gradients are kept for one matmul, beyond it each chunk's
+    # (vocabulary, hidden) part is summed: either way the gradient of MLX's own log-softmax.
+    mx.random.seed(positions)
+    weight, hidden = mx.random.normal((VOCAB, 64)) * 0.1, mx.random.normal((positions, 64))
+    targets, weights = mx.random.randint(0, VOCAB, (positions,)), mx.random.normal((positions,))
+    fused = chunked_head._function(16, 1.0, True, None)
+
+    def chunked(w):
+        return mx.sum(fused(hidden, (w,), targets)[0] * weights)
+
+    def plain(w):
+        logits = hidden @ w.T
+        picked = mx.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
+        return mx.sum((picked - mx.logsumexp(logits, axis=-1)) * weights)
+
+    np.testing.assert_allclose(np.array(mx.grad(chunked)(weight)), np.array(mx.grad(plain)(weight)), atol=1e-5)
