@@ -8,7 +8,7 @@
 
 The work is the issue's memory shape on a Qwen3-shaped model with random weights
 (``bench/shapes.py``: ``--shape`` 0.6b, 1.7b or 4b): one prompt × G = 8 completions × 256 tokens,
-fixed length, float32, AdamW's moments allocated before the first step (the steady state). Each
+fixed length, float32, AdamW's moments allocated before the first step (the trainer does so). Each
 configuration runs in its own process (the ``bench/peers/grpo_tui_step.py`` runner, one warm-up step
 and the measured steps), one after the other, never two at once. Printed per configuration: peak MLX
 memory (``mx.get_peak_memory``), the process's peak resident memory (``VmHWM``), wall s/step and the
@@ -45,7 +45,7 @@ DEPTHS = {"0.6b": "4,8", "1.7b": "2,4", "4b": "1,2"}
 def measure(shape: str, layers: int, finetune: str, mode: str, switches: dict, steps: int, warmup: int,
             data: Path, timeout: float) -> dict:
     work = {**MEMORY_PROBE, "name": f"memory-{shape}-{layers}l-{finetune}-{mode}", "warmup": warmup, "steps": steps}
-    extra = {"init_optimizer": True, "training": switches if mode == "switches" else {}}
+    extra = {"training": switches if mode == "switches" else {}}
     if finetune == "lora":
         extra["lora"] = LORA
     result = run_system("grpo-tui", work, shapes.qwen3_model(shape, layers), data, BENCH / "logs", timeout, **extra)

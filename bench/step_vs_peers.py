@@ -228,7 +228,7 @@ def memory_probe(data: Path, logs: Path, timeout: float) -> tuple[list[str], dic
     peaks, record = {}, {}
     for layers in (4, 8):
         work = {**MEMORY_PROBE, "name": f"memory-probe-{layers}l", "warmup": 0}
-        result = run_system("grpo-tui", work, shapes.qwen3_06b_model(layers), data, logs, timeout, init_optimizer=True)
+        result = run_system("grpo-tui", work, shapes.qwen3_06b_model(layers), data, logs, timeout)
         record[layers] = result
         if "error" in result:
             return [f"memory probe ({layers} layers) failed: {result['error']}"], record
@@ -242,7 +242,7 @@ def memory_probe(data: Path, logs: Path, timeout: float) -> tuple[list[str], dic
     ]
     if _mem_available_gib() > 1.15 * estimate:
         work = {**MEMORY_PROBE, "name": f"memory-probe-{full}l", "warmup": 0}
-        result = run_system("grpo-tui", work, shapes.qwen3_06b_model(), data, logs, timeout, init_optimizer=True)
+        result = run_system("grpo-tui", work, shapes.qwen3_06b_model(), data, logs, timeout)
         record[full] = result
         if "error" not in result:
             step = result["steps"][0]

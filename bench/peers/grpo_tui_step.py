@@ -162,9 +162,6 @@ def main() -> None:
     blas = active_blas()
     print(f"BLAS: {blas}", file=sys.stderr)
     trainer = make_trainer(spec)
-    if spec.get("init_optimizer"):  # steady state: AdamW's moments already exist, as from step 2 on
-        trainer.optimizer.init(trainer.model.trainable_parameters())
-        mx.eval(trainer.optimizer.state)
     params = sum(v.size for _, v in tree_flatten(trainer.model.parameters()))
     result = {"system": "grpo-tui", "blas": blas, "params": params, "steps": run_steps(trainer, spec)}
     # The training run's peak RSS, before the rollout comparison loads a second, stock model.
