@@ -184,14 +184,14 @@ def prefill(model: nn.Module, prompts: list[list[int]], n: int, max_tokens: int)
     pad = [width - len(p) for p in prompts]
     tokens = mx.array([[0] * k + p for k, p in zip(pad, prompts)])
     prompt_pad = mx.array(pad)
-    layers = 2 * len(model.model.layers)
+    buffers = 2 * len(model.model.layers)  # each layer's keys and values
     empty = mx.zeros((len(prompts), kv_heads, length, head_dim), dtype=dtype)
-    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * layers)
+    logits, kv = _forward(model, tokens, mx.array(0), prompt_pad, [empty] * buffers)
     logits, left_pad = mx.repeat(logits, n, axis=0), mx.repeat(prompt_pad, n, axis=0)
     if not shared:
         return Prefilled(logits, [mx.repeat(a, n, axis=0) for a in kv], [], left_pad, width, length)
     slots = _bucket(max_tokens)
-    own = [mx.zeros((len(prompts) * n, kv_heads, slots, head_dim), dtype=dtype) for _ in range(layers)]
+    own = [mx.zeros((len(prompts) * n, kv_heads, slots, head_dim), dtype=dtype) for _ in range(buffers)]
     return Prefilled(logits, own, kv, left_pad, width, width + slots)
 
 
