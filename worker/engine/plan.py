@@ -54,11 +54,12 @@ def saves_memory(config: Config) -> bool:
 
 def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False) -> bool:
     """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
-    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins; not when ``saving_memory`` (a memory switch is on):
-    there it keeps more branches' arrays alive at once, 0.8 GiB more peak and 5 % slower on the 8-layer
-    0.6B memory step, while on the default path it is faster and no larger (81.9 against 94.0 s/step,
-    7.7 against 7.9 GiB, bench/memory.py with ``MLX_BFS_MAX_WIDTH=20``)) and malloc keeping freed memory. Returns whether malloc keeps
-    freed memory (glibc only, so the answer comes from trying)."""
+    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins; not when ``saving_memory`` (a memory switch is
+    on): there it keeps more branches' arrays alive at once, 0.8 GiB more peak and 5 % slower on the
+    8-layer 0.6B memory step, while on the default path it is faster and no larger (81.9 against
+    94.0 s/step, 7.7 against 7.9 GiB, bench/memory.py with ``MLX_BFS_MAX_WIDTH=20``)) and malloc
+    keeping freed memory. Returns whether malloc keeps freed memory (glibc only, so the answer comes
+    from trying)."""
     env = os.environ if environ is None else environ
     if environ is None and not saving_memory:
         os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)

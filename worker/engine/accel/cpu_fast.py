@@ -116,12 +116,20 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
     with the softmax above. Masked scores get a large finite negative, so a fully masked row
     (left padding as query) stays finite and its neighbours never see a NaN."""
     B, H, L, D = q.shape
-    kv_heads, S = k.shape[1], k.shape[2]
+    kv_heads = k.shape[1]
     rep = H // kv_heads
     # A KV head's ``rep`` query heads as one (rep·L, D) matrix: B·kv matmuls instead of B·H on a
     # broadcast K, and no broadcast copies in the gradient.
     q = (q * scale).reshape(B, kv_heads, rep * L, D)
-    scores = (q @ k.swapaxes(-1, -2)).astype(mx.float32).reshape(B, kv_heads, rep, L, S)
+    weights = _masked_weights(q @ k.swapaxes(-1, -2), mask, rep, L).astype(v.dtype)
+    return (weights @ v).reshape(B, H, L, D)
+
+
+def _masked_weights(scores: mx.array, mask: Any, rep: int, L: int) -> mx.array:
+    """The softmax weights of (B, kv, rep·L, S) scores under a bool / additive / "causal" mask
+    (B or 1, 1, L, S), same shape as the scores, in float32."""
+    B, kv_heads, _, S = scores.shape
+    scores = scores.astype(mx.float32).reshape(B, kv_heads, rep, L, S)
     if isinstance(mask, str):
         mask = mx.arange(S - L, S)[:, None] >= mx.arange(S)[None]
     if mask is not None:
@@ -131,8 +139,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) ->
             scores = mx.where(mask, scores, mx.array(-1e30, scores.dtype))
         else:
             scores = scores + mask
-    weights = softmax(scores).astype(v.dtype).reshape(B, kv_heads, rep * L, S)
-    return (weights @ v).reshape(B, H, L, D)
+    return softmax(scores).reshape(B, kv_heads, rep * L, S)
 
 
 def prefix_attention(q: mx.array, prompt_k: mx.array, prompt_v: mx.array, k: mx.array, v: mx.array,
@@ -143,7 +150,7 @@ def prefix_attention(q: mx.array, prompt_k: mx.array, prompt_v: mx.array, k: mx.
     queries of a KV head are one matrix."""
     B, H, L, D = q.shape
     P, kv_heads, W, _ = prompt_k.shape
-    n, rep, S = B // P, H // kv_heads, k.shape[2]
+    n, rep = B // P, H // kv_heads
 
     def by_prompt(x: mx.array) -> mx.array:  # (B, kv, rep·L, X) -> (P, kv, n·rep·L, X)
         return x.reshape(P, n, kv_heads, rep * L, -1).swapaxes(1, 2).reshape(P, kv_heads, n * rep * L, -1)
@@ -153,9 +160,7 @@ def prefix_attention(q: mx.array, prompt_k: mx.array, prompt_v: mx.array, k: mx.
 
     q = (q * scale).reshape(B, kv_heads, rep * L, D)
     scores = mx.concatenate([by_row(by_prompt(q) @ prompt_k.swapaxes(-1, -2)), q @ k.swapaxes(-1, -2)], axis=-1)
-    scores = scores.astype(mx.float32).reshape(B, kv_heads, rep, L, W + S)
-    scores = mx.where(mx.expand_dims(mask, 2), scores, mx.array(-1e30, scores.dtype))
-    weights = softmax(scores).astype(v.dtype).reshape(B, kv_heads, rep * L, W + S)
+    weights = _masked_weights(scores, mask, rep, L).astype(v.dtype)
     out = by_row(by_prompt(weights[..., :W]) @ prompt_v) + weights[..., W:] @ v
     return out.reshape(B, H, L, D)
 
