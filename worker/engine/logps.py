@@ -13,32 +13,47 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import chunked_head
+from . import chunked_head, tied_embedding
 from .accel import host_head, host_vocab, shared_prompt, two_cores
 from .accel.llama_family import head_logits, is_llama_family
 from .batch import MicroBatch
 
 
-def completion_logits(model: nn.Module, inputs: mx.array, start: int) -> mx.array:
+def completion_logits(model: nn.Module, inputs: mx.array, start: int, embedded: mx.array | None = None) -> mx.array:
     """``model(inputs)[:, start:]`` without projecting the earlier positions onto the vocabulary
-    (most of a step's positions are prompt; the projection dominates with a large vocabulary)."""
+    (most of a step's positions are prompt; the projection dominates with a large vocabulary).
+    ``embedded``: the inputs' embeddings, looked up already (llama family)."""
     if is_llama_family(model):  # logits are lm_head(model.model(x)): skip the earlier positions
-        return head_logits(model, model.model(inputs)[:, start:, :])
+        return head_logits(model, model.model(inputs, input_embeddings=embedded)[:, start:, :])
     return model(inputs)[:, start:, :]
 
 
-def batch_hidden(model: nn.Module, batch: MicroBatch) -> mx.array:
-    """(B, T, hidden) final hidden states that predict ``batch.targets`` (llama family)."""
+def lookup_ids(batch: MicroBatch) -> mx.array:
+    """The token ids that the forward pass embeds, in its lookup's order (one lookup per pass)."""
     if batch.prompts is not None:
-        return shared_prompt.hidden_states(model, batch.prompts, batch.prompt_pad, batch.group, batch.targets)
-    return model.model(batch.inputs)[:, batch.start:, :]
+        return shared_prompt.lookup_ids(batch.prompts, batch.targets)
+    return batch.inputs
 
 
-def batch_logits(model: nn.Module, batch: MicroBatch) -> mx.array:
+def _embedded(model: nn.Module, batch: MicroBatch, offset: mx.array | None) -> mx.array | None:
+    # The lookup's offset: tied_embedding's (its gradient is the lookup's); none, mlx-lm's own lookup.
+    return None if offset is None else tied_embedding.lookup(model, lookup_ids(batch), offset)
+
+
+def batch_hidden(model: nn.Module, batch: MicroBatch, offset: mx.array | None = None) -> mx.array:
+    """(B, T, hidden) final hidden states that predict ``batch.targets`` (llama family)."""
+    embedded = _embedded(model, batch, offset)
+    if batch.prompts is not None:
+        return shared_prompt.hidden_states(model, batch.prompts, batch.prompt_pad, batch.group, batch.targets,
+                                           embedded)
+    return model.model(batch.inputs, input_embeddings=embedded)[:, batch.start:, :]
+
+
+def batch_logits(model: nn.Module, batch: MicroBatch, offset: mx.array | None = None) -> mx.array:
     """(B, T, vocab) logits that predict ``batch.targets``."""
     if batch.prompts is not None:
-        return head_logits(model, batch_hidden(model, batch))
-    return completion_logits(model, batch.inputs, batch.start)
+        return head_logits(model, batch_hidden(model, batch, offset))
+    return completion_logits(model, batch.inputs, batch.start, _embedded(model, batch, offset))
 
 
 def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
@@ -51,7 +66,8 @@ def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.ar
 
 
 def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_rows: bool = True,
-                host: bool = False, vocab_chunk: int = 0, fused_head: bool = False) -> tuple[mx.array, mx.array]:
+                host: bool = False, vocab_chunk: int = 0, fused_head: bool = False,
+                embedding_offset: mx.array | None = None) -> tuple[mx.array, mx.array]:
     """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
 
     ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
@@ -62,15 +78,15 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_r
     ``accel.host_vocab``'s chunks of positions). Else ``fused_head`` (the plan's; eager graphs
     only): head and log-softmax as ``chunked_head``'s custom function, ``fused_chunk`` positions
     at a time, one vocabulary-wide exp forward and one backward. Else, with ``split_rows``, the vocabulary-wide reductions run on
-    half the rows per CPU stream."""
+    half the rows per CPU stream. ``embedding_offset``: ``tied_embedding``'s lookup offset."""
     if vocab_chunk > 0 or (fused_head and not host):
         chunk = vocab_chunk or chunked_head.fused_chunk(int(model.args.vocab_size))
-        return chunked_head.logps_entropy(model, batch_hidden(model, batch), batch.targets, temperature, chunk)
+        return chunked_head.logps_entropy(model, batch_hidden(model, batch, embedding_offset), batch.targets, temperature, chunk)
     weight = chunked_head.plain_weight(model) if host else None
     if weight is not None:
-        return host_head.logps_entropy(batch_hidden(model, batch), weight, batch.targets, temperature,
+        return host_head.logps_entropy(batch_hidden(model, batch, embedding_offset), weight, batch.targets, temperature,
                                        chunked_head.head_trainable(model))
-    logits = batch_logits(model, batch).astype(mx.float32) / temperature
+    logits = batch_logits(model, batch, embedding_offset).astype(mx.float32) / temperature
     if host and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape
         logps, entropy = host_vocab.logps_entropy(logits.reshape(rows * steps, vocabulary), batch.targets.reshape(-1))

@@ -14,9 +14,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from . import batch as batch_layout
+from . import tied_embedding
+from .tied_embedding import LookupGradient
 from .batch import MicroBatch
 from .grpo import LossSettings, PartOf, policy_loss
-from .logps import token_logps
+from .logps import lookup_ids, token_logps
 
 LossOutput = tuple[tuple[mx.array, mx.array, dict[str, mx.array]], Any]  # ((loss, logps, metrics), grads)
 
@@ -26,24 +28,29 @@ class LossFunctions:
     whoever owns the model (the trainer), so that the traces live exactly as long as it."""
 
     def __init__(self) -> None:
-        self._functions: dict[tuple, Callable[[dict[str, mx.array]], LossOutput]] = {}
+        self._functions: dict[tuple, Callable[[dict[str, mx.array]], Any]] = {}
 
-    def get(self, key: tuple, build: Callable[[], Callable]) -> Callable[[dict[str, mx.array]], LossOutput]:
+    def get(self, key: tuple, build: Callable[[], Callable]) -> Callable[[dict[str, mx.array]], Any]:
         if key not in self._functions:
             self._functions[key] = build()
         return self._functions[key]
 
 
+def _micro_batch(arrays: dict[str, mx.array], start: int, group: int) -> MicroBatch:
+    return MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k in batch_layout.ARRAY_FIELDS})
+
+
 def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumulation_steps: int, start: int,
           group: int, batch_rows: int | None, compiled: bool, host: bool, vocab_chunk: int,
           fused_head: bool) -> Callable:
-    def loss_fn(arrays: dict[str, mx.array]) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
-        batch = MicroBatch(start=start, group=group, **{k: v for k, v in arrays.items() if k in batch_layout.ARRAY_FIELDS})
+    def loss_fn(arrays: dict[str, mx.array], embedding_offset: mx.array | None = None
+                ) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
+        batch = _micro_batch(arrays, start, group)
         # A part of a micro-batch already has a stream to itself: no further split of its rows.
         # A trace cannot hand the vocabulary to numpy (host_vocab evaluates mid-graph).
         logps, entropy = token_logps(model, batch, temperature, split_rows=batch_rows is None,
                                      host=host and not compiled, vocab_chunk=vocab_chunk,
-                                     fused_head=fused_head and not compiled)
+                                     fused_head=fused_head and not compiled, embedding_offset=embedding_offset)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
         part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"])
         loss, metrics = policy_loss(
@@ -56,15 +63,13 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
     return loss_fn
 
 
-def loss_and_grad(model: nn.Module, batch: MicroBatch, settings: LossSettings, temperature: float, num_items: float,
-                  accumulation_steps: int, *, compiled: bool, host: bool = False, whole: MicroBatch | None = None,
-                  functions: LossFunctions | None = None, vocab_chunk: int = 0,
-                  fused_head: bool = False) -> LossOutput:
-    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, or of a part of the
-    micro-batch ``whole`` (normalised as a part of it). Runs on the current default stream.
-    ``host``: the plan's host-vocabulary log-softmax (eager only); ``vocab_chunk``: the plan's
-    vocabulary chunk (eager only); ``fused_head``: the plan's one-exp head (eager only). ``functions`` keeps the built
-    functions between calls (a fresh set without it)."""
+def loss_grad_parts(model: nn.Module, batch: MicroBatch, settings: LossSettings, temperature: float, num_items: float,
+                    accumulation_steps: int, *, compiled: bool, host: bool = False, whole: MicroBatch | None = None,
+                    functions: LossFunctions | None = None, vocab_chunk: int = 0, fused_head: bool = False
+                    ) -> tuple[Any, Any, LookupGradient | None]:
+    """``loss_and_grad``'s (value, gradients) and, for a tied embedding (``tied_embedding``), its
+    lookup's gradient apart: the gradients then hold the head's part alone, for
+    ``tied_embedding.fold`` once they are evaluated."""
     arrays = batch_layout.arrays(batch)
     arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
     batch_rows = None
@@ -76,10 +81,16 @@ def loss_and_grad(model: nn.Module, batch: MicroBatch, settings: LossSettings, t
     stream = str(mx.default_stream(mx.default_device()))
     key = (settings, temperature, tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, host,
            model.training, batch_rows, stream, vocab_chunk, fused_head)
+    tied = tied_embedding.applies(model)
 
     def build() -> Callable:
-        fn = nn.value_and_grad(model, _loss(model, settings, temperature, accumulation_steps, batch.start, batch.group,
-                                            batch_rows, compiled, host, vocab_chunk, fused_head))
+        loss = _loss(model, settings, temperature, accumulation_steps, batch.start, batch.group, batch_rows, compiled,
+                     host, vocab_chunk, fused_head)
+        if tied:
+            fn = tied_embedding.value_and_grad(
+                model, loss, lambda arrays: lookup_ids(_micro_batch(arrays, batch.start, batch.group)))
+        else:
+            fn = nn.value_and_grad(model, loss)
         if compiled:
             # The parameters are inputs (current weights every call) and outputs (value_and_grad
             # swaps traced arrays into the model while tracing); so is the random state, or LoRA
@@ -88,4 +99,19 @@ def loss_and_grad(model: nn.Module, batch: MicroBatch, settings: LossSettings, t
             fn = mx.compile(fn, inputs=state, outputs=state)
         return fn
 
-    return (functions or LossFunctions()).get(key, build)(arrays)
+    results = (functions or LossFunctions()).get(key, build)(arrays)  # (value, grads[, (ids, lookup)])
+    if not tied:
+        return results[0], results[1], None
+    value, grads, (ids, gradient) = results
+    return value, grads, LookupGradient(ids, gradient)
+
+
+def loss_and_grad(*args: Any, **kwargs: Any) -> LossOutput:
+    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, or of a part of the
+    micro-batch ``whole`` (normalised as a part of it). Runs on the current default stream.
+    ``host``: the plan's host-vocabulary log-softmax (eager only); ``vocab_chunk``: the plan's
+    vocabulary chunk (eager only); ``fused_head``: the plan's one-exp head (eager only).
+    ``functions`` keeps the built functions between calls (a fresh set without it). Arguments as
+    ``loss_grad_parts``'s."""
+    value, grads, lookup = loss_grad_parts(*args, **kwargs)
+    return value, grads if lookup is None else tied_embedding.fold(grads, [lookup])

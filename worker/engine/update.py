@@ -15,10 +15,11 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from grpo_tui.protocol.config import Config
 
+from . import tied_embedding
 from .accel import two_cores
 from .batch import MicroBatch, halves, row_parts
 from .grpo import LossSettings
-from .loss import LossFunctions, loss_and_grad
+from .loss import LossFunctions, loss_grad_parts
 from .plan import EnginePlan
 
 if TYPE_CHECKING:
@@ -161,20 +162,25 @@ def optimize_pass(
         values = []
         for piece in pieces:
             parts = halves(piece) if parallel else [piece]
-            results = []
+            results, lookups = [], []
             for part, stream in zip(parts, two_cores.streams()):
                 with mx.stream(stream):
-                    results.append(loss_and_grad(
+                    value, part_grads, lookup = loss_grad_parts(
                         model, part, settings, config.generation.temperature, num_items, accumulation,
                         compiled=compiled, host=plan.host_vocab,
                         whole=batch if len(parts) > 1 or len(pieces) > 1 else None,
                         functions=functions, vocab_chunk=plan.vocab_chunk_size, fused_head=plan.fused_head,
-                    ))
+                    )
+                results.append((value, part_grads))
+                lookups += [lookup] if lookup is not None else []
             grads = _accumulate(grads, results)
             values += [value for value, _ in results]
-            del results  # the sum is evaluated with the parts: no second gradient tree stays alive
+            del results, value, part_grads  # the sum is evaluated with the parts: no second gradient tree stays alive
             with two_cores.half_the_blas_threads() if len(parts) > 1 else nullcontext():
-                mx.eval(values[-len(parts):], grads)
+                mx.eval(values[-len(parts):], grads, lookups)
+            if lookups:  # a tied embedding: its lookup's rows go into the evaluated head gradient, in place
+                grads = tied_embedding.fold(grads, lookups)
+                mx.eval(grads)
         if record_old:
             batch.old_logps = mx.concatenate([logps for _, logps, _ in values])
         for loss, _, metrics in values:

@@ -66,9 +66,9 @@ def _batch(seed: int, groups: int, group: int = G):
     return pack(prompts, completions, advantages, keep, group=group)
 
 
-def _grads(model, batch, config, **options):
+def _grads(model, batch, config, compiled=False, **options):
     (loss, logps, metrics), grads = loss_step.loss_and_grad(
-        model, batch, LossSettings.from_config(config), config.generation.temperature, 37.0, 2, compiled=False,
+        model, batch, LossSettings.from_config(config), config.generation.temperature, 37.0, 2, compiled=compiled,
         **options)
     mx.eval(loss, logps, metrics, grads)
     return loss.item(), np.array(logps), {k: v.item() for k, v in metrics.items()}, dict(tree_flatten(grads))

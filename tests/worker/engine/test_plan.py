@@ -119,8 +119,8 @@ def test_the_update_takes_the_planned_path(loaded, monkeypatch, off):
     plan = _plan(model, off=off)
     config = parse_config(CONFIG_DAPO, check_paths=False)
     seen = []
-    real = update.loss_and_grad
-    monkeypatch.setattr(update, "loss_and_grad", lambda *a, **k: seen.append((k["compiled"], k["host"], k["whole"] is not None)) or real(*a, **k))
+    real = update.loss_grad_parts
+    monkeypatch.setattr(update, "loss_grad_parts", lambda *a, **k: seen.append((k["compiled"], k["host"], k["whole"] is not None)) or real(*a, **k))
     optimize_pass(model, make_optimizer(config), [_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
     assert {s[0] for s in seen} == {False}
     assert {s[1] for s in seen} == {plan.host_vocab} == {"host_vocab" not in off}
@@ -132,8 +132,8 @@ def test_the_compiled_loss_runs_when_planned(loaded, monkeypatch):
     plan = _plan(model)
     config = parse_config(CONFIG_DAPO, check_paths=False)
     seen = []
-    real = update.loss_and_grad
-    monkeypatch.setattr(update, "loss_and_grad", lambda *a, **k: seen.append(k["compiled"]) or real(*a, **k))
+    real = update.loss_grad_parts
+    monkeypatch.setattr(update, "loss_grad_parts", lambda *a, **k: seen.append(k["compiled"]) or real(*a, **k))
     optimize_pass(model, make_optimizer(config), [_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
     assert plan.compiled_loss and set(seen) == {True} and "compiled loss" in plan.describe()
 

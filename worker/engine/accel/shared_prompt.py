@@ -51,19 +51,26 @@ class _PrefixCache(_PromptCache):
                 mx.concatenate([self.prefix_values, values], axis=2))
 
 
+def lookup_ids(prompts: mx.array, completions: mx.array) -> mx.array:
+    """The ids ``hidden_states`` embeds, flat: the prompts, then the completions but their last token."""
+    return mx.concatenate([prompts.reshape(-1), completions[:, :-1].reshape(-1)])
+
+
 def hidden_states(model: nn.Module, prompts: mx.array, prompt_pad: mx.array, group: int,
-                  completions: mx.array) -> mx.array:
+                  completions: mx.array, embedded: mx.array | None = None) -> mx.array:
     """(rows, T, hidden): the final hidden state that predicts each completion token.
 
     ``prompts`` (P, W) left-padded by ``prompt_pad`` (P,); ``completions`` (P·group, T) the
-    completion tokens, right-padded; row r belongs to prompt r // group."""
+    completion tokens, right-padded; row r belongs to prompt r // group. ``embedded``: the
+    embeddings of ``lookup_ids``, if looked up already."""
     body = model.model
     count, width = prompts.shape
     steps = completions.shape[1] - 1
     # One embedding lookup for both parts: each lookup's gradient is a dense vocabulary x hidden
     # matrix, so two lookups would cost a second one and a sum.
-    ids = mx.concatenate([prompts.reshape(-1), completions[:, :-1].reshape(-1)])
-    embedded = body.embed_tokens(ids)
+    if embedded is None:
+        embedded = body.embed_tokens(lookup_ids(prompts, completions))
+    embedded = embedded.reshape(-1, embedded.shape[-1])
     caches = [_PromptCache(padded_causal_mask(prompt_pad, width, 0, width)) for _ in body.layers]
     head = embedded[: count * width].reshape(count, width, -1)
     last = body(prompts, cache=caches, input_embeddings=head)[:, -1:, :]  # predicts completion token 0
