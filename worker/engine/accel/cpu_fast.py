@@ -35,18 +35,35 @@ def enabled() -> bool:
     return mx.default_device() == mx.cpu and platform.machine().lower() in ("x86_64", "amd64")
 
 
-def _exp_kernel(x: mx.array) -> mx.array:
+def _exponent_bits(x: mx.array) -> mx.array:
+    """The float32 bits of 2^round(x·log2 e): (round + 127) · 2^23, an exact float, as int32."""
     y = mx.clip(x, -87.0, 88.0) * _LOG2E
-    rounded = y + _ROUND  # the integer part sits in the low mantissa bits
-    power = ((rounded.view(mx.int32) - 0x4B400000 + 127) << 23).view(mx.float32)  # 2^round(y)
-    f = y - (rounded - _ROUND)  # in [-0.5, 0.5]
+    rounded = (y + _ROUND) - _ROUND  # an integer in [-126, 127]
+    return ((rounded + 127.0) * 8388608.0).astype(mx.int32)
+
+
+def _scaled_polynomial(x: mx.array, power: mx.array) -> mx.array:
+    y = mx.clip(x, -87.0, 88.0) * _LOG2E
+    f = y - ((y + _ROUND) - _ROUND)  # in [-0.5, 0.5]
     p = _POLY[7]
     for c in reversed(_POLY[:7]):
         p = p * f + c
     return mx.where(x < -87.0, 0.0, p * power)
 
 
-_exp_compiled = mx.compile(_exp_kernel)  # not shapeless: a bit cast has no shapeless form
+def _exp_kernel(x: mx.array) -> mx.array:
+    return _scaled_polynomial(x, _exponent_bits(x).view(mx.float32))
+
+
+# Not shapeless: a bit cast has no shapeless form. Two compiled halves around the one bit cast, each
+# reading x: a single trace split at the cast into three kernels that kept x·log2 e, its rounding
+# and the bits, five arrays of x's size at the peak instead of three, and ran 1.37x slower.
+_exponent_bits_compiled = mx.compile(_exponent_bits)
+_scaled_polynomial_compiled = mx.compile(_scaled_polynomial)
+
+
+def _exp_compiled(x: mx.array) -> mx.array:
+    return _scaled_polynomial_compiled(x, _exponent_bits_compiled(x).view(mx.float32))
 
 
 @mx.custom_function
