@@ -376,3 +376,23 @@ def test_the_fast_exp_keeps_few_arrays_of_its_input_s_size():
     mx.eval(y)
     assert mx.get_peak_memory() - base < 3.5 * x.nbytes
     np.testing.assert_allclose(np.array(y), np.exp(np.array(x, dtype=np.float64)), rtol=1e-5)
+
+
+def _single_trace_exp(x: mx.array) -> mx.array:
+    """The fast exp as one trace with two bit casts (before the two compiled halves)."""
+    y = mx.clip(x, -87.0, 88.0) * cpu_fast._LOG2E
+    rounded = y + cpu_fast._ROUND
+    power = ((rounded.view(mx.int32) - 0x4B400000 + 127) << 23).view(mx.float32)
+    f = y - (rounded - cpu_fast._ROUND)
+    p = cpu_fast._POLY[7]
+    for c in reversed(cpu_fast._POLY[:7]):
+        p = p * f + c
+    return mx.where(x < -87.0, 0.0, p * power)
+
+
+def test_the_two_halves_give_the_single_trace_s_bits():
+    x = mx.concatenate([mx.random.normal((200_000,), key=mx.random.key(6)) * 30,
+                        mx.array([-mx.inf, mx.inf, -87.0, -86.99, 88.0, 89.0, 0.0, -0.0, 1e-30, -200.0])])
+    want = np.array(mx.compile(_single_trace_exp)(x))
+    np.testing.assert_array_equal(np.array(cpu_fast.fast_exp(x)), want)
+    np.testing.assert_array_equal(np.array(mx.compile(cpu_fast._exp_kernel)(x)), want)  # SwiGLU's inline form
