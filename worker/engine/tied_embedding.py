@@ -33,13 +33,10 @@ def applies(model: nn.Module) -> bool:
     return isinstance(table, nn.Embedding) and "weight" in table.trainable_parameters()
 
 
-def lookup(model: nn.Module, ids: mx.array, offset: mx.array | None = None) -> mx.array:
-    """The embeddings of ``ids`` (any shape); with an ``offset`` (ids.size, hidden), the weight's
-    rows through ``stop_gradient`` plus the offset, so that the lookup's gradient is the offset's."""
-    table = model.model.embed_tokens
-    if offset is None:
-        return table(ids)
-    rows = mx.stop_gradient(table.weight)[ids]
+def lookup(model: nn.Module, ids: mx.array, offset: mx.array) -> mx.array:
+    """The embeddings of ``ids`` (any shape): the weight's rows through ``stop_gradient`` plus the
+    (ids.size, hidden) ``offset``, so that the lookup's gradient is the offset's."""
+    rows = mx.stop_gradient(model.model.embed_tokens.weight)[ids]
     return rows + offset.reshape(rows.shape)
 
 

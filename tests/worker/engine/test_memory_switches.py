@@ -156,10 +156,10 @@ def test_row_parts_cover_the_batch():
     np.testing.assert_array_equal(np.concatenate([np.array(p.targets) for p in inside]), np.array(batch.targets))
 
 
-def _update(model, config, plan, batches):
+def _update(model, config, plan, batches, optimizer=None):
     # Plain SGD: AdamW's first step is lr·sign(gradient), which turns float noise on a near-zero
     # gradient into a full-size difference; SGD's step is the gradient itself.
-    result = optimize_pass(model, optim.SGD(learning_rate=1.0), batches, config, plan, record_old=True)
+    result = optimize_pass(model, optimizer or optim.SGD(learning_rate=1.0), batches, config, plan, record_old=True)
     return result, dict(tree_flatten(model.trainable_parameters())), [np.array(b.old_logps) for b in batches]
 
 

@@ -9,14 +9,12 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
 
 from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan, tied_embedding
 from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.update import optimize_pass
 from tests.worker.engine.same_update import assert_same_update
-from tests.worker.engine.test_memory_switches import _assert_same, _batch, _config, _grads, _model
+from tests.worker.engine.test_memory_switches import _assert_same, _batch, _config, _grads, _model, _update
 
 
 @pytest.fixture
@@ -54,11 +52,6 @@ def test_lora_and_a_4_bit_embedding_keep_mlx_s_path():
     nn.quantize(quantized, group_size=32, bits=4)
     assert not tied_embedding.applies(quantized)
     assert not tied_embedding.applies(_model(False, tie=False))
-
-
-def _update(model, config, plan, batches, optimizer=None):
-    result = optimize_pass(model, optimizer or optim.SGD(learning_rate=1.0), batches, config, plan, record_old=True)
-    return result, dict(tree_flatten(model.trainable_parameters())), [np.array(b.old_logps) for b in batches]
 
 
 @pytest.mark.parametrize("switches", [False, True], ids=["default", "switches"])
