@@ -104,8 +104,11 @@ def read_rows(path: Path, n: int, prompt_tokens: int = 0) -> list[dict[str, str]
     return [{"prompt": (filler + "\n\n" if filler else "") + r["prompt"], "answer": str(r["answer"])} for r in rows[:n]]
 
 
-def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path, timeout: float, **extra) -> dict:
-    """Run one system's runner on ``work`` and return its result (``{"error": ...}`` on failure)."""
+def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path, timeout: float,
+               label: str | None = None, **extra) -> dict:
+    """Run one system's runner on ``work`` and return its result (``{"error": ...}`` on failure);
+    ``label`` names the run's row and log (a grpo-tui variant), else ``system``."""
+    label = label or system
     total = work["warmup"] + work["steps"]
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-{system}-"))
     spec = {
@@ -121,8 +124,8 @@ def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path
     }
     (tmp / "spec.json").write_text(json.dumps(spec))
     env = child_env("off" if system == "trl" else "auto")
-    log = logs / f"{work['name']}-{system}.log"
-    print(f"  {system}: running (log: {log.relative_to(ROOT)}) ...", file=sys.stderr, flush=True)
+    log = logs / f"{work['name']}-{label}.log"
+    print(f"  {label}: running (log: {log.relative_to(ROOT)}) ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
         with open(log, "w") as f:
@@ -131,10 +134,10 @@ def run_system(system: str, work: dict, model: Path, rows_path: Path, logs: Path
                 env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=tmp,
             )
     except subprocess.TimeoutExpired:
-        return {"system": system, "error": f"timed out after {timeout:.0f}s"}
+        return {"system": label, "error": f"timed out after {timeout:.0f}s"}
     if proc.returncode != 0 or not Path(spec["out"]).exists():
         tail = log.read_text().strip().splitlines()[-5:]
-        return {"system": system, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
+        return {"system": label, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
     result = json.loads(Path(spec["out"]).read_text())
     result["process_s"] = time.perf_counter() - t0
     return result
@@ -165,25 +168,26 @@ def report(shape: str, work: dict, model: Path, results: dict[str, dict]) -> lis
     config = json.loads((model / "config.json").read_text())
     ours = results.get("grpo-tui", {})
     params = ours.get("params") or shapes.param_count(config)
+    width = max(12, *(len(system) for system in results))
     lines = [
         f"== {shape}: {model.relative_to(ROOT)} ({params / 1e6:.1f}M parameters, {config.get('torch_dtype', 'float32')}, "
         f"full fine-tune) · {work['batch_size']} prompts × G={work['group_size']} × {work['max_completion_length']} "
         f"tokens (fixed length) · lr {work['learning_rate']} · median of {work['steps']} steps after {work['warmup']} warm-up"
         + "".join(f" · grpo-tui with {k} = {v}" for k, v in work.get("grpo_tui_training", {}).items()),
-        f"{'system':<12} {'s/step':>8} {'CPU-s/step':>10} {'generation':>10} {'gen tok/step':>12} {'peak mem/step':>13} "
+        f"{'system':<{width}} {'s/step':>8} {'CPU-s/step':>10} {'generation':>10} {'gen tok/step':>12} {'peak mem/step':>13} "
         f"{'max RSS':>9}   grpo-tui faster by (wall / CPU)",
     ]
     base = summarise(ours, work["warmup"]) if "steps" in ours else None
     for system, result in results.items():
         if "error" in result:
-            lines.append(f"{system:<12} failed: {result['error']}")
+            lines.append(f"{system:<{width}} failed: {result['error']}")
             continue
         s = summarise(result, work["warmup"])
         ratio = ""
         if base and system != "grpo-tui":
             ratio = f"{s['s'] / base['s']:.2f}× / {s['cpu_s'] / base['cpu_s']:.2f}×"
         lines.append(
-            f"{system:<12} {_fmt(s['s'], 8, '.3f')} {_fmt(s['cpu_s'], 10, '.2f')} {_fmt(s['generation_s'], 9, '.3f', 's')} "
+            f"{system:<{width}} {_fmt(s['s'], 8, '.3f')} {_fmt(s['cpu_s'], 10, '.2f')} {_fmt(s['generation_s'], 9, '.3f', 's')} "
             f"{_fmt(s['generated_tokens'], 12, '.0f')} "
             f"{_fmt(s['peak_memory_mb'], 13, '.0f', ' MB')} {_fmt(s['max_rss_mb'], 9, '.0f', ' MB')}   {ratio}"
         )
@@ -269,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpo-tui-training", type=json.loads, default=None, metavar="JSON",
                         help="grpo-tui's [training] switches for every shape instead of the shape's own "
                              "(e.g. '{}': the defaults, to compare default memory)")
+    parser.add_argument("--grpo-tui-variant", type=json.loads, action="append", default=[], metavar="JSON",
+                        help="one more grpo-tui row with these [training] switches, run right after grpo-tui's "
+                             "(repeatable; e.g. '{\"logprob_batch_size\": 2}')")
     args = parser.parse_args(argv)
 
     chosen = ["demo"] if args.quick else [s for part in args.shape.split(",") for s in GROUPS.get(part.strip(), [part.strip()])]
@@ -300,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
             extra = {"rollout_repeats": work.get("rollout_repeats", 5), "sgemm": True,
                      "training": work.get("grpo_tui_training", {})} if system == "grpo-tui" else {}
             results[system] = run_system(system, work, model, args.data, logs, args.timeout, **extra)
+            for variant in args.grpo_tui_variant if system == "grpo-tui" else ():
+                label = "grpo-tui[" + ",".join(f"{k}={v}" for k, v in variant.items()) + "]"
+                results[label] = run_system(system, work, model, args.data, logs, args.timeout, label=label,
+                                            **{**extra, "training": {**extra["training"], **variant}})
         lines = report(shape, work, model, results)
         print("\n".join(lines), flush=True)
         out_lines += lines
