@@ -94,7 +94,15 @@ def _attention_call(self, x: mx.array, mask: Any = None, cache: Any = None) -> m
 
 
 def _mlp_call(self, x: mx.array) -> mx.array:
-    return self.down_proj(cpu_fast.swiglu(self.gate_proj(x), self.up_proj(x)))
+    gate, up = self.gate_proj(x), self.up_proj(x)
+    down = self.down_proj
+    # Training shapes of a trainable plain down projection (not LoRA's, not quantized, not frozen):
+    # the backward recomputes the SwiGLU instead of keeping it (cpu_fast.swiglu_down). Decoding
+    # keeps _matmul_t's arrangement.
+    if (type(down) in (nn.Linear, _Linear) and "bias" not in down and x.size // x.shape[-1] > DECODE_ROWS
+            and "weight" in down.trainable_parameters()):
+        return cpu_fast.swiglu_down(gate, up, down.weight)
+    return down(cpu_fast.swiglu(gate, up))
 
 
 _SUBCLASSES: dict[type, type] = {}
