@@ -131,8 +131,10 @@ def fused_chunk(vocabulary: int) -> int:
 
 
 @lru_cache(maxsize=None)
-def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Quantization) -> Callable:
-    """The custom function for one setting (cached: a custom function is built once per setting)."""
+def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Quantization,
+              in_place: bool = False) -> Callable:
+    """The custom function for one setting (cached: a custom function is built once per setting).
+    ``in_place``: see the backward's running sum."""
 
     def chunks(rows: int) -> list[slice]:
         return [slice(s, min(s + chunk, rows)) for s in range(0, rows, chunk)]
@@ -162,20 +164,27 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
         lse = outputs[2]
         cotangent = cotangents[0].astype(mx.float32) / temperature  # the entropy is a metric
         d_hidden: list[mx.array] = []
-        d_weight: mx.array | None = None  # the running sum over chunks: one (vocabulary, hidden) part at a time
+        d_weight: mx.array | None = None  # the running sum over chunks (in place with ``in_place``)
         # Fewer positions than the hidden size: all the logits' gradients take less memory than one
         # more (vocabulary, hidden) part of the sum, so they are kept for one matmul at the end (the
         # 0.6B bench step's 256 positions: 155 MB against a 622 MB part).
         whole = weight_grad and hidden.shape[0] <= hidden.shape[1] and hidden.shape[0] > chunk
         kept: list[mx.array] = []
         for rows in chunks(hidden.shape[0]):
-            after = d_hidden[-1:] + ([d_weight] if d_weight is not None else [])
+            # The next chunk waits for this one's results. With ``in_place`` (the fused head's
+            # large chunks) not for the running sum: a second consumer would stop mx.addmm from
+            # writing into its buffer (the 0.5B head's gradient on 1,024 positions 2.29 -> 1.53
+            # GiB). With many small chunks (vocab_chunk_size) the sum's order matters more: there
+            # they wait for it (2,048 positions in 64s: 1.54 GiB against 2.01).
+            after = d_hidden[-1:] + ([d_weight] if d_weight is not None and not in_place else [])
             part = mx.depends(hidden[rows], after) if after else hidden[rows]
             probs = _exp(logits_of(part, head) - lse[rows][:, None])
             d_logits = gradient_from_probs(probs, targets[rows], cotangent[rows]).astype(hidden.dtype)
             d_hidden.append(_project(d_logits, head, quantization, transpose=False))
             if whole:
                 kept.append(d_logits)
+            elif weight_grad and in_place and d_weight is not None:
+                d_weight = mx.addmm(d_weight, d_logits.T.astype(mx.float32), part.astype(mx.float32))
             elif weight_grad:  # LoRA's frozen head needs none: skip its matmul
                 term = (d_logits.T @ part).astype(mx.float32)
                 d_weight = term if d_weight is None else d_weight + term
@@ -187,16 +196,17 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
 
 
 def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, temperature: float,
-                  chunk: int) -> tuple[mx.array, mx.array]:
+                  chunk: int, in_place: bool = False) -> tuple[mx.array, mx.array]:
     """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the model's
-    head on logits / temperature, ``chunk`` positions at a time."""
+    head on logits / temperature, ``chunk`` positions at a time (``in_place``: the plan's fused
+    head, whose weight gradient's running sum is not an ordering input)."""
     found = head_of(model)
     assert found is not None, "the plan enables vocab_chunk_size and fused_head only for supported heads"
     head, quantization = found
     rows, steps, width = hidden.shape
     weight_grad = quantization is None and head_trainable(model)  # a quantized head is frozen
     t = float(temperature)
-    fn = _function(chunk, t, weight_grad, quantization)
+    fn = _function(chunk, t, weight_grad, quantization, in_place)
     logps, entropy, _ = fn(hidden.reshape(rows * steps, width), head, targets.reshape(-1))
     return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
 

@@ -81,7 +81,8 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_r
     half the rows per CPU stream. ``embedding_offset``: ``tied_embedding``'s lookup offset."""
     if vocab_chunk > 0 or (fused_head and not host):
         chunk = vocab_chunk or chunked_head.fused_chunk(int(model.args.vocab_size))
-        return chunked_head.logps_entropy(model, batch_hidden(model, batch, embedding_offset), batch.targets, temperature, chunk)
+        return chunked_head.logps_entropy(model, batch_hidden(model, batch, embedding_offset), batch.targets, temperature,
+                                          chunk, in_place=not vocab_chunk)
     weight = chunked_head.plain_weight(model) if host else None
     if weight is not None:
         return host_head.logps_entropy(batch_hidden(model, batch, embedding_offset), weight, batch.targets, temperature,
