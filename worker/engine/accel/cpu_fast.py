@@ -112,12 +112,17 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     return _swiglu_kernel(gate, up)
 
 
-@mx.compile
-def _swiglu_grads(gate: mx.array, up: mx.array, cotangent: mx.array) -> tuple[mx.array, mx.array]:
+def _swiglu_terms(gate: mx.array, up: mx.array, cotangent: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """(float32 gate, sigmoid(gate), d gate, d up) of silu(gate) * up (traced inside a compile)."""
     g = gate.astype(mx.float32)
     sig = 1.0 / (1.0 + _exp_kernel(-g))
     d_gate = cotangent * up * sig * (1.0 + g * (1.0 - sig))
-    return d_gate.astype(gate.dtype), (cotangent * g * sig).astype(up.dtype)
+    return g, sig, d_gate.astype(gate.dtype), (cotangent * g * sig).astype(up.dtype)
+
+
+@mx.compile
+def _swiglu_grads(gate: mx.array, up: mx.array, cotangent: mx.array) -> tuple[mx.array, mx.array]:
+    return _swiglu_terms(gate, up, cotangent)[2:]
 
 
 @swiglu.vjp
@@ -148,11 +153,8 @@ def _swiglu_down_vjp(primals, cotangent, output):
 @mx.compile
 def _swiglu_and_grads(gate: mx.array, up: mx.array, cotangent: mx.array) -> tuple[mx.array, mx.array, mx.array]:
     """silu(gate) * up and its gradients, from one exp."""
-    g = gate.astype(mx.float32)
-    sig = 1.0 / (1.0 + _exp_kernel(-g))
-    product = (g * sig * up).astype(up.dtype)
-    d_gate = cotangent * up * sig * (1.0 + g * (1.0 - sig))
-    return product, d_gate.astype(gate.dtype), (cotangent * g * sig).astype(up.dtype)
+    g, sig, d_gate, d_up = _swiglu_terms(gate, up, cotangent)
+    return (g * sig * up).astype(up.dtype), d_gate, d_up
 
 
 # ----------------------------------------------------------------------------- attention
