@@ -90,14 +90,18 @@ def _exp(x: mx.array) -> mx.array:
 def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
     """(log softmax(logits)[target], entropy, log-sum-exp) of (N, V) float32 ``logits``,
     from one ``exp`` over the vocabulary (MLX's logsumexp and softmax take one each, and the
-    gradient of logsumexp a third)."""
+    gradient of logsumexp a third). The entropy is log Σe - Σ e·s / Σe of the shifted logits s and
+    e = exp(s): no normalised softmax, and the Σ e·s a matrix product with no (N, V) array of its
+    own (on a 220 × 151,936 chunk 341 against 773 ms and one vocabulary-sized array fewer)."""
     top = mx.max(logits, axis=-1, keepdims=True)
-    unnormalised = _exp(logits - top)
-    total = mx.sum(unnormalised, axis=-1, keepdims=True)
-    lse = (top + mx.log(total))[:, 0]
-    probs = unnormalised / total
     picked = mx.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return picked - lse, lse - mx.sum(probs * logits, axis=-1), lse
+    shifted = logits - top
+    unnormalised = _exp(shifted)
+    total = mx.sum(unnormalised, axis=-1)
+    weighted = (unnormalised[:, None, :] @ shifted[:, :, None])[:, 0, 0]
+    log_total = mx.log(total)
+    lse = top[:, 0] + log_total
+    return picked - lse, log_total - weighted / total, lse
 
 
 def gradient_from_probs(probs: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
@@ -108,7 +112,8 @@ def gradient_from_probs(probs: mx.array, targets: mx.array, cotangent: mx.array)
 
 
 def _logits(hidden: mx.array, head: HeadArrays, quantization: Quantization, temperature: float) -> mx.array:
-    return _project(hidden, head, quantization).astype(mx.float32) / temperature
+    logits = _project(hidden, head, quantization).astype(mx.float32)
+    return logits if temperature == 1.0 else logits / temperature  # a division by 1 is a pass of its own
 
 
 def _head_gradient(head: HeadArrays, d_weight: mx.array | None) -> tuple[mx.array, ...]:

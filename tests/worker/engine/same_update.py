@@ -11,7 +11,8 @@ def assert_same_update(got: tuple, want: tuple, **param_tolerance: float) -> Non
     assert result.applied and result.loss == pytest.approx(expected.loss, rel=1e-5, abs=1e-7)
     assert result.grad_norm == pytest.approx(expected.grad_norm, rel=1e-4)
     for name in expected.stats:
-        assert result.stats[name] == pytest.approx(expected.stats[name], abs=1e-6), name
+        # float32 metrics: an entropy of ~8 summed in another order differs in its 7th digit
+        assert result.stats[name] == pytest.approx(expected.stats[name], rel=1e-6, abs=1e-6), name
     for a, b in zip(old, expected_old):
         np.testing.assert_allclose(a, b, atol=1e-5)
     for name, p in expected_params.items():
