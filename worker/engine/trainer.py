@@ -95,7 +95,9 @@ class Trainer:
             chunk = choice.vocab_chunk_size if chunked_head.supports(self.model) else 0
             self.plan = dataclasses.replace(self.plan, gradient_checkpointing=choice.gradient_checkpointing,
                                             vocab_chunk_size=chunk, logprob_batch_size=choice.logprob_batch_size)
-            log("info", choice.describe(config.training.memory_limit_gb))
+            mx.set_memory_limit(memory_fit.evaluation_limit(config.training.memory_limit_gb))
+            log("info", f"{choice.describe(config.training.memory_limit_gb)}; MLX's evaluation waits for queued work "
+                        f"past {mx.get_memory_limit() / memory_fit.GB:.1f} GB of arrays")
         if self.plan.gradient_checkpointing:
             checkpointing.checkpoint_blocks(self.model)
         self.dataset_size = len(self.dataset)

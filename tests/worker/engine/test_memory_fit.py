@@ -1,11 +1,12 @@
 """``memory_limit_gb``'s estimate and choice: more memory never picks a slower set of switches, each
-switch lowers the estimate, the user's own switches stay on, and nothing fitting is one sentence."""
+switch lowers the estimate, the user's own switches stay on, nothing fitting is one sentence, and
+MLX's memory limit that the worker sets from it holds the evaluation back."""
 
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
 from grpo_tui.worker.engine import memory_fit
-from tests.worker.engine.test_memory_switches import CONFIG, _model
+from tests.worker.engine.test_memory_switches import CONFIG, _model, head_gradient_peak
 
 QWEN3_06B = memory_fit.StepShape(parameters=596_049_920, trainable=596_049_920, bytes_per_value=4, vocabulary=151_936,
                                  hidden=1024, intermediate=3072, heads=16, layers=28, rows=8, group=8,
@@ -51,3 +52,17 @@ def test_nothing_fitting_is_one_sentence_naming_the_key():
         memory_fit.choose(_model(False), _config("memory_limit_gb = 0.01"), prompt_tokens=10)
     assert info.value.key == "training.memory_limit_gb"
     assert "0.01 GB is too little for this model" in info.value.detail and "\n" not in str(info.value)
+
+
+def test_mlx_s_memory_limit_stops_the_evaluation_running_ahead():
+    # What memory_limit_gb relies on (trainer: mx.set_memory_limit(evaluation_limit(...))): past the
+    # limit MLX waits for queued work before it allocates more, so fewer chunks' logits (32 MB
+    # each here) are alive at once. The weight gradient alone is 64 MB.
+    free = head_gradient_peak(in_place=True)
+    limited = head_gradient_peak(in_place=True, limit_above_inputs=64 * 2**20)
+    assert limited <= free - 3 * 32 * 2**20
+
+
+def test_the_evaluation_limit_leaves_the_process_its_allowance():
+    assert memory_fit.evaluation_limit(12.0) == int(12.0 * memory_fit.GB - memory_fit.PROCESS_BYTES)
+    assert memory_fit.evaluation_limit(1.0) == int(0.5 * memory_fit.GB)
