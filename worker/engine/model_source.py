@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,22 @@ def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
         f"{model.path!r} is a {kind} model, and full fine-tuning would train only its few unquantized "
         "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA)",
     )
+
+
+def parameter_count(path: str) -> int | None:
+    """The values in the model's safetensors files, read from their headers (nothing is loaded; a
+    quantized tensor counts its packed values, as the loaded model's ``size`` does); None when the
+    model cannot be found or read, so that loading it says why."""
+    try:
+        files = sorted(resolve(path).glob("*.safetensors"))
+        total = 0
+        for file in files:
+            with open(file, "rb") as handle:
+                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+            total += sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+    except (ModelSourceError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return total if files else None
 
 
 def inspect_model(model: ModelConfig) -> tuple[Path, str]:

@@ -52,16 +52,20 @@ def saves_memory(config: Config) -> bool:
     return t.gradient_checkpointing or t.vocab_chunk_size > 0 or t.logprob_batch_size > 0 or t.memory_limit_gb > 0
 
 
-def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False) -> bool:
+def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False,
+                    parameters: int | None = None) -> bool:
     """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
-    order (a user's own ``MLX_BFS_MAX_WIDTH`` wins; not when ``saving_memory`` (a memory switch is
-    on): there it keeps more branches' arrays alive at once, 0.8 GiB more peak and 5 % slower on the
-    8-layer 0.6B memory step, while on the default path it is faster and no larger (81.9 against
-    94.0 s/step, 7.7 against 7.9 GiB, bench/memory.py with ``MLX_BFS_MAX_WIDTH=20``)) and malloc
-    keeping freed memory. Returns whether malloc keeps freed memory (glibc only, so the answer comes
-    from trying)."""
+    order for a small model (``parameters``, from the weight files' headers: at most
+    ``SMALL_MODEL_PARAMETERS``, or unknown), where it lets the two CPU streams' halves interleave;
+    a user's own ``MLX_BFS_MAX_WIDTH`` wins. A larger model keeps MLX's default: there the wider
+    order held about 0.5 GiB more at the end of the backward pass (the 0.5B bench step: 9.28
+    against 9.12 GiB), at the same speed (bench/README.md, "Width 20 for large models"); so does a
+    run with a memory switch on (0.8 GiB more peak and 5 % slower on the 8-layer 0.6B memory step).
+    And malloc keeping freed memory. Returns whether malloc keeps freed memory (glibc only, so the
+    answer comes from trying)."""
     env = os.environ if environ is None else environ
-    if environ is None and not saving_memory:
+    small = parameters is None or parameters <= SMALL_MODEL_PARAMETERS
+    if environ is None and not saving_memory and small:
         os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)
     return _on(env, "keep_freed_memory") and memory.keep_freed_memory()
 

@@ -25,7 +25,7 @@ from grpo_tui.protocol.messages import ClipRatio, Step
 from grpo_tui.protocol.messages import finite
 
 from ..records import EvalBatch, Generation, StepOutput
-from . import agent, checkpointing, chunked_head, data, distributed, memory_fit, model as model_io
+from . import agent, checkpointing, chunked_head, data, distributed, memory_fit, model as model_io, model_source
 from . import plan as engine_plan, rollout, sampling, tools as agent_tools
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
@@ -62,7 +62,8 @@ def _mean(values: list[float | None]) -> float | None:
 class Trainer:
     def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
         # Before MLX evaluates or allocates anything.
-        keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config))
+        keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
+                                                         parameters=model_source.parameter_count(config.model.path))
         self.config = config
         self.ranks = distributed.Ranks.join(config.distributed.backend)
         self.ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)

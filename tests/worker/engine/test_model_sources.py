@@ -86,3 +86,16 @@ def test_full_fine_tuning_a_quantized_model_is_a_config_error_naming_model_lora(
     assert caught.value.key == "model.lora" and "4-bit quantized" in str(caught.value)
     assert "[model.lora]" in str(caught.value) and str(caught.value).count(". ") == 0
     inspect_model(ModelConfig(path=str(q4), lora=LoraConfig()))  # QLoRA is fine
+
+
+def test_the_parameter_count_from_the_weight_headers_is_the_loaded_model_s(tmp_path):
+    # The trainer decides the evaluation order's width from it before loading (plan.prepare_process).
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    from grpo_tui.worker.engine.model_source import parameter_count
+
+    for folder in (build(tmp_path / "m", "qwen3"), quantize(build(tmp_path / "m2", "qwen3"), tmp_path / "q4", 4)):
+        loaded = sum(v.size for _, v in tree_flatten(load(str(folder))[0].parameters()))
+        assert parameter_count(str(folder)) == loaded
+    assert parameter_count(str(tmp_path / "nowhere")) is None

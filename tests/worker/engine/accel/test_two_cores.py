@@ -135,12 +135,14 @@ def test_one_core_machines_keep_one_stream(model, monkeypatch):
     assert not _plan(model).two_streams
 
 
-@pytest.mark.parametrize("preset, expected", [(None, "200"), ("7", "7")])
-def test_the_worker_widens_mlx_evaluation_order_unless_the_user_chose(preset, expected):
+@pytest.mark.parametrize("preset, parameters, expected", [(None, 10**6, "200"), (None, None, "200"), ("7", 10**6, "7"),
+                                                         (None, 10**9, "unset"), ("7", 10**9, "7")])
+def test_the_worker_widens_mlx_evaluation_order_for_a_small_model_unless_the_user_chose(preset, parameters, expected):
     env = {k: v for k, v in os.environ.items() if k != "MLX_BFS_MAX_WIDTH"}
     if preset is not None:
         env["MLX_BFS_MAX_WIDTH"] = preset
-    code = "import os; from grpo_tui.worker.engine import plan; plan.prepare_process(); print(os.environ['MLX_BFS_MAX_WIDTH'])"
+    code = ("import os; from grpo_tui.worker.engine import plan; "
+            f"plan.prepare_process(parameters={parameters}); print(os.environ.get('MLX_BFS_MAX_WIDTH', 'unset'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected
 
