@@ -59,7 +59,8 @@ def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: 
     ``SMALL_MODEL_PARAMETERS``, or unknown), where it lets the two CPU streams' halves interleave;
     a user's own ``MLX_BFS_MAX_WIDTH`` wins. A larger model keeps MLX's default: there the wider
     order held about 0.5 GiB more at the end of the backward pass (the 0.5B bench step: 9.28
-    against 9.12 GiB), at the same speed (bench/README.md, "Width 20 for large models"); so does a
+    against 9.12 GiB) at about the same speed (prompt-heavy: ~5 % of the training phase in one pair
+    of runs, for 330 MiB less resident memory; bench/README.md, "Width 20 for large models"); so does a
     run with a memory switch on (0.8 GiB more peak and 5 % slower on the 8-layer 0.6B memory step).
     And malloc keeping freed memory. Returns whether malloc keeps freed memory (glibc only, so the
     answer comes from trying)."""
