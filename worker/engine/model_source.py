@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,12 @@ def _offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
+@lru_cache(maxsize=None)
 def resolve(path: str) -> Path:
-    """The local folder holding ``path``: the folder itself, or the hub snapshot of an id."""
+    """The local folder holding ``path``: the folder itself, or the hub snapshot of an id. Looked up
+    once per process (failures are not kept): the trainer counts the parameters, checks and loads
+    the model, and every checkpoint copies its files, each through here, and a hub id online is a
+    request each time."""
     local = Path(path).expanduser()
     if local.exists():
         if not (local / "config.json").exists():

@@ -99,3 +99,22 @@ def test_the_parameter_count_from_the_weight_headers_is_the_loaded_model_s(tmp_p
         loaded = sum(v.size for _, v in tree_flatten(load(str(folder))[0].parameters()))
         assert parameter_count(str(folder)) == loaded
     assert parameter_count(str(tmp_path / "nowhere")) is None
+
+
+def test_a_hub_id_is_looked_up_once_per_process(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from grpo_tui.worker.engine import model_source
+
+    snapshot = build(tmp_path / "snapshot", "qwen3")
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, **kw: calls.append(repo) or str(snapshot))
+    model_source.resolve.cache_clear()
+    try:
+        # parameter_count, inspect_model and the load each resolve the model
+        assert model_source.parameter_count("org/once") is not None
+        assert model_source.inspect_model(ModelConfig(path="org/once"))[0] == snapshot
+        assert model_source.resolve("org/once") == snapshot
+    finally:
+        model_source.resolve.cache_clear()
+    assert calls == ["org/once"]
