@@ -17,7 +17,7 @@ here, never ``accel.host_vocab``'s numpy (which evaluates): one vocabulary-wide 
 forward (``softmax_stats``) and one backward, through ``cpu_fast``'s exp on x86.
 
 The plan's ``fused_head`` (models the numpy log-softmax is not for) runs the same function with
-``fused_chunk`` positions (80 MB of logits) per chunk: two ``exp`` passes where MLX's logsumexp,
+``fused_chunk`` positions (58 MB of logits) per chunk: two ``exp`` passes where MLX's logsumexp,
 softmax and logsumexp gradient take three, and less memory than MLX's own path. Same numbers as
 the unchunked MLX path, tested for full and LoRA fine-tuning.
 """
@@ -104,11 +104,15 @@ def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.arr
     return picked - lse, log_total - weighted / total, lse
 
 
-def gradient_from_probs(probs: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
-    """d(cotangent · log softmax[target]) / d logits = cotangent · (onehot(target) - softmax)."""
-    d_logits = probs * (-cotangent)[:, None]
+def logits_gradient(logits: mx.array, lse: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
+    """d(cotangent · log softmax(logits)[target]) / d logits = cotangent · (onehot(target) - softmax),
+    from the (N, V) logits and their (N,) log-sum-exp. The targets' entries come from their own
+    logits, so nothing but the scatter reads the -cotangent · softmax array and MLX's scatter writes
+    into its buffer instead of copying it (a 100 × 151,936 chunk: 290 -> 232 MiB, 325 -> 278 ms)."""
     at = targets[:, None]
-    return mx.put_along_axis(d_logits, at, mx.take_along_axis(d_logits, at, axis=-1) + cotangent[:, None], axis=-1)
+    shift, scale = lse[:, None], -cotangent[:, None]
+    d_target = _exp(mx.take_along_axis(logits, at, axis=-1) - shift) * scale + cotangent[:, None]
+    return mx.put_along_axis(_exp(logits - shift) * scale, at, d_target, axis=-1)
 
 
 def _logits(hidden: mx.array, head: HeadArrays, quantization: Quantization, temperature: float) -> mx.array:
@@ -129,8 +133,10 @@ def _head_gradient(head: HeadArrays, d_weight: mx.array | None) -> tuple[mx.arra
 # 4-layer 0.6B memory step peaked at 14.2 GiB against MLX's own path's 9.4). MLX allocates the
 # outputs of the ops it has queued, several per chunk, so the chunk's size sets that too: on the
 # 0.5B shape's 1,024 positions the head's gradient peaks 1,564 MiB above its inputs with 128 MB
-# chunks (220 positions) and 1,339 with 80 MB (138), in 13.4-15.5 against 12.1-13.7 s.
-FUSED_CHUNK_BYTES = 80 * 2**20
+# chunks (220 positions), 1,262 with 80 MB (138) and 1,059 with 58 MB (100), at 1.12x the 80 MB
+# chunks' time (bench/memory_limit.py); the whole 0.5B step peaked 204 MiB lower (MLX) and 241
+# lower (resident) with 58 MB, the head being ~15 % of it.
+FUSED_CHUNK_BYTES = 58 * 2**20
 
 
 def fused_chunk(vocabulary: int) -> int:
@@ -186,8 +192,8 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
             # they wait for it (2,048 positions in 64s: 1.54 GiB against 2.01).
             after = d_hidden[-1:] + ([d_weight] if d_weight is not None and not in_place else [])
             part = mx.depends(hidden[rows], after) if after else hidden[rows]
-            probs = _exp(logits_of(part, head) - lse[rows][:, None])
-            d_logits = gradient_from_probs(probs, targets[rows], cotangent[rows]).astype(hidden.dtype)
+            d_logits = logits_gradient(logits_of(part, head), lse[rows], targets[rows], cotangent[rows])
+            d_logits = d_logits.astype(hidden.dtype)
             d_hidden.append(_project(d_logits, head, quantization, transpose=False))
             if whole:
                 kept.append(d_logits)
@@ -196,6 +202,12 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
             elif weight_grad:  # LoRA's frozen head needs none: skip its matmul
                 term = (d_logits.T @ part).astype(mx.float32)
                 d_weight = term if d_weight is None else d_weight + term
+            if in_place and d_weight is not None:
+                # MLX orders a graph from its outputs back: a running sum that nothing on the way to
+                # the blocks' backward waits for ran after all of it, and each chunk's logits
+                # gradient stayed alive until then. As an input of this chunk's hidden gradient it
+                # runs with the chunk (the 0.5B step: 9,862 -> 9,469 MiB resident, bench/README.md).
+                d_hidden[-1] = mx.depends(d_hidden[-1], d_weight)
         if whole:
             d_weight = (mx.concatenate(kept).T @ hidden).astype(mx.float32)
         return mx.concatenate(d_hidden), _head_gradient(head, d_weight), mx.zeros_like(targets)
