@@ -140,7 +140,7 @@ FUSED_CHUNK_BYTES = 58 * 2**20
 
 
 def fused_chunk(vocabulary: int) -> int:
-    """Positions per chunk of the plan's fused head (138 for a 151,936 vocabulary)."""
+    """Positions per chunk of the plan's fused head (100 for a 151,936 vocabulary)."""
     return max(16, FUSED_CHUNK_BYTES // (4 * max(vocabulary, 1)))
 
 
