@@ -14,7 +14,7 @@ the 4-layer 0.6B shape, bench/memory.py). Instead each chunk's logits depend on 
 chunk's results (``mx.depends``), so the one lazy evaluation of the step builds a chunk's logits
 only after the previous chunk's are consumed and freed. MLX therefore computes the log-softmax
 here, never ``accel.host_vocab``'s numpy (which evaluates): one vocabulary-wide ``exp`` per chunk
-forward (``softmax_stats``) and one backward, through ``cpu_fast``'s exp on x86.
+forward (``softmax_stats``) and one backward, ``_exp``'s one op on x86.
 
 The plan's ``fused_head`` (models the numpy log-softmax is not for) runs the same function with
 ``fused_chunk`` positions (58 MB of logits) per chunk: two ``exp`` passes where MLX's logsumexp,
@@ -24,6 +24,7 @@ the unchunked MLX path, tested for full and LoRA fine-tuning.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Callable
 
@@ -82,9 +83,39 @@ def _project(hidden: mx.array, head: HeadArrays, quantization: Quantization, tra
                                transpose=transpose, group_size=group_size, bits=bits, mode=mode)
 
 
+_E = mx.array(math.e, dtype=mx.float32)
+
+
 def _exp(x: mx.array) -> mx.array:
-    # MLX's own CPU exp is a libm call per element on x86 (accel.cpu_fast): half the speed.
-    return cpu_fast.fast_exp(x) if cpu_fast.enabled() else mx.exp(x)
+    """exp(x). MLX's own CPU exp is a libm ``fma`` call per polynomial term on x86
+    (``accel.cpu_fast``). ``cpu_fast``'s compiled exp does not help here: this function runs inside
+    the gradient transform, where ``mx.compile`` runs a traced input's graph op by op (14 passes
+    over the chunk). ``e ** x`` is one op, libm's ``powf`` per element: on a 100 × 151,936 chunk
+    110 ms against 330 (traced ``fast_exp``) and 380 (``mx.exp``); the float32 e's rounding
+    leaves a relative error of at most 3e-6 over the float32 range of exp."""
+    return mx.power(_E, x) if cpu_fast.enabled() else mx.exp(x)
+
+
+# MLX's CPU evaluation queues about 100 dispatches (10 tasks of 10) ahead of the CPU and allocates
+# each op's output when it queues the op; mx.depends orders the chunks but does not hold that
+# back. A chunk is ~12 dispatches, so ~8 chunks' vocabulary-sized arrays were allocated at once,
+# and the weight gradient's running sum was copied (545 MB on the 0.5B shape) instead of summed in
+# place while its previous term was still queued. One-element adds between chunks keep about two
+# chunks in flight (the 0.5B head's gradient on 1,024 positions: 2,951 -> 1,200 MiB at the peak,
+# 1,581 before the one-op exp; bench/README.md), for ~3 µs each.
+QUEUE_GAP = 40
+
+
+def _after(part: mx.array, previous: list[mx.array]) -> mx.array:
+    """``part``, once ``previous`` are computed, with ``QUEUE_GAP`` tiny ops between on the CPU."""
+    if not previous:
+        return part
+    if mx.default_device() == mx.cpu:
+        tick = previous[0].reshape(-1)[:1]
+        for _ in range(QUEUE_GAP):
+            tick = tick + 1.0
+        previous = previous + [tick]
+    return mx.depends(part, previous)
 
 
 def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
@@ -164,7 +195,7 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
         for rows in chunks(hidden.shape[0]):
             # This chunk's logits wait for the previous chunk's results (mx.depends): MLX frees a
             # chunk's logits before it builds the next chunk's, in one lazy evaluation.
-            part = mx.depends(hidden[rows], logps[-1:] + entropy[-1:] + lse[-1:]) if logps else hidden[rows]
+            part = _after(hidden[rows], logps[-1:] + entropy[-1:] + lse[-1:])
             picked, ent, total = softmax_stats(logits_of(part, head), targets[rows])
             logps.append(picked)
             entropy.append(ent)
@@ -194,7 +225,7 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
             # GiB). With many small chunks (vocab_chunk_size) the sum's order matters more: there
             # they wait for it (2,048 positions in 64s: 1.54 GiB against 2.01).
             after = d_hidden[-1:] + ([d_weight] if d_weight is not None and not in_place else [])
-            part = mx.depends(hidden[rows], after) if after else hidden[rows]
+            part = _after(hidden[rows], after)
             d_logits = logits_gradient(logits_of(part, head), lse[rows], targets[rows], cotangent[rows])
             d_logits = d_logits.astype(hidden.dtype)
             d_hidden.append(_project(d_logits, head, quantization, transpose=False))

@@ -34,7 +34,15 @@ def test_the_logits_gradient_is_cotangent_times_onehot_minus_softmax():
     onehot = np.zeros_like(x)
     onehot[np.arange(len(x)), np.array(targets)] = 1.0
     want = np.array(cotangent, dtype=np.float64)[:, None] * (onehot - softmax)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)  # fast_exp: ~3e-6 relative
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)  # e ** x: ~3e-6 relative
+
+
+def test_the_heads_exp_is_exact_to_float32_over_its_range():
+    x = np.linspace(-88.0, 10.0, 200_001).astype(np.float32)
+    got = np.array(chunked_head._exp(mx.array(x)), dtype=np.float64)
+    want = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(got - want) / want) < 4e-6
+    assert chunked_head._exp(mx.array([-np.inf])).item() == 0.0  # a masked logit
 
 
 def test_the_logits_gradient_scatters_into_its_own_buffer():
@@ -77,3 +85,4 @@ def test_fewer_positions_than_the_hidden_size_sum_with_each_chunk_too():
     # Kept for one product at the end, the logits' gradients, their concatenation and the product
     # existed at once after the blocks' backward: 34.1 chunks of logits at the peak against 26.4.
     assert _head_gradient_peak(width=1024, positions=768) < 30
+
