@@ -85,4 +85,3 @@ def test_fewer_positions_than_the_hidden_size_sum_with_each_chunk_too():
     # Kept for one product at the end, the logits' gradients, their concatenation and the product
     # existed at once after the blocks' backward: 34.1 chunks of logits at the peak against 26.4.
     assert _head_gradient_peak(width=1024, positions=768) < 30
-
