@@ -109,6 +109,9 @@ class GrpoConfig(_Section):
     mask_truncated_completions: bool = False
     mask_repetition_completions: bool = False  # also drop finish = "repetition" completions
     num_iterations: int = 1
+    # TRL's top_entropy_quantile ("Beyond the 80/20 rule"): the policy loss keeps only this top
+    # share of each micro-batch's tokens by entropy; 1.0 keeps every token.
+    top_entropy_quantile: float = 1.0
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -123,6 +126,8 @@ class GrpoConfig(_Section):
             raise _invalid("beta", self.beta, "must be >= 0")
         if self.num_iterations < 1:
             raise _invalid("num_iterations", self.num_iterations, "must be at least 1")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise _invalid("top_entropy_quantile", self.top_entropy_quantile, "must be in [0, 1] (1.0 keeps every token)")
 
 
 class GenerationConfig(_Section):

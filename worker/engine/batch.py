@@ -31,6 +31,7 @@ class MicroBatch:
     advantages: mx.array  # (B,)
     old_logps: mx.array | None = None
     ref_logps: mx.array | None = None
+    entropy_mask: mx.array | None = None  # (B, T) top_entropy_quantile's tokens (grpo.high_entropy_mask)
     prompts: mx.array | None = None  # (B / group, W), shared-prompt layout only
     prompt_pad: mx.array | None = None  # (B / group,)
     start: int = 0

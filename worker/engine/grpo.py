@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import get_args, get_type_hints
 
 import mlx.core as mx
+import numpy as np
 
 from grpo_tui.protocol.config import Config, GrpoConfig
 
@@ -87,6 +88,20 @@ def group_advantages(rewards: mx.array, group_size: int, scale: str = "group") -
     return centered / (std + 1e-4)
 
 
+def high_entropy_mask(entropy: mx.array, mask: mx.array, quantile: float) -> mx.array:
+    """TRL's ``get_high_entropy_mask`` with ``threshold = 1 - top_entropy_quantile``: 1.0 where a
+    counted token's entropy is at least the ``1 - quantile`` quantile (linear interpolation, as
+    ``torch.quantile``) of the counted tokens' entropies, else 0.0; all zeros when nothing counts.
+    ``entropy``, ``mask``: (N, T). The quantile is over this micro-batch, which lives on one rank,
+    so the mask does not depend on the rank count (TRL gathers its processes' micro-batches)."""
+    values = np.asarray(entropy.astype(mx.float32), dtype=np.float32)
+    counted = np.asarray(mask.astype(mx.float32)) > 0
+    if not counted.any():
+        return mx.zeros(mask.shape, dtype=mx.float32)
+    floor = np.quantile(values[counted], 1.0 - quantile)
+    return mx.array(((values * counted >= floor) & counted).astype(np.float32))
+
+
 def policy_loss(
     logps: mx.array,
     old_logps: mx.array,
@@ -98,12 +113,15 @@ def policy_loss(
     num_items: float | mx.array | None = None,
     accumulation_steps: int = 1,
     part_of: PartOf | None = None,
+    entropy_mask: mx.array | None = None,
 ) -> tuple[mx.array, dict[str, mx.array]]:
     """The clipped surrogate loss of one micro-batch (docs/architecture.md, "Step data path").
 
     ``logps``, ``old_logps``, ``ref_logps``, ``mask``: (N, T) per completion token; ``advantages``:
     (N,). ``num_items`` is the number of completion tokens in the whole accumulated batch (``dapo``;
     defaults to this micro-batch's). ``part_of``: these rows are a part of a larger micro-batch.
+    ``entropy_mask`` (``top_entropy_quantile``, ``high_entropy_mask``): (N, T), multiplies the policy
+    term alone, as in TRL: the KL term and every normalisation still count each masked-in token.
     Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
     ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
     """
@@ -127,6 +145,8 @@ def policy_loss(
     clipped = mx.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
     adv = advantages[:, None]
     per_token = -mx.minimum(ratio * adv, clipped * adv)
+    if entropy_mask is not None:
+        per_token = per_token * entropy_mask
 
     kl = mx.array(0.0)
     if beta != 0.0:

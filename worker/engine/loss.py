@@ -56,6 +56,7 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
         loss, metrics = policy_loss(
             logps, old, batch.advantages, batch.mask, settings, ref_logps=batch.ref_logps,
             num_items=arrays["num_items"], accumulation_steps=accumulation_steps, part_of=part_of,
+            entropy_mask=batch.entropy_mask,
         )
         metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / mx.maximum(metrics["tokens"], 1.0)
         return loss, mx.stop_gradient(logps), metrics

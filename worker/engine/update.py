@@ -18,7 +18,8 @@ from grpo_tui.protocol.config import Config
 from . import tied_embedding
 from .accel import two_cores
 from .batch import MicroBatch, halves, row_parts
-from .grpo import LossSettings
+from .grpo import LossSettings, high_entropy_mask
+from .logps import token_logps
 from .loss import LossFunctions, loss_grad_parts
 from .plan import EnginePlan
 
@@ -129,6 +130,22 @@ def _accumulate(grads: Any, results: list) -> Any:
     return grads
 
 
+def _entropy_mask(model: nn.Module, batch: MicroBatch, pieces: list[MicroBatch], config: Config, plan: EnginePlan,
+                  quantile: float) -> mx.array:
+    """``top_entropy_quantile``'s mask of the whole micro-batch under the current weights (TRL
+    recomputes it in every pass): a forward without gradient first, piece by piece as the loss
+    runs, because the loss may see the micro-batch in parts (``two_cores``' halves,
+    ``logprob_batch_size``) while the quantile is the whole micro-batch's."""
+    entropies = []
+    for piece in pieces:
+        _, entropy = token_logps(model, piece, config.generation.temperature, host=plan.host_vocab,
+                                 vocab_chunk=plan.vocab_chunk_size, fused_head=plan.fused_head)
+        mx.eval(entropy)
+        entropies.append(entropy)
+    entropy = entropies[0] if len(entropies) == 1 else mx.concatenate(entropies)
+    return high_entropy_mask(entropy, batch.mask, quantile)
+
+
 def optimize_pass(
     model: nn.Module,
     optimizer: optim.Optimizer,
@@ -155,10 +172,14 @@ def optimize_pass(
     parallel = plan.two_streams
     total_loss, grads = 0.0, None
     sums: dict[str, float] = {}
+    quantile = config.grpo.top_entropy_quantile
     for batch in batches:
         # logprob_batch_size: one forward/backward per piece, each normalised as a part of the
         # whole micro-batch (grpo.PartOf), so the summed loss and gradient are the unsplit ones.
         pieces = row_parts(batch, plan.logprob_batch_size)
+        if quantile < 1.0:
+            batch.entropy_mask = _entropy_mask(model, batch, pieces, config, plan, quantile)
+            pieces = row_parts(batch, plan.logprob_batch_size)
         values = []
         for piece in pieces:
             parts = halves(piece) if parallel else [piece]

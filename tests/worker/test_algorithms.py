@@ -1,0 +1,33 @@
+"""Issue 35's keys through the real worker process on the tiny model: top_entropy_quantile, the
+soft overlong punishment, recipes, dynamic sampling, the reference model's sync, a judge model."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_tui.protocol import messages as m
+from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
+
+__all__ = ["tiny_model"]
+
+
+def run_to_end(config, *args: str, **env: str) -> WorkerProcess:
+    worker = WorkerProcess(config, *args, env=env)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0, worker.stderr.decode()[-3000:]
+    return worker
+
+
+def test_top_entropy_quantile_changes_the_loss_of_the_same_rollout(tmp_path, tiny_model):
+    losses = {}
+    for quantile in (1.0, 0.2):
+        folder = tmp_path / str(quantile)
+        folder.mkdir()
+        config = write_config(folder, tiny_model, rewards=reward_config(folder, "varied"),
+                              grpo={"group_size": 4, "top_entropy_quantile": quantile}, training={"max_steps": 1})
+        worker = run_to_end(config)
+        (step,) = worker.of(m.Step)
+        losses[quantile] = step.loss
+        assert step.gradients_applied
+        assert query(folder / "out" / "outputs.db", "SELECT count(*) FROM steps") == [(1,)]
+    assert losses[0.2] != pytest.approx(losses[1.0], rel=1e-3)
