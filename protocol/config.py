@@ -21,7 +21,28 @@ from .config_base import Section as _Section, invalid as _invalid
 from .config_errors import ConfigError as ConfigError, check_finite, explain
 from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
 
-BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema")
+BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema", "soft_overlong")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_soft_overlong(params: dict[str, Any]) -> None:
+    """DAPO's soft overlong punishment (TRL's ``get_soft_overlong_punishment``): its two lengths."""
+    unknown = sorted(set(params) - {"max_completion_length", "soft_punish_cache"})
+    if unknown:
+        raise _invalid("params", unknown[0], "is not a soft_overlong parameter (max_completion_length, soft_punish_cache)")
+    if "soft_punish_cache" not in params:
+        raise _invalid("params", params, "— soft_overlong needs params.soft_punish_cache (tokens before the limit "
+                                         "where the punishment starts, e.g. 4096 as in DAPO)")
+    cache, limit = params["soft_punish_cache"], params.get("max_completion_length")
+    if not _whole(cache) or cache < 0:
+        raise _invalid("params", cache, "— soft_punish_cache must be a whole number of tokens >= 0")
+    if limit is not None and (not _whole(limit) or limit < 1):
+        raise _invalid("params", limit, "— max_completion_length must be a whole number of tokens >= 1")
+    if limit is not None and cache > limit:
+        raise _invalid("params", cache, f"— soft_punish_cache must not exceed max_completion_length ({limit})")
 
 
 
@@ -78,6 +99,8 @@ class RewardConfig(_Section):
             raise _invalid("function", self.function, "is not of the form file.py:func or module:func")
         if self.timeout_s <= 0:
             raise _invalid("timeout_s", self.timeout_s, "must be > 0")
+        if self.name == "soft_overlong":
+            _check_soft_overlong(self.params)
 
     @property
     def label(self) -> str:

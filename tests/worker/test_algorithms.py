@@ -31,3 +31,16 @@ def test_top_entropy_quantile_changes_the_loss_of_the_same_rollout(tmp_path, tin
         assert step.gradients_applied
         assert query(folder / "out" / "outputs.db", "SELECT count(*) FROM steps") == [(1,)]
     assert losses[0.2] != pytest.approx(losses[1.0], rel=1e-3)
+
+
+def test_soft_overlong_scores_the_stored_completions_by_trls_formula(tmp_path, tiny_model):
+    rewards = '[[rewards]]\nname = "soft_overlong"\nparams = { max_completion_length = 6, soft_punish_cache = 3 }\n'
+    config = write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2})
+    run_to_end(config)
+    rows = query(tmp_path / "out" / "outputs.db",
+                 "SELECT num_tokens, json_extract(reward_details, '$.soft_overlong'), reward FROM generations")
+    assert len(rows) == 2 * 2 * 2
+    for n, score, total in rows:
+        expected = 0.0 if n <= 3 else (3 - n) / 3 if n <= 6 else -1.0
+        assert score == pytest.approx(expected) and total == pytest.approx(expected)
+    assert {n for n, _, _ in rows} & {7, 8}  # the tiny model runs past the punishment's limit

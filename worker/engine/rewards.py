@@ -195,12 +195,38 @@ def _find_json(text: str, tag: str | None) -> Any:
     return _MISSING
 
 
+def soft_overlong(
+    prompts: list,
+    completions: list[str],
+    *,
+    completion_ids: list[list[int]],
+    max_completion_length: int,
+    soft_punish_cache: int,
+    **_: Any,
+) -> list[float]:
+    """DAPO's soft overlong punishment (Eq. 13), TRL's ``get_soft_overlong_punishment``: with
+    L = ``max_completion_length`` (params; else the run's), C = ``soft_punish_cache`` (params) and
+    n the completion's tokens (its ``completion_ids``, tool messages included, as in TRL):
+    0 for n ≤ L − C, ``(L − C − n) / C`` for L − C < n ≤ L, −1 for n > L."""
+    scores = []
+    for ids in completion_ids:
+        n = len(ids)
+        if n <= max_completion_length - soft_punish_cache:
+            scores.append(0.0)
+        elif n <= max_completion_length:
+            scores.append((max_completion_length - soft_punish_cache - n) / soft_punish_cache)
+        else:
+            scores.append(-1.0)
+    return scores
+
+
 BUILTINS: dict[str, RewardFn] = {
     "accuracy": accuracy,
     "xml_format": xml_format,
     "length": length,
     "tool_use": tool_use,
     "json_schema": json_schema,
+    "soft_overlong": soft_overlong,
 }
 
 # ---------------------------------------------------------------- custom functions
