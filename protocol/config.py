@@ -17,6 +17,7 @@ import msgspec
 
 from grpo_tui.protocol.messages import SampleDisplay
 
+from . import recipes
 from .config_base import Section as _Section, invalid as _invalid
 from .config_errors import ConfigError as ConfigError, check_finite, explain
 from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
@@ -132,6 +133,7 @@ class GrpoConfig(_Section):
     mask_truncated_completions: bool = False
     mask_repetition_completions: bool = False  # also drop finish = "repetition" completions
     num_iterations: int = 1
+    recipe: Literal["gspo", "dapo", "dr_grpo"] | None = None  # published settings (protocol/recipes.py)
     # TRL's top_entropy_quantile ("Beyond the 80/20 rule"): the policy loss keeps only this top
     # share of each micro-batch's tokens by entropy; 1.0 keeps every token.
     top_entropy_quantile: float = 1.0
@@ -349,6 +351,7 @@ def parse_config(
         raise ConfigError("", f"TOML syntax error: {exc}", file) from None
     except RecursionError:  # tomllib recurses per nesting level
         raise ConfigError("", "TOML syntax error: arrays or tables nested too deeply", file) from None
+    recipes.apply(raw)  # before validation: a key the file sets wins
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:

@@ -36,7 +36,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 2
+    from grpo_tui.protocol.recipes import report
+
     print(f"# {args.config}: valid. Resolved config:")
+    for line in report(Path(args.config).read_text(encoding="utf-8")):
+        print(f"# {line}")
     print(dumps(config.to_dict()), end="")
     return 0
 

@@ -44,3 +44,21 @@ def test_soft_overlong_scores_the_stored_completions_by_trls_formula(tmp_path, t
         expected = 0.0 if n <= 3 else (3 - n) / 3 if n <= 6 else -1.0
         assert score == pytest.approx(expected) and total == pytest.approx(expected)
     assert {n for n, _, _ in rows} & {7, 8}  # the tiny model runs past the punishment's limit
+
+
+def test_the_dr_grpo_recipe_trains_with_unscaled_advantages(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                          grpo={"group_size": 4, "recipe": "dr_grpo"}, training={"max_steps": 2})
+    run_to_end(config)
+    db = tmp_path / "out" / "outputs.db"
+    (resolved,) = query(db, "SELECT json_extract(config, '$.grpo') FROM runs")
+    assert '"loss_type":"dr_grpo"' in resolved[0] and '"scale_rewards":"none"' in resolved[0]
+    rows = query(db, "SELECT step, prompt_index, reward, advantage FROM generations ORDER BY id")
+    groups: dict = {}
+    for step, prompt, reward, advantage in rows:
+        groups.setdefault((step, prompt), []).append((reward, advantage))
+    assert len(groups) == 4
+    for members in groups.values():
+        mean = sum(r for r, _ in members) / len(members)
+        assert [a for _, a in members] == pytest.approx([r - mean for r, _ in members], abs=1e-6)  # no std division
+    assert any(abs(a) > 1e-3 for _, _, _, a in rows)
