@@ -132,7 +132,7 @@ async def test_search_detail_and_inert_text(store_path):
         shown = console.export_text()
         assert "[bold red]not markup[/]" in shown and "\x1b" not in shown and "\x07" not in shown
         assert "── prompt" in shown and "── completion" in shown and "correctness" in shown
-        completion = render_detail(detail.detail, "markup OR answ*").renderables[-1]
+        completion = render_detail(detail.detail, "fts: markup OR answ*").renderables[-1]
         marked = [completion.plain[s.start:s.end] for s in completion.spans if s.style == "black on yellow"]
         assert marked == ["markup", "answer"]  # search words are highlighted where they occur
         await pilot.press("escape")
@@ -143,10 +143,29 @@ async def test_bad_search_shows_a_friendly_message(store_path):
     app = BrowseApp(str(store_path))
     async with app.run_test(size=SIZE) as pilot:
         await open_run_generations(pilot)
-        await pilot.press("slash", *'"open', "enter")
+        await pilot.press("slash", *'fts: "open', "enter")
         await settle(pilot)
         assert "Search not understood" in status(app)
         assert app.query_one("#db-status").has_class("error")
+
+
+async def test_pasted_text_is_found_and_a_long_query_never_hides_the_table(store_path):
+    app = BrowseApp(str(store_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await open_run_generations(pilot)
+        await pilot.press("slash", *"red?", "enter")  # "?" is FTS5 syntax: before, "Search not understood"
+        await settle(pilot)
+        assert len(rows(app)) == 1 and "Search not understood" not in status(app)
+        table = app.query_one(DatabaseGenerationsTable)
+        height = table.region.height
+        search = app.query_one("#db-search", Input)
+        search.focus()
+        search.value = " ".join(f"word{i}" for i in range(3000))
+        await pilot.press("enter")
+        await settle(pilot)
+        assert rows(app) == [] and "no generation matches" in status(app), status(app)
+        assert table.region.height == height > 10  # the summary stays short, the table keeps its room
+        assert "…" in summary(app) and len(summary(app)) < 300
 
 
 async def set_field(pilot, field_id: str, value: str) -> None:

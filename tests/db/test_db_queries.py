@@ -138,18 +138,56 @@ def test_search_by_step_reads_in_batches_without_losing_rows(store_path, conn):
     assert [r.id for r in every_page(conn, f, limit=2)] == sorted(expected, reverse=True)
 
 
-def test_bad_search_syntax_is_a_friendly_error(conn):
+def test_bad_operator_syntax_is_a_friendly_error(conn):
     for text in ['"unterminated', "AND", "nosuchcolumn: x", "a OR OR b"]:
         with pytest.raises(QueryError, match="Search not understood"):
-            q.generations_page(conn, GenFilter(run_id=1, text=text))
+            q.generations_page(conn, GenFilter(run_id=1, text=f"fts: {text}"))
 
 
 def test_user_input_never_becomes_sql(store_path, conn):
     sneaky = "stop' OR '1'='1"
     assert q.generations_page(conn, GenFilter(run_id=1, finish_reason=sneaky)).rows == []
+    assert q.generations_page(conn, GenFilter(run_id=1, text="x'; DROP TABLE runs; --")).rows == []
     with pytest.raises(QueryError):
-        q.generations_page(conn, GenFilter(run_id=1, text="x'; DROP TABLE runs; --"))
+        q.generations_page(conn, GenFilter(run_id=1, text="fts: x'; DROP TABLE runs; --"))
     assert len(q.runs(open_readonly(store_path))) == 2
+
+
+PASTED = ["What is 78+80?", "<answer>", "don't", "168.", "C++", "*", "-168", "78+80", '"is 78"', "%", "_"]
+
+
+@pytest.mark.parametrize("text", PASTED)
+def test_plain_text_is_searched_as_typed(tmp_path, text):
+    """What users paste (FTS5 syntax in it, or no word at all) finds exactly the generations that
+    contain it, by both query paths (the index-driven page and the filtered scan) and the count."""
+    texts = ["What is 78+80? <answer>158</answer>", "I don't know: 168. C++ * x", "a -168 b 100% a_b",
+             "What is 78 80", "nothing here"]
+    path = tmp_path / "outputs.db"
+    conn = sqlite3.connect(path)
+    migrate(conn)
+    conn.execute("INSERT INTO runs (id, name, model, model_path, config, started_at, status, total_steps)"
+                 " VALUES (1, 'r', 'm', 'p', '{}', 0, 'running', 1)")
+    conn.execute("INSERT INTO steps (run_id, step, epoch, created_at) VALUES (1, 1, 0, 0)")
+    for i, t in enumerate(texts):
+        conn.execute("INSERT INTO generations (run_id, step, prompt_index, group_index, prompt, completion,"
+                     " raw_completion, num_tokens, finish_reason, created_at) VALUES (1, 1, 0, ?, 'Q', ?, ?, 1, 'stop', 0)", (i, t, t))
+    conn.commit()
+    conn.close()
+    typed = text.strip('"')
+    expected = sorted(i + 1 for i, t in enumerate(texts) if typed.lower() in t.lower())
+    assert expected, text
+    ro = open_readonly(path)
+    for f in (GenFilter(run_id=1, text=text), GenFilter(text=text), GenFilter(run_id=1, text=text, sort="reward")):
+        assert sorted(r.id for r in every_page(ro, f, limit=1)) == expected, f
+        assert q.count_generations(ro, f) == len(expected)
+
+
+def test_operators_are_opt_in_behind_fts_prefix(conn, store_path):
+    either = [g["id"] for g in all_generations(store_path) if g["run_id"] == 1
+              and {"orange", "seven"} & set(re.findall(r"\w+", f"{g['prompt']} {g['completion']} {g['thinking'] or ''}".lower()))]
+    assert either
+    assert sorted(r.id for r in every_page(conn, GenFilter(run_id=1, text="fts: orange OR seven"))) == either
+    assert every_page(conn, GenFilter(run_id=1, text="orange OR seven")) == []  # plain: the words as typed, all of them
 
 
 def test_detail_and_group(conn):

@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
+from . import search
+
 Sort = Literal["step", "reward"]
 SORTS: tuple[tuple[Sort, bool], ...] = (("step", True), ("step", False), ("reward", True), ("reward", False))
+SHOWN_SEARCH = 60  # characters of the search text in the one-line summary: a pasted page never hides the table
 FINISH_REASONS = ("stop", "length", "repetition")
 # Tool-call filter values: a status of one call, or a property of the generation's calls.
 TOOL_FILTERS = {
@@ -78,7 +81,8 @@ class GenFilter:
         if self.has_thinking is not None:
             parts.append("with thinking" if self.has_thinking else "without thinking")
         if self.text:
-            parts.append(f"search {self.text!r}")
+            shown = self.text if len(self.text) <= SHOWN_SEARCH else self.text[: SHOWN_SEARCH - 1] + "…"
+            parts.append(f"search {shown!r}")
         head = " · ".join(parts) if parts else "no filter"
         return f"{head} · sorted by {self.sort} {'↓' if self.descending else '↑'}"
 
@@ -87,8 +91,9 @@ def _bound(value: int | None) -> str:
     return "…" if value is None else str(value)
 
 
-def where(f: GenFilter, alias: str = "g") -> tuple[str, list[Any]]:
-    """``(sql, params)`` for a WHERE clause (without the keyword) selecting ``f``'s generations."""
+def where(f: GenFilter, alias: str = "g", match: bool = True) -> tuple[str, list[Any]]:
+    """``(sql, params)`` for a WHERE clause (without the keyword) selecting ``f``'s generations.
+    ``match=False``: without the search's FTS5 MATCH (the caller drives the scan from the index)."""
     a = alias
     clauses: list[str] = []
     params: list[Any] = []
@@ -122,9 +127,14 @@ def where(f: GenFilter, alias: str = "g") -> tuple[str, list[Any]]:
     if f.tool_name:
         clauses.append(f"EXISTS (SELECT 1 FROM tool_calls t WHERE t.generation_id = {a}.id AND t.name = ?)")
         params.append(f.tool_name)
-    if f.text.strip():
-        clauses.append(f"{a}.id IN (SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?)")
-        params.append(f.text.strip())
+    if (found := search.parse(f.text)) is not None:
+        if match and found.match is not None:
+            clauses.append(f"{a}.id IN (SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?)")
+            params.append(found.match)
+        if found.like:
+            like, like_params = search.like_sql(found, a)
+            clauses.append(like)
+            params += like_params
     return (" AND ".join(clauses) or "1"), params
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import msgspec
@@ -17,6 +17,7 @@ import msgspec
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS
 
+from . import search
 from .filters import GenFilter, where
 
 PAGE_SIZE = 50
@@ -171,8 +172,9 @@ def _execute(conn: sqlite3.Connection, sql: str, params: list[Any]) -> list[sqli
         msg = str(exc)
         if "fts5" in msg or "no such column" in msg or "unterminated" in msg or "malformed MATCH" in msg:
             raise QueryError(
-                f"Search not understood ({msg}). Use plain words, \"quoted phrases\", AND / OR / NOT, "
-                "prefix*, or column:word with prompt, completion or thinking."
+                f"Search not understood ({msg}). After {search.FTS_PREFIX} use words, \"quoted phrases\", "
+                "AND / OR / NOT, prefix*, or column:word with prompt, completion or thinking; "
+                f"without {search.FTS_PREFIX} the text is searched as typed."
             ) from None
         if "interrupted" in msg:
             raise QueryError("Query cancelled.") from None
@@ -186,7 +188,7 @@ def _cursor(f: GenFilter, row: sqlite3.Row) -> Cursor:
 def generations_page(conn: sqlite3.Connection, f: GenFilter, after: Cursor | None = None,
                      limit: int = PAGE_SIZE) -> Page:
     """Up to ``limit`` generations matching ``f`` after the cursor ``after`` (None: the first page)."""
-    if f.text.strip() and f.sort == "step" and f.run_id is not None:
+    if _indexed(f) is not None and f.sort == "step" and f.run_id is not None:
         rows = _search_by_id(conn, f, after, limit + 1)
     else:
         cond, params = where(f)
@@ -207,7 +209,7 @@ def _search_by_id(conn: sqlite3.Connection, f: GenFilter, after: Cursor | None, 
     matches in growing batches and checking the other conditions on each batch costs what the page
     needs, where ``id IN (every match)`` would first collect every match of a common word.
     """
-    cond, params = where(replace(f, text=""))
+    cond, params = where(f, match=False)
     key, key_params = _keyset(f, after)
     op, direction = ("<", "DESC") if f.descending else (">", "ASC")
     bound = None if after is None else after[1]
@@ -216,7 +218,7 @@ def _search_by_id(conn: sqlite3.Connection, f: GenFilter, after: Cursor | None, 
     while len(found) < want:
         matches = ("SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?"
                    + (f" AND rowid {op} ?" if bound is not None else "") + f" ORDER BY rowid {direction} LIMIT ?")
-        batch_params = [f.text.strip(), *([] if bound is None else [bound]), batch]
+        batch_params = [_indexed(f), *([] if bound is None else [bound]), batch]
         # CROSS JOIN: look each match up by rowid; never let the planner scan the whole run instead.
         found += _execute(conn, f"SELECT {_ROW_SQL} FROM ({matches}) m CROSS JOIN generations g ON g.id = m.rowid"
                                 f" WHERE {cond} AND {key} ORDER BY {_order(f)}",
@@ -231,12 +233,18 @@ def _search_by_id(conn: sqlite3.Connection, f: GenFilter, after: Cursor | None, 
 
 def count_generations(conn: sqlite3.Connection, f: GenFilter) -> int:
     """How many generations match ``f``. With a search, the matches drive (each looked up by id)."""
-    if not f.text.strip():
+    if (match := _indexed(f)) is None:
         cond, params = where(f)
         return _execute(conn, f"SELECT count(*) FROM generations g WHERE {cond}", params)[0][0]
-    cond, params = where(replace(f, text=""))
+    cond, params = where(f, match=False)
     return _execute(conn, "SELECT count(*) FROM (SELECT rowid FROM generations_fts WHERE generations_fts MATCH ?) m"
-                          f" CROSS JOIN generations g ON g.id = m.rowid WHERE {cond}", [f.text.strip(), *params])[0][0]
+                          f" CROSS JOIN generations g ON g.id = m.rowid WHERE {cond}", [match, *params])[0][0]
+
+
+def _indexed(f: GenFilter) -> str | None:
+    """The FTS5 MATCH expression of ``f``'s search, when the index can drive it."""
+    found = search.parse(f.text)
+    return found.match if found is not None else None
 
 
 def iter_generations(conn: sqlite3.Connection, f: GenFilter, batch: int = 500) -> Iterator[dict[str, Any]]:

@@ -23,6 +23,7 @@ KEYS = (
     ("w", "Charts tab: last 100 / last 500 steps / the whole run"),
     ("arrows", "Charts tab: move between charts; enter: full screen"),
     ("l", "cycle the log level filter (Logs tab)"),
+    ("/", "Database search: the text as typed; fts: a OR b, NOT, pre* for operators"),
     ("ctrl+p", "command palette with the same actions"),
     ("?", "this help"),
     ("q", "quit (asks while training; stops and saves first)"),

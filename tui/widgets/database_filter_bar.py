@@ -35,7 +35,7 @@ class DatabaseFilterBar(Vertical):
         self.filter = GenFilter()
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="/ search prompt, completion, thinking (words, \"phrase\", a OR b, pre*) + enter",
+        yield Input(placeholder="/ search prompt, completion, thinking as typed (fts: a OR b, pre* for operators) + enter",
                     id="db-search")
         yield Static(id="db-filter-summary")
         with Vertical(id="db-filter-form"):

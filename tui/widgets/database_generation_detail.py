@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from grpo_tui.tui.db import GenDetail
+from grpo_tui.tui.db.search import highlight_pattern
 from grpo_tui.tui.format import clock, number, signed
 from grpo_tui.tui.inert import inert
 from grpo_tui.tui.sample_text import turns_text
@@ -18,14 +19,6 @@ from grpo_tui.tui.sample_text import turns_text
 
 def _heading(title: str) -> Text:
     return Text(f"\n── {title}", style="bold cyan")
-
-
-def search_pattern(query: str) -> str | None:
-    """A regex for the words of an FTS query (operators and column names dropped; ``pre*`` as a prefix)."""
-    words = [w for w in re.findall(r"(?:\w+:)?(\w+\*?)", query) if w not in ("AND", "OR", "NOT", "NEAR")]
-    if not words:
-        return None
-    return r"\b(?:" + "|".join(re.escape(w.rstrip("*")) + (r"\w*" if w.endswith("*") else r"\b") for w in words) + ")"
 
 
 def _body(text: str | None, style: str = "", highlight: str | None = None) -> Text:
@@ -39,7 +32,7 @@ def _body(text: str | None, style: str = "", highlight: str | None = None) -> Te
 
 def render_detail(d: GenDetail, search: str = "") -> Group:
     """The detail as one renderable, words of ``search`` highlighted (tests read what a user sees here)."""
-    hl = search_pattern(search)
+    hl = highlight_pattern(search)
     r = d.row
     head = Text.assemble(
         ("run ", "dim"), inert(d.run_name, "bold", single_line=True), ("  step ", "dim"), (str(r.step), "bold"),
