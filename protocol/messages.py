@@ -28,6 +28,12 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def mean_of(values: list[float | None]) -> float | None:
+    """The mean of the values that are present and not NaN; None when there are none."""
+    kept = [v for v in values if v is not None and v == v]
+    return sum(kept) / len(kept) if kept else None
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 

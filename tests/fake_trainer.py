@@ -1,7 +1,7 @@
 """The real Trainer with injected non-finite steps, for worker tests of the NaN guard's aftermath.
 
-Selected with ``GRPO_TUI_TRAINER=tests/fake_trainer.py:FaultyTrainer`` (a test-only hook of the
-worker). Everything is the real engine except that the steps listed in ``FAKE_SKIP_STEPS=3,4,5``
+Selected with ``tests.helpers.trainer_env.fake_trainer_env(FAULTY_TRAINER)`` (it loads through
+tests/helpers/trainer_hook, outside the product). Everything is the real engine except that the steps listed in ``FAKE_SKIP_STEPS=3,4,5``
 report a non-finite loss and skip the update (as the engine's NaN guard does), without touching
 the weights. A tiny model cannot be made to produce NaN on cue.
 """

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable
+from typing import Callable
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.messages import mean_of
+from grpo_tui.protocol.config import EvalConfig
+
+from .context import RunContext
+from .records import EvalBatch, Trainer
 
 CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a correct answer
 
@@ -67,7 +73,7 @@ class EvalTally:
         accuracy = pass_at_k = None
         if self.accuracy_label is not None and self.accuracy_label in self.scores:
             acc = self.scores[self.accuracy_label]
-            accuracy = _mean(acc)
+            accuracy = mean_of(acc)
             if k > 1:
                 groups = [acc[i : i + k] for i in range(0, len(acc), k)]
                 judged = [g for g in groups if any(v is not None for v in g)]
@@ -75,46 +81,41 @@ class EvalTally:
                     pass_at_k = sum(any(v is not None and v >= CORRECT for v in g) for g in judged) / len(judged)
         return m.Eval(
             step=step,
-            rewards={label: _mean(values) for label, values in self.scores.items()},
-            reward=_mean(self.totals),
+            rewards={label: mean_of(values) for label, values in self.scores.items()},
+            reward=mean_of(self.totals),
             accuracy=accuracy,
             pass_at_k=pass_at_k,
             num_prompts=self.prompts,
             num_samples=k,
             greedy=greedy,
-            completion_mean_length=_mean([float(n) for n in self.lengths]),
+            completion_mean_length=mean_of([float(n) for n in self.lengths]),
             clipped_ratio=(sum(f != "stop" for f in self.finish) / len(self.finish)) if self.finish else None,
             seconds=seconds,
         )
 
 
-def _mean(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None and v == v]
-    return sum(kept) / len(kept) if kept else None
-
-
-async def run_eval(loop: Any, step: int) -> m.Eval | None:
-    """Evaluate after ``step`` steps on the MLX thread, one batch at a time; between batches the
-    loop handles a requested save or pause, and a stop abandons the evaluation (None).
-    ``loop`` is the worker's ``TrainingLoop``."""
-    cfg, trainer = loop.config.eval, loop.trainer
+async def run_eval(run: RunContext, step: int, between_batches: Callable[[], Awaitable[None]]) -> m.Eval | None:
+    """Evaluate after ``step`` steps on the MLX thread, one batch at a time; between batches
+    ``between_batches`` handles a requested save or pause, and a stop abandons the evaluation (None)."""
+    cfg, trainer = run.config.eval, run.trainer
+    assert cfg is not None  # the loop evaluates only with an [eval] section
     count = trainer.eval_size if cfg.limit <= 0 else min(cfg.limit, trainer.eval_size)
-    accuracy = next((r.label for r in loop.config.rewards if r.name == "accuracy"), None)
+    accuracy = next((r.label for r in run.config.rewards if r.name == "accuracy"), None)
     tally = EvalTally(num_samples=cfg.num_samples, accuracy_label=accuracy)
     parts = chunks(count, cfg.batch_size)
     started = time.perf_counter()
     for i, part in enumerate(parts):
-        loop.phase = "evaluating"
-        loop.emit(m.Status(phase="evaluating", message=f"evaluating at step {step}: batch {i + 1}/{len(parts)}"))
-        batch = await loop.mlx(_one_batch, trainer, list(part), cfg, eval_seed(loop.config.training.seed, step) + i)
+        run.phase = "evaluating"
+        run.emit(m.Status(phase="evaluating", message=f"evaluating at step {step}: batch {i + 1}/{len(parts)}"))
+        batch = await run.mlx(_one_batch, trainer, list(part), cfg, eval_seed(run.config.training.seed, step) + i)
         tally.add(batch.per_fn, batch.totals, batch.lengths, batch.finish)
-        loop.phase = "idle"
-        await loop.between_batches()
-        if loop.control.stop_reason is not None:
-            loop.log("info", f"evaluation at step {step} abandoned: the run is stopping")
+        run.phase = "idle"
+        await between_batches()
+        if run.control.stop_reason is not None:
+            run.log("info", f"evaluation at step {step} abandoned: the run is stopping")
             return None
     return tally.summary(step, cfg.greedy, time.perf_counter() - started)
 
 
-def _one_batch(trainer: Any, indices: list[int], cfg: Any, seed: int) -> Any:
+def _one_batch(trainer: Trainer, indices: list[int], cfg: EvalConfig, seed: int) -> EvalBatch:
     return trainer.evaluate_batch(indices, greedy=cfg.greedy, num_samples=cfg.num_samples, seed=seed)

@@ -23,8 +23,9 @@ from grpo_tui.protocol.config import Config, ConfigError, load_config
 
 from . import ranks
 from .frames import Emitter, reserve_stdout
-from .loop import EMERGENCY_AFTER_STEPS, TrainingLoop
-from .mlx_thread import release_mlx_streams
+from .checkpoint_policy import EMERGENCY_AFTER_STEPS
+from .loop import TrainingLoop
+from .mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from .plain_lines import is_json, parse_plain
 
 
@@ -113,15 +114,15 @@ class Inputs:
             loop.add_signal_handler(sig, self.on_signal, sig)
 
 
-async def run_worker(config: Config, emitter: Emitter, plain: bool) -> int:
+async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer: TrainerFactory) -> int:
     """The training loop with its inputs, until the ``complete`` frame."""
-    training = TrainingLoop(config, emitter, plain=plain)
+    training = TrainingLoop(config, emitter, plain=plain, make_trainer=make_trainer)
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
     return await training.run()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_trainer) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_tui.worker", description="grpo-tui headless worker")
     parser.add_argument("config", help="path to config.toml")
     parser.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if config is None:
             emitter.emit(m.Error(message=f"config error: {problem}", fatal=True))
             return 2
-        return asyncio.run(run_worker(config, emitter, args.plain))
+        return asyncio.run(run_worker(config, emitter, args.plain, make_trainer))
     finally:
         release_mlx_streams()
         emitter.close()

@@ -1,28 +1,25 @@
-"""What runs on the worker's MLX thread besides the engine's own calls: choosing the engine's
-``Trainer`` class (MLX is imported there, never on the asyncio side) and freeing MLX's streams."""
+"""What runs on the worker's MLX thread besides the engine's own calls: building the engine's
+``Trainer`` (MLX is imported there, never on the asyncio side) and freeing MLX's streams."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
+from typing import Callable
+
+from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.messages import LogLevel
 
 from .records import Trainer
 
+# How the loop builds its trainer on the MLX thread: ``make(config, log)``.
+TrainerFactory = Callable[[Config, Callable[[LogLevel, str], None]], Trainer]
 
-def trainer_class() -> type[Trainer]:
-    """The engine's Trainer. ``GRPO_TUI_TRAINER=file.py:Class`` swaps in a fake, for tests only."""
-    spec = os.environ.get("GRPO_TUI_TRAINER")
-    if not spec:
-        from .engine.trainer import Trainer as EngineTrainer  # MLX loads here, on the MLX thread
 
-        return EngineTrainer
-    file, name = spec.rsplit(":", 1)
-    module_spec = importlib.util.spec_from_file_location("grpo_tui_fake_trainer", file)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return getattr(module, name)
+def engine_trainer(config: Config, log: Callable[[LogLevel, str], None]) -> Trainer:
+    """The engine's trainer for ``config``; MLX loads here, on the MLX thread."""
+    from .engine.trainer import Trainer as EngineTrainer
+
+    return EngineTrainer(config, log)
 
 
 def release_mlx_streams() -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from grpo_tui.protocol.messages import Sample, Step, ToolCall, Turn
+from grpo_tui.protocol.messages import Phase, Sample, Step, ToolCall, Turn
 
 
 @dataclass
@@ -70,8 +70,8 @@ class EvalBatch:
 
 @runtime_checkable
 class Trainer(Protocol):
-    """What the worker loop uses of a trainer: ``engine.trainer.Trainer``, or a test fake loaded
-    with ``GRPO_TUI_TRAINER``. Built as ``Trainer(config, log)`` on the MLX thread."""
+    """What the worker uses of a trainer: ``engine.trainer.Trainer``, or a test's fake. Built as
+    ``Trainer(config, log)`` on the MLX thread, and called only there."""
 
     model_name: str
     dataset_size: int
@@ -84,11 +84,29 @@ class Trainer(Protocol):
         """(epoch, step_in_epoch, dataset indices) of ``step`` (1-based): a pure function of it."""
         ...
 
-    def train_step(self, step: int, on_phase: Callable[[str], None] = ...) -> StepOutput: ...
+    def train_step(self, step: int, on_phase: Callable[[Phase], None] = ...) -> StepOutput:
+        """Train one step; ``on_phase`` hears "generating", "scoring" and "training" as they begin."""
+        ...
+
+    @property
+    def eval_size(self) -> int:
+        """Prompts available to ``[eval]``."""
+        ...
+
+    def evaluate_batch(self, indices: list[int], *, greedy: bool, num_samples: int, seed: int | None) -> EvalBatch:
+        """``num_samples`` completions for each eval prompt of ``indices``, scored."""
+        ...
+
+    def leader_value(self, value: int) -> int:
+        """Rank 0's ``value`` on every rank (a single process: ``value``)."""
+        ...
+
+    def sync_from_leader(self, step: int) -> int:
+        """Rank 0's weights, optimizer state and ``step`` on every rank."""
+        ...
 
     def save_model(self, directory: Path) -> None: ...
 
     def save_optimizer(self, path: Path) -> None: ...
 
     def load_checkpoint(self, directory: Path) -> None: ...
-

@@ -1,7 +1,7 @@
 """The real Trainer with fault hooks: "hold here" so a test can SIGKILL the worker at an exact
 moment, and a simulated full disk.
 
-Loaded into the worker with ``GRPO_TUI_TRAINER=tests/faults/fault_trainer.py:FaultTrainer`` (the
+Loaded into the worker with ``tests.helpers.trainer_env.fake_trainer_env(FAULT_TRAINER)`` (the
 worker's test-only hook). ``FAULT_HOLD=<point>@<step>`` picks the moment; when the worker gets
 there it creates the file ``FAULT_MARK`` and sleeps, and the test kills it during the sleep:
 

@@ -18,6 +18,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from tests.faults import FAULT_TRAINER
+from tests.helpers.trainer_env import fake_trainer_env
 from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
@@ -56,7 +57,7 @@ def assert_clean_failure(worker: WorkerProcess, out: Path, words: tuple[str, ...
 def test_a_full_disk_at_checkpoint_time_is_one_clear_error(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), **SETTINGS)
     out = tmp_path / "out"
-    worker = WorkerProcess(config, env={"GRPO_TUI_TRAINER": FAULT_TRAINER, "FAULT_ENOSPC": "4"})
+    worker = WorkerProcess(config, env={**fake_trainer_env(FAULT_TRAINER), "FAULT_ENOSPC": "4"})
     error = assert_clean_failure(worker, out, ("No space left on device",))
     assert "optimizer.safetensors" in error.message  # says which file could not be written
     assert folders(out) == ["checkpoint-2"]

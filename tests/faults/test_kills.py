@@ -23,6 +23,7 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.worker import checkpoint as ckpt
 from tests.faults import FAULT_TRAINER
+from tests.helpers.trainer_env import fake_trainer_env
 from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
@@ -91,7 +92,7 @@ def kill_once(config: Path, out: Path, mark: Path, rng: random.Random, point: st
     assert step < TOTAL
     mark.unlink(missing_ok=True)
     if point != "timed":
-        env = {"GRPO_TUI_TRAINER": FAULT_TRAINER, "FAULT_HOLD": f"{point}@{step}", "FAULT_MARK": str(mark)}
+        env = {**fake_trainer_env(FAULT_TRAINER), "FAULT_HOLD": f"{point}@{step}", "FAULT_MARK": str(mark)}
         worker = WorkerProcess(config, env=env)
         deadline = time.monotonic() + 120
         while not mark.exists():

@@ -65,7 +65,10 @@ async def test_a_nan_stop_is_not_restarted_and_says_what_to_do(tmp_path, tiny_mo
     from grpo_tui.tui.screens.crash import CrashScreen
     from tests.worker_harness import FAULTY_TRAINER, reward_config
 
-    monkeypatch.setenv("GRPO_TUI_TRAINER", FAULTY_TRAINER)
+    from tests.helpers.trainer_env import fake_trainer_env
+
+    for name, value in fake_trainer_env(FAULTY_TRAINER).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("FAKE_SKIP_STEPS", "3,4")
     config_path = write_config(
         tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"nan_patience": 2, "max_steps": 6},

@@ -11,6 +11,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.worker.engine.schedule import lr_at
+from tests.helpers.trainer_env import fake_trainer_env
 from tests.worker_harness import (
     FAULTY_TRAINER, ROOT, WorkerProcess, query, reward_config, tiny_model, write_config,
 )  # fmt: skip
@@ -87,7 +88,7 @@ def test_latest_never_resumes_from_a_nan_emergency_checkpoint(tmp_path, tiny_mod
         tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
         training={"nan_patience": 2, "max_steps": 6},
     )  # fmt: skip
-    env = {"GRPO_TUI_TRAINER": FAULTY_TRAINER, "FAKE_SKIP_STEPS": "3,4"}
+    env = {**fake_trainer_env(FAULTY_TRAINER), "FAKE_SKIP_STEPS": "3,4"}
     worker = WorkerProcess(config, env=env)
     worker.wait_for(m.Complete)
     assert worker.finish() != 0  # a NaN stop is not a completed run
@@ -98,14 +99,14 @@ def test_latest_never_resumes_from_a_nan_emergency_checkpoint(tmp_path, tiny_mod
     assert "learning_rate" in advice and str(good) in advice and "--resume" in advice
 
     # The dashboard's crash restart: `--resume latest` picks checkpoint-2, never emergency-4.
-    again = WorkerProcess(config, "--resume", "latest", env={"GRPO_TUI_TRAINER": FAULTY_TRAINER})
+    again = WorkerProcess(config, "--resume", "latest", env=fake_trainer_env(FAULTY_TRAINER))
     again.wait_for(m.Complete)
     assert again.finish() == 0
     assert again.of(m.ResumeState)[0].step == 2
     assert any("emergency-4" in e.message for e in again.of(m.Log))  # says the newer one was skipped
     # An explicit path still resumes from the emergency copy.
     explicit = WorkerProcess(config, "--resume", str(tmp_path / "out" / "emergency-4"),
-                             env={"GRPO_TUI_TRAINER": FAULTY_TRAINER})
+                             env=fake_trainer_env(FAULTY_TRAINER))
     explicit.wait_for(m.Complete)
     assert explicit.finish() == 0 and explicit.of(m.ResumeState)[0].step == 4
 

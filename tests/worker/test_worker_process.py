@@ -15,6 +15,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event
 from grpo_tui.protocol.config import load_config
 from grpo_tui.protocol.tomlout import dumps
+from tests.helpers.trainer_env import fake_trainer_env
 from tests.worker_harness import (
     FAULTY_TRAINER, ROOT, TOOL_CALL_TEXT, WorkerProcess, build_tool_calling_model, query, reward_config,
     tiny_model, write_config,
@@ -194,7 +195,7 @@ def test_sigterm_soon_after_a_checkpoint_exits_without_waiting_for_the_running_s
 
 def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_keep_the_last_good_one_and_stop(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"nan_patience": 2})
-    worker = WorkerProcess(config, env={"GRPO_TUI_TRAINER": FAULTY_TRAINER, "FAKE_SKIP_STEPS": "3,4"})
+    worker = WorkerProcess(config, env={**fake_trainer_env(FAULTY_TRAINER), "FAKE_SKIP_STEPS": "3,4"})
     worker.wait_for(m.Complete)
     assert worker.finish() == 3  # stopped, not completed; no final checkpoint of the failing weights
     assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 2), ("emergency", 4)]

@@ -16,13 +16,10 @@ from typing import Callable
 
 import mlx.core as mx
 import msgspec
-import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.messages import ClipRatio, Step
-
-from grpo_tui.protocol.messages import finite
+from grpo_tui.protocol.messages import LogLevel, Phase, mean_of
 
 from ..records import EvalBatch, Generation, StepOutput
 from . import agent, checkpointing, chunked_head, data, distributed, memory_fit, model as model_io, model_source
@@ -36,12 +33,10 @@ from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
 from .reward_call import StepLog, TrainerState, tool_conversation
 from .rewards import RewardError, load_rewards, score
-from .update import make_optimizer, optimize_pass
+from .step_metrics import StepResults, step_metrics
+from .update import PassResult, make_optimizer, optimize_pass
 
 __all__ = ["Trainer", "RewardError", "default_log"]
-
-MB = 1024 * 1024
-
 
 def _masked(grpo, finish: str) -> bool:
     """Whether a completion is left out of the loss (``mask_*_completions``)."""
@@ -50,17 +45,12 @@ def _masked(grpo, finish: str) -> bool:
     )
 
 
-def default_log(level: str, message: str) -> None:
+def default_log(level: LogLevel, message: str) -> None:
     print(f"[{level}] {message}", file=sys.stderr)
 
 
-def _mean(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return float(np.mean(present)) if present else None
-
-
 class Trainer:
-    def __init__(self, config: Config, log: Callable[[str, str], None] = default_log) -> None:
+    def __init__(self, config: Config, log: Callable[[LogLevel, str], None] = default_log) -> None:
         # Before MLX evaluates or allocates anything.
         keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
                                                          parameters=model_source.parameter_count(config.model.path))
@@ -131,7 +121,7 @@ class Trainer:
 
     # ------------------------------------------------------------ the step
 
-    def train_step(self, step: int, on_phase: Callable[[str], None] = lambda p: None) -> StepOutput:
+    def train_step(self, step: int, on_phase: Callable[[Phase], None] = lambda p: None) -> StepOutput:
         cfg = self.config
         G = cfg.grpo.group_size
         # Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py).
@@ -167,7 +157,30 @@ class Trainer:
 
         on_phase("training")
         t0 = time.perf_counter()
-        batches = self._micro_batches(examples, completions, advantages.tolist())
+        passes = self._optimize(step, examples, completions, advantages.tolist())
+        training_s = time.perf_counter() - t0
+
+        rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
+        metrics = step_metrics(StepResults(
+            step=step, epoch=epoch, completions=completions,
+            prompt_tokens=sum(len(owner.prompt_ids) for owner in owners), totals=totals, per_fn=per_fn,
+            advantages=advantages.tolist(), group_stds=stds.tolist()[::G], passes=passes,
+            generation_s=generation_s, scoring_s=scoring_s, training_s=training_s,
+            learning_rate=float(self.optimizer.learning_rate.item()),
+            peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
+            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions)},
+            ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
+        ))  # fmt: skip
+        if not metrics.gradients_applied:
+            self.log("warning", f"step {step}: {metrics.skipped_reason}")
+        generations = self._generations(owners, completions, totals, per_fn, advantages.tolist(), logged)
+        return StepOutput(metrics=metrics, generations=generations)
+
+    def _optimize(self, step: int, examples: list[data.Example], completions: list[rollout.Completion],
+                  advantages: list[float]) -> list[PassResult]:
+        """``grpo.num_iterations`` optimiser passes over this rank's micro-batches."""
+        cfg = self.config
+        batches = self._micro_batches(examples, completions, advantages)
         # A pure function of the step: a resumed run continues the same sequence.
         self.optimizer.learning_rate = scheduled_lr(step, cfg.training, self.total_steps)
         self.model.train()
@@ -178,56 +191,7 @@ class Trainer:
             for k in range(cfg.grpo.num_iterations)
         ]
         self.model.eval()
-        training_s = time.perf_counter() - t0
-
-        rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
-        lengths = [c.model_tokens for c in completions]  # the model's own tokens, not tool results
-        prompt_tokens = sum(len(owners[i].prompt_ids) for i in range(len(completions)))
-        n = len(passes)
-        skipped = [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
-                   for i, p in enumerate(passes) if not p.applied]
-        stats = {k: float(np.mean([p.stats.get(k, 0.0) for p in passes])) for k in passes[0].stats}
-        group_stds = np.array(stds.tolist())[::G]
-        metrics = Step(
-            step=step,
-            epoch=epoch,
-            loss=finite(float(np.mean([p.loss for p in passes]))),
-            reward=_mean(totals),
-            reward_std=float(group_stds.mean()),
-            frac_reward_zero_std=float(np.mean(np.isclose(group_stds, 0.0))),
-            rewards={label: _mean(values) for label, values in per_fn.items()},
-            advantage_std=float(np.std(advantages.tolist())),
-            kl=finite(stats.get("kl")) if cfg.grpo.beta > 0 else None,
-            entropy=finite(stats.get("entropy")),
-            clip_ratio=ClipRatio(
-                low=stats.get("clip_ratio_low"), high=stats.get("clip_ratio_high"), region=stats.get("clip_ratio_region")
-            ),
-            completion_mean_length=float(np.mean(lengths)),
-            completion_min_length=float(min(lengths)),
-            completion_max_length=float(max(lengths)),
-            completion_clipped_ratio=float(np.mean([c.finish_reason != "stop" for c in completions])),
-            completion_rewards=[finite(t) for t in totals],
-            num_tokens=prompt_tokens + sum(lengths),
-            generation_ms=generation_s * 1000,
-            scoring_ms=scoring_s * 1000,
-            training_ms=training_s * 1000,
-            generation_tokens_per_s=sum(lengths) / max(generation_s, 1e-9),
-            training_tokens_per_s=(prompt_tokens + sum(lengths)) * len(passes) / max(training_s, 1e-9),
-            grad_norm=finite(passes[-1].grad_norm),
-            learning_rate=float(self.optimizer.learning_rate.item()),
-            peak_memory_mb=mx.get_peak_memory() / MB,
-            active_memory_mb=mx.get_active_memory() / MB,
-            gradients_applied=not skipped,
-            skipped_reason="; ".join(skipped) or None,
-            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions)},
-            ranks=rank_times,
-            slowest_rank=slowest,
-            all_reduce_bytes=self.ranks.comm_bytes,
-        )
-        if skipped:
-            self.log("warning", f"step {step}: {metrics.skipped_reason}")
-        generations = self._generations(owners, completions, totals, per_fn, advantages.tolist(), logged)
-        return StepOutput(metrics=metrics, generations=generations)
+        return passes
 
     def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False,
                  keys: list[int] | None = None) -> list[rollout.Completion]:
@@ -350,7 +314,7 @@ class Trainer:
     def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:
         """Mean score of each reward function on the first ``limit`` eval prompts, one completion each."""
         result = self.evaluate_batch(list(range(self.eval_size))[:limit], greedy=greedy, num_samples=1, seed=None)
-        return {label: _mean(values) for label, values in result.per_fn.items()}
+        return {label: mean_of(values) for label, values in result.per_fn.items()}
 
     # ------------------------------------------------------------ several ranks (distributed.py)
 

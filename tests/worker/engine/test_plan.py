@@ -153,5 +153,5 @@ def test_switches_are_read_only_by_the_plan(root):
         names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         assert not names & set(engine_plan.SWITCHES.values()), file
         environ = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "environ"]
-        # mlx_thread: GRPO_TUI_TRAINER (tests only); ranks, distributed: MLX_RANK (set by mlx.launch)
-        assert not environ or file.name in ("mlx_thread.py", "ranks.py", "distributed.py"), file
+        # ranks, distributed: MLX_RANK (set by mlx.launch)
+        assert not environ or file.name in ("ranks.py", "distributed.py"), file

@@ -1,0 +1,1 @@
+"""Helpers shared by tests: harnesses, fakes and tiny models. Never a test module itself."""

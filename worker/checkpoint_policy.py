@@ -1,0 +1,82 @@
+"""When the run saves a checkpoint and what it remembers of them: periodic saves and their
+pruning, a requested save, the final save, and an emergency save at a stop or a crash
+(docs/architecture.md, "Checkpoints"). The files themselves are ``checkpoint``'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.layout import checkpoint_dir_name
+
+from . import checkpoint as ckpt
+from .context import RunContext
+from .control import StopReason
+
+# A signal saves an emergency checkpoint only when more steps than this would be lost.
+EMERGENCY_AFTER_STEPS = 3
+
+
+class CheckpointPolicy:
+    """Saves for one run; only rank 0 writes (ranks.py)."""
+
+    def __init__(self, run: RunContext, leader: bool) -> None:
+        self.run = run
+        self.leader = leader
+        self.last: tuple[int, Path] | None = None  # (step, path) of the newest checkpoint saved
+        self.last_good: tuple[int, Path] | None = None  # ... or resumed from, not an emergency one
+
+    def resumed(self, step: int, path: Path, emergency: bool) -> None:
+        """The run starts from the checkpoint at ``path`` (an emergency one is not a good one)."""
+        self.last = (step, path)
+        self.last_good = None if emergency else (step, path)
+
+    def steps_since(self) -> int:
+        """Steps done since the newest checkpoint (what a stop now would lose)."""
+        return self.run.step - (self.last[0] if self.last else 0)
+
+    async def after_step(self) -> None:
+        """The periodic save (``checkpoint.save_every``); a requested save at that step is it."""
+        run = self.run
+        every = run.config.checkpoint.save_every
+        if every and run.step % every == 0 and run.step < run.trainer.total_steps:
+            kind: m.CheckpointKind = "manual" if run.control.save_requested else "periodic"
+            run.control.save_requested = False
+            await self.save(kind)
+
+    async def at_end(self, reason: StopReason | None) -> None:
+        """The last save: ``final`` when the run completed or was stopped, else an emergency one
+        when steps would be lost (a signal forgives a few, a NaN stop already saved)."""
+        run = self.run
+        if reason in (None, "stop"):
+            if not (self.last and self.last == (run.step, run.output_dir / "final")):
+                await self.save("final")
+        elif reason != "nan" and self.steps_since() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
+            await self.save("emergency")
+
+    async def save(self, kind: m.CheckpointKind) -> Path:
+        run = self.run
+        trainer, step = run.trainer, run.step
+        name = checkpoint_dir_name(kind, step)
+        if not self.leader:  # one writer: rank 0 saves the (identical) weights once
+            return run.output_dir / name
+        epoch, step_in_epoch = run.position(step)
+        done = [i for s in range(step - step_in_epoch + 1, step + 1) for i in trainer.batch(s)[2]] if step else []
+        state = ckpt.TrainingState(
+            step=step, epoch=epoch, step_in_epoch=step_in_epoch, kind=kind, run_id=run.run_id,
+            seed=run.config.training.seed, dataset_size=trainer.dataset_size, dataset_hash=trainer.dataset_hash,
+            config_digest=ckpt.config_digest(run.config), total_steps=trainer.total_steps, epoch_indices_done=done,
+        )  # fmt: skip
+        run.emit(m.Status(phase="saving", message=f"saving {name}"))
+        path = await run.mlx(ckpt.save_checkpoint, trainer, run.output_dir, name, state)
+        if kind == "periodic":
+            for old in await run.mlx(ckpt.prune, run.output_dir, run.config.checkpoint.keep_last):
+                run.log("debug", f"pruned {old.name}")
+        if kind != "emergency":
+            self.last = self.last_good = (step, path)
+        if run.store is not None:
+            await run.store.flush_logs(run.run_id)
+        run.emit(m.Checkpoint(path=str(path), step=step, kind=kind))
+        run.emit(m.Status(phase="idle", message=f"saved {name}"))
+        return path

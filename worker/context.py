@@ -1,0 +1,69 @@
+"""What every part of a worker run shares: the config, the frames, the MLX thread, the live
+control, the store and the loaded trainer (docs/architecture.md, "Processes").
+
+``loop.TrainingLoop`` owns one ``RunContext`` and hands it to its collaborators (``start``,
+``checkpoint_policy``, ``nan_stop``, ``evaluation``), so none of them reaches into the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import Config
+
+from .control import Control
+from .frames import Emitter
+from .records import Trainer
+from .store import Store
+
+T = TypeVar("T")
+
+
+class RunContext:
+    """The run's shared state and services; one per worker process."""
+
+    def __init__(self, config: Config, emitter: Emitter) -> None:
+        self.config = config
+        self.emitter = emitter
+        self.output_dir = Path(config.checkpoint.output_dir)
+        self.control = Control(display=config.display.sample_display)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
+        self.loaded: Trainer | None = None  # the engine's trainer, once loaded
+        self.store: Store | None = None
+        self.run_id = 0
+        self.phase: m.Phase = "loading"
+
+    @property
+    def trainer(self) -> Trainer:
+        """The loaded trainer (every caller runs after ``start`` loaded it)."""
+        if self.loaded is None:
+            raise RuntimeError("the trainer is not loaded yet")
+        return self.loaded
+
+    @property
+    def step(self) -> int:
+        """The last completed step."""
+        return self.control.step
+
+    def emit(self, event: m.Event) -> None:
+        self.emitter.emit(event)
+
+    def log(self, level: m.LogLevel, message: str) -> None:
+        self.emitter.log(level, message)
+        if self.store is not None:
+            self.store.queue_log(self.step, level, message)
+
+    async def mlx(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run on the MLX thread (MLX state stays on one thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, step_in_epoch) after ``step`` steps."""
+        if step <= 0:
+            return 0, 0
+        epoch, step_in_epoch, _ = self.trainer.batch(step)
+        return epoch, step_in_epoch

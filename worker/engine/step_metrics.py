@@ -1,0 +1,97 @@
+"""The ``step`` frame's metrics (TRL's names), assembled in one place from what a training step
+produced: its completions and their scores, the optimiser's passes, the phases' times and the
+memory (``Trainer.train_step`` gathers ``StepResults``; ``step_metrics`` turns them into a ``Step``).
+No MLX here: the step hands over plain numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from grpo_tui.protocol.messages import ClipRatio, RankTiming, Step, finite, mean_of
+
+from .rollout import Completion
+from .update import PassResult
+
+MB = 1024 * 1024
+
+
+@dataclass
+class StepResults:
+    """What one training step produced, on every rank (the whole batch)."""
+
+    step: int
+    epoch: int
+    completions: list[Completion]
+    prompt_tokens: int  # the owning prompt's tokens, summed over the completions
+    totals: list[float | None]  # each completion's weighted reward (None: no function applied)
+    per_fn: dict[str, list[float | None]]  # each reward function's scores
+    advantages: list[float]
+    group_stds: list[float]  # each group's reward standard deviation
+    passes: list[PassResult]  # one per GRPO iteration
+    generation_s: float
+    scoring_s: float
+    training_s: float
+    learning_rate: float
+    peak_memory: int  # bytes, since the step began
+    active_memory: int  # bytes, at the end of the step
+    with_kl: bool  # grpo.beta > 0
+    extra_metrics: dict[str, float]  # what the reward functions logged, and the tool metrics
+    ranks: list[RankTiming]
+    slowest_rank: int | None
+    all_reduce_bytes: int
+
+
+def skipped_reasons(passes: list[PassResult]) -> list[str]:
+    """Why each skipped pass skipped its update (named by pass when there are several)."""
+    n = len(passes)
+    return [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
+            for i, p in enumerate(passes) if not p.applied]
+
+
+def step_metrics(r: StepResults) -> Step:
+    """The ``step`` frame of ``r``."""
+    passes, completions = r.passes, r.completions
+    lengths = [c.model_tokens for c in completions]  # the model's own tokens, not tool results
+    skipped = skipped_reasons(passes)
+    stats = {k: float(np.mean([p.stats.get(k, 0.0) for p in passes])) for k in passes[0].stats}
+    group_stds = np.array(r.group_stds)
+    tokens = r.prompt_tokens + sum(lengths)
+    return Step(
+        step=r.step,
+        epoch=r.epoch,
+        loss=finite(float(np.mean([p.loss for p in passes]))),
+        reward=mean_of(r.totals),
+        reward_std=float(group_stds.mean()),
+        frac_reward_zero_std=float(np.mean(np.isclose(group_stds, 0.0))),
+        rewards={label: mean_of(values) for label, values in r.per_fn.items()},
+        advantage_std=float(np.std(r.advantages)),
+        kl=finite(stats.get("kl")) if r.with_kl else None,
+        entropy=finite(stats.get("entropy")),
+        clip_ratio=ClipRatio(
+            low=stats.get("clip_ratio_low"), high=stats.get("clip_ratio_high"), region=stats.get("clip_ratio_region")
+        ),
+        completion_mean_length=float(np.mean(lengths)),
+        completion_min_length=float(min(lengths)),
+        completion_max_length=float(max(lengths)),
+        completion_clipped_ratio=float(np.mean([c.finish_reason != "stop" for c in completions])),
+        completion_rewards=[finite(t) for t in r.totals],
+        num_tokens=tokens,
+        generation_ms=r.generation_s * 1000,
+        scoring_ms=r.scoring_s * 1000,
+        training_ms=r.training_s * 1000,
+        generation_tokens_per_s=sum(lengths) / max(r.generation_s, 1e-9),
+        training_tokens_per_s=tokens * len(passes) / max(r.training_s, 1e-9),
+        grad_norm=finite(passes[-1].grad_norm),
+        learning_rate=r.learning_rate,
+        peak_memory_mb=r.peak_memory / MB,
+        active_memory_mb=r.active_memory / MB,
+        gradients_applied=not skipped,
+        skipped_reason="; ".join(skipped) or None,
+        extra_metrics=r.extra_metrics,
+        ranks=r.ranks,
+        slowest_rank=r.slowest_rank,
+        all_reduce_bytes=r.all_reduce_bytes,
+    )

@@ -1,0 +1,169 @@
+"""How a run starts: the output folder's lock, where it resumes from (``checkpoint.resume``:
+``latest``, a path, or a fresh start with the old checkpoints set aside), the store's run, the
+trainer's loading and the ``init`` frame; docs/architecture.md, "Processes", "Checkpoints".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.blas import active_blas
+from grpo_tui.protocol.blas import describe as describe_blas
+from grpo_tui.protocol.blas_warning import slow_blas_warning
+from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.layout import RUN_LOG_FILE
+
+from . import checkpoint as ckpt
+from . import ranks
+from .checkpoint_policy import CheckpointPolicy
+from .context import RunContext
+from .mlx_thread import TrainerFactory
+from .store import Store
+
+Resume = tuple[Path, ckpt.TrainingState]
+
+
+class Start:
+    """Starts one run; ``lock`` holds the output folder while the process lives."""
+
+    def __init__(self, run: RunContext, checkpoints: CheckpointPolicy, make_trainer: TrainerFactory,
+                 leader: bool, distributed: bool) -> None:
+        self.run = run
+        self.checkpoints = checkpoints
+        self.make_trainer = make_trainer
+        self.leader = leader
+        self.distributed = distributed
+        self.lock: IO[Any] | None = None
+        self.epoch_metrics: list[tuple[float | None, float | None]] = []  # the resumed epoch's steps so far
+
+    async def start(self) -> bool:
+        """Load the run; False when it cannot start (already reported with a fatal ``error``)."""
+        run, cfg = self.run, self.run.config
+        if not self.leader:
+            return await self._follow()
+        run.emit(m.Status(phase="loading", message="preparing the output folder"))
+        self.lock = ckpt.lock_output_dir(run.output_dir)
+        if self.lock is None:
+            run.emit(m.Error(message=f"another worker is already training in {run.output_dir}", fatal=True))
+            return False
+        resume = await find_resume(run)
+        if resume is False:
+            return False
+        run.emitter.open_jsonl(run.output_dir / RUN_LOG_FILE)
+        if cfg.store.enabled:
+            # A checkpoint from another output folder belongs to another store: record a new run.
+            ours = resume is not None and resume[0].parent.resolve() == run.output_dir.resolve()
+            await self._open_store(resume[1] if resume is not None and ours else None)
+        run.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))
+        main_loop = asyncio.get_running_loop()
+
+        def log_from_thread(level: m.LogLevel, message: str) -> None:
+            main_loop.call_soon_threadsafe(run.log, level, message)
+
+        run.loaded = trainer = await run.mlx(self.make_trainer, cfg, log_from_thread)
+        active = active_blas()  # verified in this process, not assumed from the config
+        blas = describe_blas(active)
+        run.log("info", f"BLAS: {blas}")
+        if slow := slow_blas_warning(active):
+            run.log("warning", slow)
+        run.emitter.total_steps = trainer.total_steps
+        if run.store is not None:
+            await run.store.update_run(run.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
+        if resume is not None:
+            await self._restore(*resume)
+        if self.distributed:
+            await run.mlx(trainer.sync_from_leader, run.step)
+        run.emit(
+            m.Init(
+                model=trainer.model_name, model_path=cfg.model.path, config=resolved_config(cfg, blas),
+                dataset_size=trainer.dataset_size, steps_per_epoch=trainer.steps_per_epoch,
+                total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(run.output_dir),
+                ranks=ranks.describe(trainer)[0], backend=ranks.describe(trainer)[1],
+            )
+        )  # fmt: skip
+        return True
+
+    async def _follow(self) -> bool:
+        """A rank > 0 starts: no lock, store or run log; rank 0's weights and step."""
+        run = self.run
+        run.loaded = trainer = await run.mlx(self.make_trainer, run.config, lambda level, message: None)
+        run.control.step = await run.mlx(trainer.sync_from_leader, 0)
+        return True
+
+    async def _open_store(self, state: ckpt.TrainingState | None) -> None:
+        run, cfg = self.run, self.run.config
+        run.store = store = await Store.open_in(run.output_dir)
+        if await store.mark_abandoned_runs():
+            run.log("info", "an earlier run in this store ended without finishing; marked crashed")
+        if state is not None and await store.reopen_run(state.run_id, state.step, state.total_steps):
+            run.run_id = state.run_id
+        else:
+            if state is not None:
+                run.log("warning", f"run {state.run_id} is not in the store; recording a new run")
+            model = Path(cfg.model.path).name
+            run.run_id = await store.create_run(cfg.run_name, model, cfg.model.path, cfg.to_dict(), 0)
+        run.emit(m.DatabasePath(path=str(store.path), run_id=run.run_id, run_name=cfg.run_name))
+
+    async def _restore(self, path: Path, state: ckpt.TrainingState) -> None:
+        run = self.run
+        trainer = run.trainer
+        run.emit(m.Status(phase="loading", message=f"resuming from {path}"))
+        await run.mlx(trainer.load_checkpoint, path)
+        if run.store is None:
+            run.run_id = state.run_id
+        run.control.step = state.step
+        self.checkpoints.resumed(state.step, path, emergency=state.kind == "emergency")
+        if state.dataset_hash != trainer.dataset_hash or state.dataset_size != trainer.dataset_size:
+            run.log(
+                "warning",
+                f"the dataset changed since {path.name} ({state.dataset_size} -> {trainer.dataset_size} rows); "
+                "the data order after the resume differs from the original run",
+            )
+        if state.config_digest != ckpt.config_digest(run.config):
+            run.log("info", f"training settings differ from those of {path.name}")
+        history, aggregates = await run.store.history(run.run_id) if run.store else ([], m.Aggregates())
+        epoch, step_in_epoch = run.position(state.step)
+        self.epoch_metrics = [(h.loss, h.reward) for h in history if h.epoch == epoch and h.step <= state.step]
+        run.emit(
+            m.ResumeState(
+                step=state.step, epoch=epoch, total_epochs=trainer.num_epochs, step_in_epoch=step_in_epoch,
+                steps_per_epoch=trainer.steps_per_epoch, history=history, aggregates=aggregates,
+            )
+        )  # fmt: skip
+        for done in await run.store.evals(run.run_id) if run.store else []:
+            run.emit(done)  # the eval curve so far
+        run.log("info", f"resumed from {path} at step {state.step}")
+
+
+async def find_resume(run: RunContext) -> Resume | None | Literal[False]:
+    """The checkpoint to resume from (``checkpoint.resume``), None for a fresh start, False for a bad
+    resume path (reported with an ``error`` frame). Runs the file work on the MLX thread."""
+    resume, output_dir = run.config.checkpoint.resume, run.output_dir
+    await run.mlx(ckpt.recover_interrupted, output_dir)
+    if resume is False:
+        aside = await run.mlx(ckpt.set_aside, output_dir)
+        if aside is not None:
+            run.log("warning", f"resume = false: earlier checkpoints moved to {aside}")
+        return None
+    if resume == "latest":
+        found = await run.mlx(ckpt.find_latest, output_dir)
+        for path in await run.mlx(ckpt.skipped_newer, output_dir, found[1].step if found else -1):
+            run.log("info", f"resume = latest: not resuming from {path} (emergency and last-good "
+                    "checkpoints are resumed only by path: --resume PATH)")
+        return found
+    state = ckpt.read_state(Path(str(resume)))
+    if state is None:
+        message = f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE})"
+        run.emit(m.Error(message=message, fatal=True))
+        return False
+    return Path(str(resume)), state
+
+
+def resolved_config(cfg: Config, active_blas: str) -> dict[str, Any]:
+    """The config as the worker runs it, plus what it found at start (shown in the Config tab)."""
+    config = cfg.to_dict()
+    config["runtime"]["active_blas"] = active_blas
+    return config
