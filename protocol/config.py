@@ -11,6 +11,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -20,6 +21,7 @@ from grpo_tui.protocol.messages import SampleDisplay
 from . import recipes
 from .config_base import Section as _Section, invalid as _invalid
 from .config_errors import ConfigError as ConfigError, check_finite, explain
+from .config_overrides import apply_override as apply_override
 from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
 
 BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema", "soft_overlong")
@@ -329,8 +331,11 @@ class Config(_Section):
 # ---------------------------------------------------------------- loading
 
 
-def load_config(path: str | Path, *, check_paths: bool = True) -> Config:
-    """Read, validate and resolve a config file. Raises ``ConfigError``."""
+def load_config(path: str | Path, *, check_paths: bool = True, overrides: Sequence[str] = ()) -> Config:
+    """Read, validate and resolve a config file. Raises ``ConfigError``.
+
+    ``overrides`` are ``--set`` items, ``"training.learning_rate=1e-5"`` (``config_overrides``),
+    applied over the file before validation."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -338,11 +343,13 @@ def load_config(path: str | Path, *, check_paths: bool = True) -> Config:
         raise ConfigError("", "config file not found", str(file)) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ConfigError("", f"cannot read config file ({exc.__class__.__name__})", str(file)) from None
-    return parse_config(text, base_dir=file.resolve().parent, file=str(file), check_paths=check_paths)
+    base_dir = file.resolve().parent
+    return parse_config(text, base_dir=base_dir, file=str(file), check_paths=check_paths, overrides=overrides)
 
 
 def parse_config(
-    text: str, *, base_dir: Path | None = None, file: str = "<config>", check_paths: bool = True
+    text: str, *, base_dir: Path | None = None, file: str = "<config>", check_paths: bool = True,
+    overrides: Sequence[str] = (),
 ) -> Config:
     """Validate TOML text. Relative paths resolve against ``base_dir`` (default: cwd)."""
     try:
@@ -351,6 +358,8 @@ def parse_config(
         raise ConfigError("", f"TOML syntax error: {exc}", file) from None
     except RecursionError:  # tomllib recurses per nesting level
         raise ConfigError("", "TOML syntax error: arrays or tables nested too deeply", file) from None
+    for item in overrides:  # --set: as if the file said it (so it wins over a recipe too)
+        apply_override(raw, item, file)
     recipes.apply(raw)  # before validation: a key the file sets wins
     try:
         config = msgspec.convert(raw, Config)

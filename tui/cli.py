@@ -22,9 +22,9 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _load(path: str) -> Config | None:
+def _load(path: str, overrides: list[str] | None = None) -> Config | None:
     try:
-        return load_config(path)
+        return load_config(path, overrides=overrides or ())
     except ConfigError as exc:
         print(f"grpo-tui: config error: {exc}", file=sys.stderr)
         return None
@@ -33,7 +33,7 @@ def _load(path: str) -> Config | None:
 def cmd_check(args: argparse.Namespace) -> int:
     from grpo_tui.protocol.tomlout import dumps
 
-    config = _load(args.config)
+    config = _load(args.config, args.set)
     if config is None:
         return 2
     from grpo_tui.protocol.recipes import report
@@ -46,22 +46,22 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if _load(args.config) is None:
+    if _load(args.config, args.set) is None:
         return 2
     argv = [sys.executable, "-m", "grpo_tui.worker", args.config] + (["--plain"] if args.plain else [])
-    argv += distributed.forwarded(args)
+    argv += distributed.forwarded(args) + _sets(args)
     sys.stdout.flush()
     os.execv(sys.executable, argv)
     return 0  # not reached
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = _load(args.config)
+    config = _load(args.config, args.set)
     if config is None:
         return 2
     from grpo_tui.tui.app import run_dashboard
 
-    return run_dashboard(args.config, config, distributed.forwarded(args))
+    return run_dashboard(args.config, config, distributed.forwarded(args) + _sets(args))
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
@@ -70,6 +70,18 @@ def cmd_browse(args: argparse.Namespace) -> int:
     from grpo_tui.tui.browse import run_browser
 
     return run_browser(args.database)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override one config key, the value read as TOML (repeatable): --set training.learning_rate=1e-5",
+    )
+
+
+def _sets(args: argparse.Namespace) -> list[str]:
+    """The ``--set`` items again, as worker arguments."""
+    return [arg for item in args.set for arg in ("--set", item)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,12 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="open the dashboard and train (starts the worker)")
     p.add_argument("config", help="path to config.toml")
     distributed.add_arguments(p)
+    add_set_argument(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames")
     p.add_argument("config", help="path to config.toml")
     p.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
     distributed.add_arguments(p)
+    add_set_argument(p)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("browse", help=f"browse a run store ({STORE_FILE}) without training")
@@ -97,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     p.add_argument("config", help="path to config.toml")
+    add_set_argument(p)
     p.set_defaults(func=cmd_check)
     return parser
 

@@ -131,10 +131,12 @@ def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_tr
         help='override checkpoint.resume: "latest", a checkpoint path, or "false" (the dashboard '
         "restarts a crashed worker with --resume latest)",
     )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config key (value read as TOML), as grpo-tui run --set")
     ranks.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        config, problem = load_config(args.config), None
+        config, problem = load_config(args.config, overrides=args.set), None
         if args.resume:
             config.checkpoint.resume = resume_setting(args.resume)
         ranks.apply_arguments(config, args)
