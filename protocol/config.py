@@ -257,6 +257,24 @@ class CheckpointConfig(_Section):
             raise _invalid("resume", self.resume, 'must be "latest", a checkpoint path or false')
 
 
+Tracker = Literal["wandb", "trackio", "tensorboard"]
+
+
+class LoggingConfig(_Section):
+    """Trackers the run reports to besides its own store (docs/trackers.md); rank 0 reports."""
+
+    report_to: list[Tracker] = msgspec.field(default_factory=list)  # TRL's report_to
+    steps: int = 1  # report every this many steps, the mean over them (TRL's logging_steps)
+    log_completions: bool = False  # also a table of each logged step's completions (TRL's name)
+    project: str = "grpo-tui"  # the W&B / Trackio project (TensorBoard: a folder in the output dir)
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise _invalid("steps", self.steps, "must be at least 1")
+        if len(set(self.report_to)) != len(self.report_to):
+            raise _invalid("report_to", self.report_to, "names a tracker twice")
+
+
 class StoreConfig(_Section):
     enabled: bool = True
 
@@ -309,6 +327,7 @@ class Config(_Section):
     training: TrainingConfig = msgspec.field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = msgspec.field(default_factory=CheckpointConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
     display: DisplayConfig = msgspec.field(default_factory=DisplayConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     eval: EvalConfig | None = None  # held-out evaluation when the [eval] table is present
@@ -413,11 +432,11 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
     for i, reward in enumerate(config.rewards):
         if reward.function is not None:
             target, func = reward.function.rsplit(":", 1)
-            if target.endswith(".py"):
+            if target.endswith((".py", ".pkl")):  # .pkl: functions pickled by the Python API
                 reward.function = must_exist(f"rewards[{i}].function", target) + ":" + func
     for i, tool in enumerate(config.tools):
         target, func = tool.function.rsplit(":", 1)
-        if target.endswith(".py"):
+        if target.endswith((".py", ".pkl")):
             tool.function = must_exist(f"tools[{i}].function", target) + ":" + func
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     resume = config.checkpoint.resume

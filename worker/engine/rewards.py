@@ -248,6 +248,8 @@ def load_function(spec: str) -> RewardFn:
 
 
 def _import(target: str) -> Any:
+    if target.endswith(".pkl"):
+        return _unpickle(Path(target))
     if not target.endswith(".py"):
         return importlib.import_module(target)
     path = Path(target)
@@ -259,6 +261,20 @@ def _import(target: str) -> Any:
     sys.modules[module_name] = module
     module_spec.loader.exec_module(module)
     return module
+
+
+def _unpickle(path: Path) -> Any:
+    """A ``.pkl`` of ``{name: function}`` written by the Python API (``GRPOTrainer``) with
+    cloudpickle: functions defined in a script or a notebook cell, closures included."""
+    import types
+
+    import cloudpickle  # a dependency of the API only; imported when a config names a .pkl
+
+    with open(path, "rb") as f:
+        functions = cloudpickle.load(f)
+    if not isinstance(functions, dict):
+        raise RewardError(f"{path}: not a file of pickled functions (written by GRPOTrainer)")
+    return types.SimpleNamespace(**functions)
 
 
 @dataclass

@@ -1,0 +1,89 @@
+"""A step's and an evaluation's metrics under the names TRL's ``GRPOTrainer`` logs them with, for
+``GRPOTrainer.state.log_history`` (the Python API) and the trackers (W&B, Trackio, TensorBoard).
+
+TRL's own names where it has the metric (``reward``, ``reward_std``, ``rewards/<name>/mean``,
+``kl``, ``entropy``, ``clip_ratio/low_mean``, ``completions/mean_length``, ``grad_norm``, ...);
+grpo-tui's extras (timings, tokens/s, memory, what reward functions logged) keep their own names.
+Missing and non-finite values are left out, as TRL leaves out what it did not measure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .messages import Eval, Step
+
+
+def _put(out: dict[str, float], name: str, value: float | int | None) -> None:
+    if value is not None and math.isfinite(value):
+        out[name] = float(value)
+
+
+def step_metrics(step: Step) -> dict[str, float]:
+    """One ``step`` frame as TRL's training log entry (without ``step`` and ``epoch``)."""
+    out: dict[str, float] = {}
+    _put(out, "loss", step.loss)
+    _put(out, "grad_norm", step.grad_norm)
+    _put(out, "learning_rate", step.learning_rate)
+    _put(out, "num_tokens", step.num_tokens)
+    _put(out, "completions/mean_length", step.completion_mean_length)
+    _put(out, "completions/min_length", step.completion_min_length)
+    _put(out, "completions/max_length", step.completion_max_length)
+    _put(out, "completions/clipped_ratio", step.completion_clipped_ratio)
+    for name, value in step.rewards.items():
+        _put(out, f"rewards/{name}/mean", value)
+    _put(out, "reward", step.reward)
+    _put(out, "reward_std", step.reward_std)
+    _put(out, "frac_reward_zero_std", step.frac_reward_zero_std)
+    _put(out, "kl", step.kl)
+    _put(out, "entropy", step.entropy)
+    _put(out, "clip_ratio/low_mean", step.clip_ratio.low)
+    _put(out, "clip_ratio/high_mean", step.clip_ratio.high)
+    _put(out, "clip_ratio/region_mean", step.clip_ratio.region)
+    _put(out, "advantage_std", step.advantage_std)
+    _put(out, "generation_tokens_per_s", step.generation_tokens_per_s)
+    _put(out, "training_tokens_per_s", step.training_tokens_per_s)
+    seconds = [ms for ms in (step.generation_ms, step.scoring_ms, step.training_ms) if ms is not None]
+    _put(out, "step_time", sum(seconds) / 1000 if seconds else None)
+    _put(out, "peak_memory_mb", step.peak_memory_mb)
+    for name, value in step.extra_metrics.items():
+        _put(out, name, value)
+    return out
+
+
+def eval_metrics(result: Eval) -> dict[str, float]:
+    """One ``eval`` frame as TRL's evaluation log entry, without the ``eval_`` prefix."""
+    out: dict[str, float] = {}
+    for name, value in result.rewards.items():
+        _put(out, f"rewards/{name}/mean", value)
+    _put(out, "reward", result.reward)
+    _put(out, "accuracy", result.accuracy)
+    _put(out, f"pass@{result.num_samples}", result.pass_at_k if result.num_samples > 1 else None)
+    _put(out, "completions/mean_length", result.completion_mean_length)
+    _put(out, "completions/clipped_ratio", result.clipped_ratio)
+    _put(out, "runtime", result.seconds)
+    return out
+
+
+class StepWindow:
+    """TRL's ``logging_steps``: every ``every`` steps (and at the last step), the mean of each metric
+    over the steps since the last entry."""
+
+    def __init__(self, every: int, total: int = 0) -> None:
+        self.every = max(1, every)
+        self.total = total
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+
+    def add(self, step: Step) -> dict[str, float] | None:
+        """Add one step; the entry to log when this step is a logging step, else None."""
+        for name, value in step_metrics(step).items():
+            self._sums[name] = self._sums.get(name, 0.0) + value
+            self._counts[name] = self._counts.get(name, 0) + 1
+        if step.step % self.every and step.step != self.total:
+            return None
+        entry = {name: total / self._counts[name] for name, total in self._sums.items()}
+        if "num_tokens" in entry:  # a count, summed (TRL's num_tokens is cumulative; this is per entry)
+            entry["num_tokens"] = self._sums["num_tokens"]
+        self._sums, self._counts = {}, {}
+        return entry

@@ -1,0 +1,117 @@
+"""GRPOTrainer runs the real worker: functions from the caller (closures, lambdas, tools) score and
+act there, log_history has TRL's names, save_model loads, resume_from_checkpoint continues."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import mlx_lm
+import pytest
+
+from grpo_tui import GRPOConfig, GRPOTrainer, TrainingError
+from tests.worker_harness import build_tool_calling_model
+
+
+@pytest.fixture
+def rows(root):
+    lines = (root / "examples" / "data" / "arith.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines[:32]]
+
+
+def quick_args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "run"), max_steps=4, learning_rate=5e-5, num_generations=4,
+                max_completion_length=16, save_steps=2, extra={"training": {"batch_size": 4}})
+    return GRPOConfig(**{**base, **kw})
+
+
+def test_closures_and_lambdas_score_in_the_worker_and_log_history_has_trl_names(root, tmp_path, rows):
+    seen_weight = 0.5  # a local the closure reads: pickled by value
+
+    def exact(completions, answer, **kwargs):
+        return [seen_weight * float(a in c) + 1.0 for c, a in zip(completions, answer)]
+
+    trainer = GRPOTrainer(
+        model=str(root / "examples" / "models" / "tiny-arith"),
+        reward_funcs=[exact, "xml_format", lambda completions, **k: [0.25] * len(completions)],
+        args=quick_args(tmp_path, logging_steps=2, eval_steps=2, reward_weights=[1.0, 0.0, 1.0]),
+        train_dataset=datasets.Dataset.from_list(rows), eval_dataset=rows[:8],
+    )
+    out = trainer.train()
+    assert out.global_step == 4 and trainer.state.global_step == 4 and trainer.state.max_steps == 4
+    history = trainer.state.log_history
+    train = [e for e in history if "reward" in e]
+    assert [e["step"] for e in train] == [2, 4]  # logging_steps = 2
+    for entry in train:
+        assert 1.0 <= entry["rewards/exact/mean"] <= 1.5 and entry["rewards/reward_2/mean"] == 0.25
+        assert entry["reward"] == pytest.approx(entry["rewards/exact/mean"] + 0.25)  # weight 0 on xml_format
+        for name in ("loss", "reward_std", "completions/mean_length", "clip_ratio/low_mean", "entropy", "epoch"):
+            assert name in entry
+    evals = [e for e in history if "eval_reward" in e]
+    assert [e["step"] for e in evals] == [0, 2, 4] and all("eval_rewards/exact/mean" in e for e in evals)
+    assert "train_runtime" in history[-1] and out.training_loss == pytest.approx(history[-1]["train_loss"])
+
+    saved = trainer.save_model(tmp_path / "model")
+    assert not (saved / "optimizer.safetensors").exists()
+    assert mlx_lm.load(str(saved))[0] is not None
+    # the run's config is a plain TOML file the CLI takes
+    assert "rewards.pkl:exact" in (tmp_path / "run" / "config.toml").read_text()
+
+    # resume_from_checkpoint=True continues from final/ (step 4) to the new max_steps
+    trainer.args.max_steps = 6
+    trainer.train(resume_from_checkpoint=True)
+    assert trainer.state.global_step == 6
+    assert [e["step"] for e in trainer.state.log_history if "reward" in e][-1:] == [6]
+
+
+def test_a_closure_tool_runs_in_the_worker(tmp_path):
+    model = build_tool_calling_model(tmp_path / "tool-model")  # every turn calls add(a=1, b=2)
+    offset = 100
+
+    def add(a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: first
+            b: second
+        """
+        return a + b + offset
+
+    def saw_tool_result(completions, **kwargs):
+        return [float(any(t.get("role") == "tool" and t["content"] == "103" for t in c)) for c in completions]
+
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=saw_tool_result, tools=[add],
+        args=quick_args(tmp_path, max_steps=1, num_generations=2, max_completion_length=80,
+                        max_tool_calling_iterations=1, extra={"training": {"batch_size": 2}}),
+        train_dataset=[{"prompt": "add"}, {"prompt": "add again"}],
+    )
+    trainer.train()
+    assert trainer.state.log_history[0]["rewards/saw_tool_result/mean"] == 1.0
+
+
+def test_a_failing_reward_is_a_training_error_with_its_message(root, tmp_path, rows):
+    def broken(completions, **kwargs):
+        raise KeyError("no such column")
+
+    trainer = GRPOTrainer(model=str(root / "examples" / "models" / "tiny-arith"), reward_funcs=[broken],
+                          args=quick_args(tmp_path), train_dataset=rows)
+    with pytest.raises(TrainingError) as err:
+        trainer.train()
+    assert "broken" in str(err.value) and err.value.exit_code != 0
+
+
+def test_mistakes_in_the_arguments_name_them(root, tmp_path, rows):
+    model = str(root / "examples" / "models" / "tiny-arith")
+    with pytest.raises(ValueError, match=r"reward_funcs\[0\]: 'gpt-judge' is not a built-in"):
+        GRPOTrainer(model=model, reward_funcs=["gpt-judge"], train_dataset=rows)
+    with pytest.raises(TypeError, match="model: object"):
+        GRPOTrainer(model=object(), reward_funcs=["accuracy"], train_dataset=rows)  # type: ignore[arg-type]
+    trainer = GRPOTrainer(model=model, reward_funcs=["accuracy"], train_dataset=rows,
+                          args=quick_args(tmp_path, reward_weights=[1.0, 2.0]))
+    with pytest.raises(ValueError, match="reward_weights: 2 weights for 1 reward functions"):
+        trainer.train()
+    trainer = GRPOTrainer(model=str(tmp_path / "nowhere"), reward_funcs=["accuracy"], train_dataset=rows,
+                          args=quick_args(tmp_path))
+    with pytest.raises(ValueError, match="model.path: .* does not exist"):
+        trainer.train()
