@@ -104,6 +104,7 @@ class GRPOConfig:
     num_iterations: int = _key("grpo.num_iterations", 1)
     importance_sampling_level: str = _key("grpo.importance_sampling_level", "token")
     mask_truncated_completions: bool = _key("grpo.mask_truncated_completions", False)
+    top_entropy_quantile: float = _key("grpo.top_entropy_quantile", 1.0)
     reward_weights: list[float] | None = _own(None, note="`weight` of each `[[rewards]]` table, in order")
     # optimization
     learning_rate: float = _key("training.learning_rate", 1e-6)
@@ -165,7 +166,9 @@ class GRPOConfig:
             for table in tables:
                 node = node.get(table) if isinstance(node, dict) else None  # type: ignore[assignment]
             if isinstance(node, dict) and name in node:
-                values[f.name] = node.pop(name)
+                values[f.name] = node[name]
+                if node[name] != f.default:  # a default the file spells out stays in extra, so a
+                    del node[name]  # recipe (grpo.recipe) cannot override it on the way back
         if values.get("save_total_limit") == 0:
             values["save_total_limit"] = None
         weights = [r.get("weight", 1.0) for r in rest.get("rewards", []) if isinstance(r, dict)]
@@ -182,8 +185,8 @@ class GRPOConfig:
             toml, value = f.metadata.get("toml"), getattr(self, f.name)
             if f.name == "save_total_limit" and value is None:
                 value = 0  # TRL's None (keep all) is 0 here
-            if toml is None or value is None:
-                continue  # TRL's None: off, or the default
+            if toml is None or value is None or (value == f.default and not isinstance(f.default, list)):
+                continue  # TRL's None (off) or the default: the file leaves the key out (a recipe's stays)
             if f.metadata.get("missing"):
                 raise ValueError(f"{f.name}: this version of grpo-tui has no {toml} setting")
             node = raw

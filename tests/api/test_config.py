@@ -45,7 +45,7 @@ def test_trl_conventions_convert():
     assert raw["training"]["max_steps"] == 0 and raw["training"]["num_epochs"] == 2
     assert raw["checkpoint"]["keep_last"] == 0 and raw["logging"]["report_to"] == ["tensorboard"]
     assert raw["training"]["batch_size"] == 4  # 8 completions x 2 micro-batches / 4 per prompt
-    assert "min_p" not in raw["generation"]  # TRL's None: off, the default here
+    assert "min_p" not in raw.get("generation", {})  # TRL's None: off, the default here
     assert [r["weight"] for r in raw["rewards"]] == [1.0, 0.5]
 
 
@@ -67,6 +67,7 @@ def test_a_bad_value_names_the_field(kwargs, message):
 
 
 def test_the_docs_table_is_the_one_the_fields_make(root):
+    # regenerate: python -c "from grpo_tui.config import trl_table; print(trl_table())"
     assert trl_table() in (root / "docs" / "config.md").read_text()
 
 
@@ -75,3 +76,14 @@ def test_help_reads_like_documentation():
     for words in ("reward_funcs", "train_dataset", "resume_from_checkpoint", "dashboard", "save_model", "Example"):
         assert words in text
     assert "TRL" in pydoc.render_doc(grpo_tui.GRPOConfig, renderer=pydoc.plaintext)
+
+
+def test_a_recipe_in_extra_keeps_its_settings_and_a_field_given_wins(tmp_path):
+    from grpo_tui.protocol.config import load_config
+
+    extra = {"model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": [{"name": "accuracy"}],
+             "grpo": {"recipe": "gspo"}}
+    plain = load_config(GRPOConfig(extra=extra).to_toml(tmp_path / "a.toml"), check_paths=False)
+    assert plain.grpo.importance_sampling_level == "sequence"  # GSPO's, not the field's default
+    given = load_config(GRPOConfig(extra=extra, epsilon=0.3).to_toml(tmp_path / "b.toml"), check_paths=False)
+    assert given.grpo.epsilon == 0.3
