@@ -67,8 +67,10 @@ class LoraConfig(_Section):
 
 
 class ModelConfig(_Section):
-    path: str
+    path: str  # an mlx-lm folder, a GGUF file (or a folder holding one) or a hub id
     lora: LoraConfig | None = None
+    dequantize: bool = False  # a quantized model's weights become float (``dtype``) and all train
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None  # the float weights' type; None: as stored
 
 
 class DataConfig(_Section):

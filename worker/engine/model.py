@@ -9,13 +9,13 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm import load as mlx_load
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
 
-from . import model_source
+from . import gguf, model_source
 from .accel.patches import row_major_weight_grads
 
 TOKENIZER_FILES = (
@@ -52,12 +52,56 @@ def _load(path: str) -> tuple[nn.Module, Any]:
     return model, tokenizer
 
 
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+def dequantized(model: nn.Module, dtype: mx.Dtype) -> nn.Module:
+    """``model`` with every quantized linear and embedding replaced by a float one of ``dtype``
+    (mlx-lm's ``dequantize_model``, computed in float32 so that the float16 scales of a GGUF file
+    lose nothing before the cast)."""
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear, SwitchLinear
+
+    replaced = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.QuantizedLinear):
+            cls: Any = nn.Linear
+        elif isinstance(module, nn.QuantizedEmbedding):
+            cls = nn.Embedding
+        elif isinstance(module, QuantizedSwitchLinear):
+            cls = SwitchLinear
+        else:
+            continue
+        biases = module.biases.astype(mx.float32) if module.biases is not None else None
+        weight = mx.dequantize(module.weight, module.scales.astype(mx.float32), biases, module.group_size,
+                               module.bits, mode=getattr(module, "mode", "affine")).astype(dtype)
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.weight = weight
+        if "bias" in module:
+            new.bias = module.bias.astype(dtype)
+        replaced.append((name, new))
+    if replaced:
+        model.update_modules(tree_unflatten(replaced))
+    return model
+
+
+def _as_configured(model: nn.Module, config: ModelConfig) -> nn.Module:
+    """``model.dequantize`` and ``model.dtype`` applied (the float weights cast, norms included)."""
+    if config.dequantize:
+        model = dequantized(model, DTYPES[config.dtype or "float32"])
+    if config.dtype is not None:
+        model.set_dtype(DTYPES[config.dtype])
+    mx.eval(model.parameters())
+    return model
+
+
 def load(config: ModelConfig) -> tuple[nn.Module, Any]:
     """The policy model (LoRA layers added when ``config.lora``) and its tokenizer. Unavailable
     models, architectures mlx-lm lacks and full fine-tuning of a quantized model fail first, in
     one sentence (``model_source``)."""
     model_source.inspect_model(config)
     model, tokenizer = _load(config.path)
+    model = _as_configured(model, config)
     row_major_weight_grads(model)
     if config.lora is not None:
         add_lora(model, config.lora)
@@ -67,6 +111,7 @@ def load(config: ModelConfig) -> tuple[nn.Module, Any]:
 def load_reference(config: ModelConfig) -> nn.Module:
     """A frozen copy of the starting weights, for the KL term (beta > 0)."""
     model, _ = _load(config.path)
+    model = _as_configured(model, config)
     model.freeze()
     model.eval()
     return model
@@ -102,7 +147,12 @@ def save(model: nn.Module, tokenizer: Any, config: ModelConfig, directory: Path)
     """
     directory = Path(directory)
     src = source_dir(config.path)
-    shutil.copy(src / "config.json", directory / "config.json")
+    model_config = model_source.read_config(src)
+    if config.dequantize or config.dtype is not None:  # the saved weights are float, of this type
+        model_config.pop("quantization", None)
+        model_config.pop("quantization_config", None)
+        model_config["torch_dtype"] = config.dtype or ("float32" if config.dequantize else model_config.get("torch_dtype"))
+    (directory / "config.json").write_text(json.dumps(model_config, indent=2))
     tokenizer.save_pretrained(str(directory))
     for name in TOKENIZER_FILES:  # keep files save_pretrained does not write (e.g. chat_template.jinja)
         if (src / name).exists() and not (directory / name).exists():
@@ -116,7 +166,8 @@ def save(model: nn.Module, tokenizer: Any, config: ModelConfig, directory: Path)
         "fine_tune_type": "lora",
         "num_layers": num_lora_layers(model, config.lora),
         "lora_parameters": lora_parameters(config.lora),
-        "model": config.path,
+        # a GGUF model's base is its converted folder, which mlx_lm.load opens
+        "model": str(src) if gguf.find_file(Path(config.path)) is not None else config.path,
     }
     (directory / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
 

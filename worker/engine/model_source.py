@@ -1,11 +1,13 @@
 """Where a model comes from and whether it can be trained as configured, checked before loading.
 
-- ``resolve``: ``model.path`` is a local folder or a Hugging Face id (``org/name``) found in the hub
+- ``resolve``: ``model.path`` is a local folder, a GGUF file (or a folder holding one, converted once
+  into a cached mlx-lm folder by ``gguf``) or a Hugging Face id (``org/name``) found in the hub
   cache (``HF_HOME``/``HF_HUB_CACHE``) or downloaded into it; with ``HF_HUB_OFFLINE=1`` only the
   cache is read. A model found nowhere is one sentence naming the id and what was tried.
 - ``check_architecture``: a ``model_type`` mlx-lm has no module for is one sentence naming it.
 - ``check_quantized``: full fine-tuning of a quantized model would train only its few unquantized
-  tensors (norms, biases), so it is a config error that says to use ``[model.lora]`` (QLoRA).
+  tensors (norms, biases), so it is a config error that says to use ``[model.lora]`` (QLoRA) or
+  ``model.dequantize``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from typing import Any
 
 from grpo_tui.protocol.config import ConfigError, ModelConfig
 
-HUB_ID_HELP = "a local model folder or a Hugging Face id like Qwen/Qwen3-0.6B"
+from . import gguf
+
+HUB_ID_HELP = "a local model folder, a GGUF file or a Hugging Face id like Qwen/Qwen3-0.6B"
+
+# what resolving a GGUF model did (converted, or found converted), for the run's log
+NOTES: dict[str, str] = {}
 
 
 class ModelSourceError(RuntimeError):
@@ -41,6 +48,9 @@ def resolve(path: str) -> Path:
     request each time."""
     local = Path(path).expanduser()
     if local.exists():
+        gguf_file = gguf.find_file(local)
+        if gguf_file is not None:
+            return gguf.converted(gguf_file, log=lambda line: NOTES.__setitem__(path, line))
         if not (local / "config.json").exists():
             raise ModelSourceError(f"model folder {str(local)!r} has no config.json, so it is not a model")
         return local
@@ -98,14 +108,15 @@ def quantization(config: dict[str, Any]) -> dict[str, Any] | None:
 def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
     """Full fine-tuning of a quantized model is a config error (one sentence, names the fix)."""
     q = quantization(config)
-    if q is None or model.lora is not None:
+    if q is None or model.lora is not None or model.dequantize:
         return
     bits = q.get("bits")
     kind = f"{bits}-bit quantized" if bits else "quantized"
     raise ConfigError(
         "model.lora",
         f"{model.path!r} is a {kind} model, and full fine-tuning would train only its few unquantized "
-        "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA)",
+        "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA), or set "
+        "model.dequantize = true to fine-tune all of it in float32",
     )
 
 

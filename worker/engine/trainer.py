@@ -60,6 +60,8 @@ class Trainer:
         self.log = log
         self.model_name = model_io.display_name(config.model.path)
         log("info", f"loading {config.model.path}")
+        if note := model_source.NOTES.get(config.model.path):  # where a GGUF file's mlx-lm folder is
+            log("info", note)
         self.model, self.tokenizer = model_io.load(config.model)
         self.plan = engine_plan.decide(self.model, config, keeps_freed_memory=keeps_freed_memory)
         self.ref_model = model_io.load_reference(config.model) if config.grpo.beta > 0 else None
