@@ -195,7 +195,7 @@ class TrainingConfig(_Section):
     batch_size: int = 4  # prompts per step
     gradient_accumulation_steps: int = 1
     num_epochs: int = 1
-    max_steps: int = 0  # 0 = until the epochs end
+    max_steps: int = 0  # 0 = until the epochs end; > 0 overrides num_epochs (TRL)
     max_grad_norm: float = 1.0  # 0 = no clipping
     weight_decay: float = 0.0
     seed: int = 0

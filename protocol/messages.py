@@ -186,6 +186,7 @@ class Turn(msgspec.Struct, kw_only=True, omit_defaults=True):
     arguments: Any = None  # tool turns: the arguments as parsed
     error: str | None = None  # tool turns: why the call failed (unknown tool, invalid JSON, ...)
     seconds: float | None = None  # tool turns: how long the call ran
+    unread: bool = False  # tool turns: the call ran, but its result did not fit in the completion (never read)
 
 
 class Sample(_Message):

@@ -57,7 +57,8 @@ def turns_text(turns: list[m.Turn]) -> Text:
                                                limit=200))
         if t.seconds is not None:
             text.append(f" · {t.seconds:.3g} s", "dim")
-        text.append(" · failed\n" if t.error is not None else "\n", "bold red" if t.error is not None else "")
+        text.append(" · failed" if t.error is not None else "", "bold red")
+        text.append(" · not read: no room left in the completion\n" if t.unread else "\n", "dim")
         for line in clean(t.content).split("\n"):
             text.append("  │ ", "cyan").append_text(inert(line, "red" if t.error is not None else "cyan"))
             text.append("\n")

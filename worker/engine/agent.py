@@ -10,7 +10,8 @@ stop. Nothing is sampled and then thrown away: the turn's tokens, its end-of-tur
 are the model's and are trained on. Bounds: ``generation.max_tool_calls`` calls per completion (a
 turn whose calls do not all fit ends the completion, none of them run), ``max_completion_length``
 over the model's and the tool messages' tokens (a result that leaves no room for one more token
-ends the row with what it sampled).
+ends the row with what it sampled; its tool turns are kept, marked ``unread``, so a failed call's
+error still reaches the store).
 
 **No whole-batch stall.** Rows are continuous: a row whose turn ended on tool calls pauses, its
 calls run on a thread of their own (``tools.run_call`` with each tool's timeout), and the decode
@@ -230,6 +231,9 @@ def _resume(i: int, row: _Row, results: list[Turn], tokenizer: Any, gen: Generat
     leave no room for one more token (the calls ran, but the model never reads their results)."""
     glue = tool_glue(tokenizer, results, gen.enable_thinking, row.tokens[-1])
     if len(row.tokens) + len(glue) >= gen.max_completion_length:
+        # the calls ran (their errors belong in the store), but no token of them is in the completion
+        row.turns += [msgspec.structs.replace(t, unread=True) for t in results]
+        row.calls += len(results)
         row.finish_reason = "length"
         rows_decoder.end(i)
         return

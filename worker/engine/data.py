@@ -122,6 +122,14 @@ def steps_per_epoch(dataset_size: int, batch_size: int) -> int:
     return math.ceil(dataset_size / batch_size)
 
 
+def schedule(steps_per_epoch: int, num_epochs: int, max_steps: int) -> tuple[int, int]:
+    """``(num_epochs, total_steps)`` of a run, as TRL has it: ``max_steps > 0`` overrides the number
+    of epochs, and the data is repeated (each pass a new epoch) as often as it takes."""
+    if max_steps > 0:
+        return math.ceil(max_steps / steps_per_epoch), max_steps
+    return num_epochs, steps_per_epoch * num_epochs
+
+
 def batch_indices(step: int, dataset_size: int, batch_size: int, *, shuffle: bool, seed: int) -> tuple[int, int, list[int]]:
     """(epoch, step_in_epoch, indices) for the 1-based global ``step``. The order of an epoch is a
     permutation seeded by ``seed + epoch``; a short last batch is topped up from the epoch's start so

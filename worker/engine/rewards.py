@@ -9,22 +9,19 @@ Each returns ``list[float | None]``; ``None`` means "not applicable" and is left
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
-import inspect
 import json
 import math
 import re
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from grpo_tui.protocol.config import RewardConfig
 
-from . import schema_check
+from . import schema_check, timed_calls
 from .parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
 from .reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, trl_completions
 
@@ -312,27 +309,10 @@ def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
     return rewards
 
 
-def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float) -> Any:
-    """Run ``fn(**kwargs)`` (sync or async) in a daemon thread; a hung function is abandoned, not joined."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result = fn(**kwargs)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_await(result))
-            box["value"] = result
-        except BaseException as exc:  # noqa: BLE001 — reported to the caller below
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="reward", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(f"timed out after {timeout_s:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float, name: str | None = None) -> Any:
+    """Run ``fn(**kwargs)`` (sync or async) in a thread of its own for at most ``timeout_s``; a hung
+    call is abandoned, and a function that stays hung is no longer called (``timed_calls``)."""
+    return timed_calls.call(fn, kwargs, timeout_s, name or getattr(fn, "__name__", "function"))
 
 
 def describe_error(exc: BaseException) -> str:
@@ -340,10 +320,6 @@ def describe_error(exc: BaseException) -> str:
         return f"{exc.__class__.__name__}: {exc}"
     except Exception:  # noqa: BLE001 — an exception whose __str__ fails
         return exc.__class__.__name__
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _validate(values: Any, n: int) -> list[float | None]:
@@ -399,7 +375,7 @@ def score(
             columns=columns, extras=extras if reward.builtin else custom_extras, log=log, params=reward.params,
         )
         try:
-            values = _validate(call_with_timeout(reward.fn, kwargs, reward.timeout_s), n)
+            values = _validate(call_with_timeout(reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}"), n)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
             message = f"reward function {reward.label!r} failed: {describe_error(exc)}"
             if reward.on_error != "skip":

@@ -3,8 +3,9 @@
 A tool is user code running in the worker process with its permissions. A call never raises: every
 way it can go wrong (invalid JSON, no name, an unknown tool, wrong arguments, an exception, a
 timeout) becomes an error text that the model reads as the tool's result, so a bad call is
-something the policy learns from, not a crash. The call runs in a daemon thread with the tool's
-``timeout_s`` (a hung tool is abandoned, not joined), and whatever it prints lands on stderr: the
+something the policy learns from, not a crash. The call runs in a thread of its own with the tool's
+``timeout_s`` (a hung call is abandoned, and a tool that stays hung is not called again until one
+of its calls returns: ``timed_calls``), and whatever it prints lands on stderr: the
 worker keeps the real stdout for protocol frames (``frames.reserve_stdout``), and ``sys.stdout`` is
 pointed at stderr during the call for the in-process case too.
 """
@@ -24,6 +25,7 @@ from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
 
 from .rewards import RewardError, call_with_timeout, describe_error, load_function
+from .timed_calls import StillHung
 from .tool_schema import SchemaError, function_schema
 
 # A result longer than this is cut (with a note saying so): it would fill the completion budget
@@ -125,7 +127,9 @@ def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
         start = time.perf_counter()
         try:
             with _stdout_to_stderr():  # a tool's print is a log line, never a frame
-                turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s)))
+                turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s, f"tool {name!r}")))
+        except StillHung as exc:
+            error = str(exc)
         except TimeoutError:
             error = f"{name} timed out after {tool.timeout_s:g}s"
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in a tool too

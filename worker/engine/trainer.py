@@ -23,7 +23,7 @@ from grpo_tui.protocol.messages import LogLevel, Phase, mean_of
 
 from ..records import EvalBatch, Generation, StepOutput
 from . import agent, checkpointing, chunked_head, data, distributed, memory_fit, model as model_io, model_source
-from . import plan as engine_plan, rollout, sampling, tools as agent_tools
+from . import plan as engine_plan, rollout, sampling, timed_calls, tools as agent_tools
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
@@ -95,9 +95,11 @@ class Trainer:
             checkpointing.checkpoint_blocks(self.model)
         self.dataset_size = len(self.dataset)
         self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
-        self.num_epochs = config.training.num_epochs
-        total = self.steps_per_epoch * self.num_epochs
-        self.total_steps = min(total, config.training.max_steps) if config.training.max_steps > 0 else total
+        t = config.training
+        self.num_epochs, self.total_steps = data.schedule(self.steps_per_epoch, t.num_epochs, t.max_steps)
+        if t.max_steps > 0 and self.num_epochs != t.num_epochs:
+            log("info", f"max_steps = {t.max_steps} overrides num_epochs = {t.num_epochs} (as in TRL): "
+                        f"{self.num_epochs} passes over the {self.dataset_size} prompts")
 
         self.rewards = load_rewards(config.rewards)
         self.optimizer = make_optimizer(config)
@@ -140,6 +142,7 @@ class Trainer:
         prompts = [examples[i].prompt_ids for i in mine]
         completions = self._rollout(prompts, G, keys=sampling.step_keys(cfg.training.seed, step, list(mine), G))
         generation_s = time.perf_counter() - t0
+        self._report_hung()
 
         on_phase("scoring")
         t0 = time.perf_counter()
@@ -156,6 +159,7 @@ class Trainer:
         stds = group_std(rewards, G)
         mx.eval(advantages, stds)
         scoring_s = time.perf_counter() - t0
+        self._report_hung()
 
         on_phase("training")
         t0 = time.perf_counter()
@@ -204,6 +208,11 @@ class Trainer:
                                   greedy=greedy, plan=self.plan, decode=self.decode, keys=keys)
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
+
+    def _report_hung(self) -> None:
+        """A tool or reward function that stays hung, said once (``timed_calls``)."""
+        for sentence in timed_calls.take_reports():
+            self.log("warning", sentence)
 
     def _tool_metrics(self, completions: list[rollout.Completion]) -> dict[str, float]:
         """Per-step tool metrics (in ``extra_metrics``): calls per completion, the share of calls

@@ -148,8 +148,11 @@ def test_an_unknown_tool_s_error_is_what_the_model_reads_and_no_tools_means_one_
 def test_a_result_that_does_not_fit_the_length_ends_the_row_with_what_it_sampled(tool_model, decoder_kind):
     model, tokenizer = tool_model
     _, completions = _generate(model, tokenizer, length=12)  # the tool message is ~40 tokens
-    assert all(c.mask == [1, 1] and [t.role for t in c.turns] == ["assistant"] for c in completions)
+    assert all(c.mask == [1, 1] and len(c.token_ids) == 2 for c in completions)
     assert all(c.finish_reason == "length" for c in completions)
+    # the call ran: its turn is kept (so a failure reaches the store), marked as never read
+    assert all([(t.role, t.unread) for t in c.turns] == [("assistant", False), ("tool", True)] for c in completions)
+    assert all(c.turns[1].content == "3" for c in completions)
 
 
 class Counting:

@@ -1,0 +1,117 @@
+"""User code (reward functions, tools) called with a timeout, on a bounded number of threads.
+
+A Python thread cannot be killed, so a call that outlives its ``timeout_s`` keeps its thread. Three
+things keep a function that never returns from growing the worker's threads step after step:
+
+- **Reclaim.** At the timeout an ``Abandoned`` exception is raised inside the call's thread
+  (``PyThreadState_SetAsyncExc``). A call running Python code (a polling loop, short sleeps in a
+  loop) ends there and its thread is gone. A call blocked inside C (one long ``time.sleep``, a lock,
+  a socket read) only sees it when it comes back to Python, so its thread stays.
+- **Bound.** A function may have at most ``MAX_HUNG`` such calls still running. Past that it is
+  not called at all: the call fails at once with ``StillHung`` ("... is still hung ...") until one
+  of its earlier calls returns, which frees its place.
+- **Report.** The first time a function reaches the bound, ``take_reports`` hands back one
+  sentence for the log (the trainer logs it as a warning); the failing calls' own error texts say
+  the same to the model, the store and the Database tab.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import threading
+from typing import Any, Callable
+
+# Hung calls one function may hold before it is no longer called: an agent step runs up to one
+# call per row at once, and each may time out before the bound is known to be reached.
+MAX_HUNG = 8
+
+
+class Abandoned(BaseException):
+    """Raised inside a call's thread at its timeout (a BaseException: user code's ``except
+    Exception`` does not swallow it)."""
+
+
+class StillHung(TimeoutError):
+    """The function was not called: ``MAX_HUNG`` of its earlier calls have not returned."""
+
+
+_lock = threading.Lock()
+_hung: dict[str, list[threading.Thread]] = {}
+_reported: set[str] = set()
+_reports: list[str] = []
+
+
+def hung_threads(name: str | None = None) -> int:
+    """Abandoned calls still running (of ``name``, or of every function)."""
+    with _lock:
+        _prune()
+        return sum(len(v) for k, v in _hung.items() if name is None or k == name)
+
+
+def take_reports() -> list[str]:
+    """The sentences about functions that stayed hung, each once, since the last call."""
+    with _lock:
+        out, _reports[:] = list(_reports), []
+        return out
+
+
+def _prune() -> None:
+    for name, threads in list(_hung.items()):
+        threads[:] = [t for t in threads if t.is_alive()]
+        if not threads:
+            del _hung[name]
+            _reported.discard(name)  # it came back: a later hang is news again
+
+
+def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name: str) -> Any:
+    """``fn(**kwargs)`` (sync or async) in a thread of its own, at most ``timeout_s`` seconds.
+    Raises ``TimeoutError`` past it, ``StillHung`` without calling ``fn`` when ``name`` has
+    ``MAX_HUNG`` calls still running, and whatever ``fn`` raised."""
+    with _lock:
+        _prune()
+        if len(_hung.get(name, ())) >= MAX_HUNG:
+            raise StillHung(f"{name} is still hung: {MAX_HUNG} earlier calls have not returned "
+                            f"(timeout_s = {timeout_s:g}), so it is not called until one does")
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result = fn(**kwargs)
+            if inspect.isawaitable(result):
+                result = asyncio.run(_await(result))
+            box["value"] = result
+        except Abandoned:
+            pass
+        except BaseException as exc:  # noqa: BLE001 — reported to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"call:{name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        _interrupt(thread)
+        thread.join(0.01)  # a call in Python code ends here
+        if thread.is_alive():
+            with _lock:
+                _hung.setdefault(name, []).append(thread)
+                if len(_hung[name]) >= MAX_HUNG and name not in _reported:
+                    _reported.add(name)
+                    _reports.append(f"{name} stays hung: {MAX_HUNG} of its calls have not returned after "
+                                    f"timeout_s = {timeout_s:g}; it is not called again until one returns "
+                                    "(its calls fail with 'still hung' meanwhile)")
+        raise TimeoutError(f"timed out after {timeout_s:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    """Raise ``Abandoned`` in ``thread`` the next time it runs Python code."""
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(Abandoned))
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
