@@ -312,7 +312,7 @@ def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
 def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float, name: str | None = None) -> Any:
     """Run ``fn(**kwargs)`` (sync or async) in a thread of its own for at most ``timeout_s``; a hung
     call is abandoned, and a function that stays hung is no longer called (``timed_calls``)."""
-    return timed_calls.call(fn, kwargs, timeout_s, name or getattr(fn, "__name__", "function"))
+    return timed_calls.call(fn, kwargs, timeout_s, name or str(getattr(fn, "__name__", "function")))
 
 
 def describe_error(exc: BaseException) -> str:
