@@ -18,9 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from grpo_tui.protocol.config import DataConfig
+from grpo_tui.protocol.config import DataConfig, RewardConfig
+from grpo_tui.protocol.outcome import Mistake
 
 from . import dataset_sources
+
+
+# The roles of TRL's conversational format; another passes into the chat template unchecked (some
+# drop it, some render it as text), so the model trains on prompts nobody meant.
+ROLES = ("system", "user", "assistant", "tool")
+# Built-in rewards that compare with a dataset column, and the column.
+REWARD_COLUMNS = {"accuracy": "answer"}
 
 
 class DataError(ValueError):
@@ -77,6 +85,10 @@ def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:
             f"{where}: column {column!r} must be a string or a list of {{role, content}} messages, "
             f"not {_kind(prompt)}"
         )
+    for i, message in enumerate(messages):
+        if message["role"] not in ROLES:
+            raise Mistake("data", f"{where}: message {i} of column {column!r} has the role {message['role']!r}; "
+                                  f"the roles are {', '.join(ROLES)} (fix the row, or map the role when you build the data)")
     if config.system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": config.system_prompt})
     columns = {k: v for k, v in row.items() if k != column}
@@ -95,6 +107,23 @@ def _kind(value: Any) -> str:
         bad = next((m for m in value if not _is_message(m)), None)
         return "an empty list" if not value else f"a list holding {json.dumps(bad, default=str)[:60]}"
     return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
+
+
+def check_columns(examples: list[Example], config: DataConfig, rewards: list[RewardConfig], label: str) -> None:
+    """Before any rollout: ``data.answer_column``, when set, names a column of the data, and every
+    built-in reward that compares with a column has it. Without this, ``accuracy`` scores every
+    completion None and the run trains on nothing, silently."""
+    present = {k for ex in examples for k in ex.columns}
+    have = ", ".join(repr(k) for k in sorted(present)) or "none besides the prompt"
+    if config.answer_column != "answer" and config.answer_column not in present:
+        raise Mistake("data", f"data.answer_column = {config.answer_column!r}, but no row of {label} has that "
+                              f"column (its columns: {have}); set data.answer_column to the column that holds the answers")
+    for reward in rewards:
+        needed = REWARD_COLUMNS.get(reward.name or "")
+        if needed is not None and needed not in present:
+            raise Mistake("data", f"the {reward.name!r} reward compares completions with the {needed!r} column, "
+                                  f"which no row of {label} has (its columns: {have}); set data.answer_column "
+                                  f"to the column that holds the answers")
 
 
 def render(examples: list[Example], tokenizer: Any, enable_thinking: bool) -> None:

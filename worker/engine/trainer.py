@@ -78,10 +78,12 @@ class Trainer:
         schemas = [t.schema for t in self.tools] or None
         d = config.data
         self.dataset, self.dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
+        data.check_columns(self.dataset, d, config.rewards, d.path)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
         self.eval_dataset = None
         if d.eval_path or d.eval_split:
             self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
+            data.check_columns(self.eval_dataset, d, config.rewards, d.eval_path or f"{d.path} ({d.eval_split})")
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
         if config.training.memory_limit_gb > 0:
             choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
