@@ -161,6 +161,9 @@ class GrpoConfig(_Section):
 
 class GenerationConfig(_Section):
     max_completion_length: int = 128
+    # TRL's: prompts longer than this many tokens are cut from the left (None: never cut; a prompt
+    # that with max_completion_length overflows the model's context is then refused at load)
+    max_prompt_length: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -175,6 +178,8 @@ class GenerationConfig(_Section):
     def __post_init__(self) -> None:
         if self.max_completion_length < 1:
             raise _invalid("max_completion_length", self.max_completion_length, "must be at least 1")
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            raise _invalid("max_prompt_length", self.max_prompt_length, "must be at least 1 (leave it out to never cut)")
         if self.temperature <= 0:
             raise _invalid("temperature", self.temperature, "must be > 0")
         if not 0 < self.top_p <= 1:

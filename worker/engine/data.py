@@ -43,6 +43,7 @@ class Example:
     tools: list[dict[str, Any]] | None = None  # tool schemas for the chat template
     prompt_ids: list[int] = field(default_factory=list)
     prompt_text: str = ""
+    cut: int = 0  # tokens cut from the prompt's left (generation.max_prompt_length)
 
 
 def read_jsonl(path: str | Path, config: DataConfig) -> list[Example]:
@@ -139,6 +140,36 @@ def render(examples: list[Example], tokenizer: Any, enable_thinking: bool) -> No
             ids = tokenizer.encode("\n\n".join(str(m.get("content") or "") for m in ex.messages))
         ex.prompt_ids = list(ids)
         ex.prompt_text = tokenizer.decode(ex.prompt_ids)
+
+
+def fit_prompts(examples: list[Example], tokenizer: Any, max_prompt_length: int | None, max_completion_length: int,
+                context: int | None, label: str) -> str | None:
+    """Cut every prompt longer than ``max_prompt_length`` tokens from the left (TRL's
+    ``truncation_side="left"``: the end of the prompt, where the question and the generation prompt
+    are, stays), then refuse a prompt that with ``max_completion_length`` overflows the model's
+    ``context`` (None: unknown). Returns the sentence to log once about the cuts (None: no cut)."""
+    cut = 0
+    longest = 0
+    for ex in examples:
+        longest = max(longest, len(ex.prompt_ids))
+        if max_prompt_length is not None and len(ex.prompt_ids) > max_prompt_length:
+            ex.cut = len(ex.prompt_ids) - max_prompt_length
+            ex.prompt_ids = ex.prompt_ids[-max_prompt_length:]
+            ex.prompt_text = tokenizer.decode(ex.prompt_ids)
+            cut += 1
+    if context is not None:
+        for i, ex in enumerate(examples):
+            if len(ex.prompt_ids) + max_completion_length > context:
+                room = context - max_completion_length
+                fix = (f"set generation.max_prompt_length = {room} (prompts are then cut from the left)" if room > 0
+                       else f"lower generation.max_completion_length below {context}")
+                raise Mistake("data", f"{label} row {i + 1}: its prompt is {len(ex.prompt_ids):,} tokens, and with "
+                                      f"generation.max_completion_length = {max_completion_length} it does not fit in "
+                                      f"the model's context of {context:,} tokens (max_position_embeddings); {fix}")
+    if not cut:
+        return None
+    return (f"generation.max_prompt_length = {max_prompt_length}: {cut} of the {len(examples)} prompts of {label} "
+            f"are cut from the left (the longest is {longest:,} tokens); each step's prompts_truncated counts its cut prompts")
 
 
 def columns_for(examples: list[Example]) -> dict[str, list[Any]]:

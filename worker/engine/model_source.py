@@ -120,6 +120,27 @@ def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
     )
 
 
+def context_length(path: str) -> int | None:
+    """The positions the model was trained for: ``max_position_embeddings`` (``text_config``'s for
+    a multimodal config), stretched by a YaRN ``rope_scaling`` factor; None when the config does not
+    say (nothing is checked then)."""
+    try:
+        config = read_config(resolve(path))
+    except ModelSourceError:
+        return None
+    config = config.get("text_config", config) if "max_position_embeddings" not in config else config
+    length = config.get("max_position_embeddings")
+    if not isinstance(length, int) or length <= 0:
+        return None
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+    factor = scaling.get("factor") if isinstance(scaling, dict) else None
+    if kind == "yarn" and isinstance(factor, (int, float)) and factor > 1:
+        original = scaling.get("original_max_position_embeddings", length)
+        length = max(length, int(original * factor))
+    return length
+
+
 def parameter_count(path: str) -> int | None:
     """The values in the model's safetensors files, read from their headers (nothing is loaded; a
     quantized tensor counts its packed values, as the loaded model's ``size`` does); None when the

@@ -80,11 +80,13 @@ class Trainer:
         self.dataset, self.dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
         data.check_columns(self.dataset, d, config.rewards, d.path)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
+        self._fit_prompts(self.dataset, d.path)
         self.eval_dataset = None
         if d.eval_path or d.eval_split:
             self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
             data.check_columns(self.eval_dataset, d, config.rewards, d.eval_path or f"{d.path} ({d.eval_split})")
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
+            self._fit_prompts(self.eval_dataset, d.eval_path or f"{d.path} ({d.eval_split})")
         if config.training.memory_limit_gb > 0:
             choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
             chunk = choice.vocab_chunk_size if chunked_head.supports(self.model) else 0
@@ -118,6 +120,15 @@ class Trainer:
             log("info", f"tools: {', '.join(t.name for t in self.tools)}; a row whose turn calls them waits for "
                         f"their results while the other rows decode (at most {config.generation.max_tool_calls} "
                         "calls per completion)")
+
+    def _fit_prompts(self, examples: list[data.Example], label: str) -> None:
+        """Before any rollout: cut the prompts (``max_prompt_length``) or refuse one that overflows
+        the context; a prompt of any length otherwise reaches the model (and its memory)."""
+        g = self.config.generation
+        said = data.fit_prompts(examples, self.tokenizer, g.max_prompt_length, g.max_completion_length,
+                                model_source.context_length(self.config.model.path), label)
+        if said is not None:
+            self.log("warning", said)
 
     # ------------------------------------------------------------ data order
 
@@ -176,7 +187,7 @@ class Trainer:
             generation_s=generation_s, scoring_s=scoring_s, training_s=training_s,
             learning_rate=float(self.optimizer.learning_rate.item()),
             peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
-            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions)},
+            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions), **self._cut_metrics(examples)},
             ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
         ))  # fmt: skip
         if not metrics.gradients_applied:
@@ -210,6 +221,12 @@ class Trainer:
                                   greedy=greedy, plan=self.plan, decode=self.decode, keys=keys)
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
+
+    def _cut_metrics(self, examples: list[data.Example]) -> dict[str, float]:
+        """``prompts_truncated``: the step's prompts cut by ``max_prompt_length`` (only when set)."""
+        if self.config.generation.max_prompt_length is None:
+            return {}
+        return {"prompts_truncated": float(sum(e.cut > 0 for e in examples))}
 
     def _report_hung(self) -> None:
         """A tool or reward function that stays hung, said once (``timed_calls``)."""
