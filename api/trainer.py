@@ -168,9 +168,12 @@ class GRPOTrainer:
         text = "# Written by grpo_tui.GRPOTrainer; `grpo-tui run` and `grpo-tui check` take it as it is.\n" + dumps(raw)
         path.write_text(text, encoding="utf-8")
         try:
-            load_config(path)
+            config = load_config(path)
         except ConfigError as exc:  # name the GRPOConfig field when one stands for the key
             raise ValueError(f"{trl_name(exc.key)}: {exc.detail}" if exc.key else str(exc)) from None
+        from grpo_tui.worker.trackers import check_installed
+
+        check_installed(config)  # here, not minutes later in the worker: raises Mistake with the pip command
         return path
 
     # ------------------------------------------------------------ training

@@ -33,6 +33,7 @@ from .mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from .nan_stop import NanStop
 from .records import StepOutput, Trainer
 from .start import Start
+from .trackers import Trackers, check_installed
 
 
 class TrainingLoop:
@@ -55,6 +56,7 @@ class TrainingLoop:
         self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed)
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
         self.epoch_started = time.time()
+        self.trackers: Trackers | None = None  # [logging] report_to, rank 0 only
 
     # ------------------------------------------------------------ what main.Inputs uses
 
@@ -85,13 +87,21 @@ class TrainingLoop:
     async def run(self) -> int:
         run = self.run_context
         try:
+            if self.leader:
+                check_installed(self.config)  # before the model loads: a missing tracker is a mistake
             if not await self.starter.start():
                 return Exit.MISTAKE
+            if self.leader:  # after start: a resumed run continues its tracker run
+                self.trackers = Trackers(self.config, run.output_dir, resumed=self.step > 0,
+                                         warn=lambda message: self.log("warning", message))
+                self.trackers.set_total(run.trainer.total_steps)
             self.epoch_metrics = self.starter.epoch_metrics
             return await self._train()
         except Exception as exc:  # noqa: BLE001 - anything else is a crash, reported once
             return await self._crash(exc)
         finally:
+            if self.trackers is not None:
+                self.trackers.close()
             if run.store is not None:
                 await run.store.close()
             await run.mlx(release_mlx_streams)
@@ -160,6 +170,8 @@ class TrainingLoop:
         if run.store is not None:
             await run.store.write_step(run.run_id, output)
         self.emit(output.metrics)
+        if self.trackers is not None:
+            self.trackers.step(output)
         rng = random.Random(f"{self.config.training.seed}:{step}")
         for gen in choose_samples(output.generations, self.control.display, rng):
             self.emit(gen.to_sample(step, self.config.grpo.group_size))
@@ -180,6 +192,8 @@ class TrainingLoop:
             if run.store is not None:
                 await run.store.write_eval(run.run_id, result)
             self.emit(result)
+            if self.trackers is not None:
+                self.trackers.eval(result)
 
     def _epoch_start(self, epoch: int, step_in_epoch: int) -> None:
         trainer = self.run_context.trainer
@@ -214,7 +228,7 @@ class TrainingLoop:
         run = self.run_context
         # These say what is wrong in a sentence (a reward function, a tool, a config the model cannot
         # run with), naming it and the config key.
-        message = (str(exc) if type(exc).__name__ in ("RewardError", "ToolError", "ConfigError")
+        message = (str(exc) if type(exc).__name__ in ("RewardError", "ToolError", "ConfigError", "Mistake")
                    else f"{type(exc).__name__}: {exc}")
         self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
         if not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it

@@ -1,0 +1,120 @@
+"""[logging] report_to through the real worker, read back with each tracker's own reader: TRL's
+metric names under train/ and eval/, the mean over logging steps, the config as hyperparameters,
+the completions table, and a resumed run continuing the same tracker run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.codec import decode_event
+from grpo_tui.protocol.config import load_config
+from grpo_tui.protocol.outcome import Mistake
+from grpo_tui.worker import trackers
+from tests.helpers.tracker_files import tensorboard_scalars, trackio_logs, wandb_history
+
+ALL = '["wandb", "trackio", "tensorboard"]'
+
+
+def worker(root, out, env, *sets):
+    args = [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(root / "examples" / "quickstart.toml"), "--plain",
+            "--set", f"checkpoint.output_dir='{out}'", "--set", f"logging.report_to={ALL}", "--set", "logging.steps=2",
+            "--set", "logging.log_completions=true", "--set", "eval.every=2", "--set", "eval.limit=8",
+            "--set", "training.batch_size=2", "--set", "grpo.group_size=4"]
+    for item in sets:
+        args += ["--set", item]
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_every_tracker_gets_trl_names_evals_config_and_completions_and_a_resume_continues(root, tmp_path, monkeypatch):
+    import os
+
+    out, tk = tmp_path / "out", tmp_path / "trackio"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tk)}
+    done = worker(root, out, env, "training.max_steps=4")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    frames = [decode_event(line) for line in (out / "run.jsonl").read_bytes().splitlines()]
+    steps = {e.step: e for e in frames if isinstance(e, m.Step)}
+    mean_reward = {s: (steps[s - 1].reward + steps[s].reward) / 2 for s in (2, 4)}  # logging.steps = 2
+    identity = json.loads((out / "trackers.json").read_text())
+
+    # TensorBoard: its event reader
+    acc, scalars = tensorboard_scalars(out / "tensorboard")
+    assert [s for s, _ in scalars["train/reward"]] == [2, 4]
+    assert [v for _, v in scalars["train/reward"]] == pytest.approx([mean_reward[2], mean_reward[4]], rel=1e-6)
+    for name in ("train/loss", "train/reward_std", "train/rewards/accuracy/mean", "train/completions/mean_length",
+                 "train/clip_ratio/low_mean", "train/entropy", "train/grad_norm", "train/learning_rate"):
+        assert name in scalars, name
+    assert [s for s, _ in scalars["eval/reward"]] == [0, 2, 4] and "eval/accuracy" in scalars
+    table = acc.Tensors("completions")
+    assert [t.step for t in table] == [2, 4]
+    text = table[0].tensor_proto.string_val[0].decode()
+    assert text.startswith("| step | prompt | completion | accuracy | xml_format | advantage |")
+    assert text.count("\n") == 1 + 2 * 4  # header rule + every completion of the step (2 prompts x 4)
+    assert "_hparams_/session_start_info" in acc.Tags()["tensors"]
+
+    # Trackio: its local database
+    got = trackio_logs(tk, "grpo-tui", identity["name"])
+    rows = [r for r in got["logs"] if "train/reward" in r]
+    assert [r["step"] for r in rows] == [2, 4]
+    assert [r["train/reward"] for r in rows] == pytest.approx([mean_reward[2], mean_reward[4]], rel=1e-6)
+    assert [r["step"] for r in got["logs"] if "eval/reward" in r] == [0, 2, 4]
+    tables = [r for r in got["logs"] if "completions" in r]
+    assert len(tables) == 2 and len(tables[0]["completions"]["_value"]) == 8
+    assert got["config"]["grpo"]["group_size"] == 4
+
+    # W&B: the offline run file
+    (run_dir,) = (out / "wandb").glob(f"offline-run-*-{identity['id']}")
+    config, history = wandb_history(next(run_dir.glob("*.wandb")))
+    assert config["grpo"]["group_size"] == 4 and config["training"]["learning_rate"] == 5e-5
+    train = [h for h in history if "train/reward" in h]
+    assert [h["_step"] for h in train] == [2, 4]
+    assert [h["train/reward"] for h in train] == pytest.approx([mean_reward[2], mean_reward[4]], rel=1e-6)
+    assert any(h.get("completions/_type") == "table-file" for h in history)
+
+    # Resume: the same tracker run goes on
+    done = worker(root, out, env, "training.max_steps=6")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((out / "trackers.json").read_text()) == identity
+    _, scalars = tensorboard_scalars(out / "tensorboard")
+    assert [s for s, _ in scalars["train/reward"]] == [2, 4, 6]
+    got = trackio_logs(tk, "grpo-tui", identity["name"])
+    assert [r["step"] for r in got["logs"] if "train/reward" in r] == [2, 4, 6]
+    runs = sorted((out / "wandb").glob(f"offline-run-*-{identity['id']}"))
+    assert len(runs) == 2  # one id: `wandb sync` resumes it into one run
+    _, history = wandb_history(next(runs[-1].glob("*.wandb")))
+    assert [h["_step"] for h in history if "train/reward" in h] == [6]
+
+    # A fresh start is a new tracker run
+    done = worker(root, out, env, "training.max_steps=2", "checkpoint.resume=false", 'logging.report_to=["tensorboard"]')
+    assert done.returncode == 0
+    assert json.loads((out / "trackers.json").read_text())["id"] != identity["id"]
+
+
+def test_a_tracker_that_is_not_installed_is_one_sentence_with_the_pip_command(root, tmp_path, monkeypatch):
+    config = load_config(root / "examples" / "quickstart.toml", overrides=['logging.report_to=["trackio"]'])
+    monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(Mistake) as err:
+        trackers.check_installed(config)
+    assert str(err.value) == "logging.report_to names trackio, which is not installed: pip install 'grpo-tui[trackio]'"
+    assert err.value.kind == "config"
+
+
+def test_the_worker_stops_before_loading_when_a_tracker_is_missing(root, tmp_path):
+    import os
+
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text("import sys\nsys.modules['wandb'] = None  # not installed\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'hide'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(root / "examples" / "quickstart.toml"), "--plain",
+         "--set", f"checkpoint.output_dir='{tmp_path / 'out'}'", "--set", 'logging.report_to=["wandb"]'],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "logging.report_to names wandb, which is not installed: pip install 'grpo-tui[wandb]'" in done.stdout
+    assert "steps/epoch" not in done.stdout  # it stopped before loading the model
