@@ -21,3 +21,13 @@ def pytest_report_header(config):
     import mlx.core  # noqa: F401  (active_blas inspects the loaded MLX)
 
     return f"blas: {describe(active_blas())}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The real-model demo (``smollm2``) needs a 98 MB download: it runs only when ``-m`` names it."""
+    if "smollm2" in (config.getoption("-m") or ""):
+        return
+    chosen = [item for item in items if item.get_closest_marker("smollm2") is None]
+    if len(chosen) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
+        items[:] = chosen

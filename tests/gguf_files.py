@@ -146,20 +146,25 @@ def write_gguf(model_folder: Path, out: Path, pre: str, qtype: str = "F32", embe
     vocab = tok["model"]["vocab"]
     added = {t["id"]: t for t in tok["added_tokens"]}
     by_id = {i: s for s, i in vocab.items()} | {i: t["content"] for i, t in added.items()}
-    tokens = [by_id[i] for i in range(config["vocab_size"])]
+    # ids past the vocabulary up to the embedding's rows are llama.cpp's [PAD<i>] UNUSED tokens
+    tokens = [by_id.get(i, f"[PAD{i}]") for i in range(config["vocab_size"])]
     types = [(gguf.TokenType.CONTROL if added[i]["special"] else gguf.TokenType.USER_DEFINED) if i in added
-             else gguf.TokenType.NORMAL for i in range(len(tokens))]
+             else gguf.TokenType.NORMAL if i in by_id else gguf.TokenType.UNUSED for i in range(len(tokens))]
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index(tok_config["bos_token"]))
+    if tok_config.get("bos_token"):
+        writer.add_bos_token_id(tokens.index(tok_config["bos_token"]))
     writer.add_eos_token_id(tokens.index(tok_config["eos_token"]))
     writer.add_pad_token_id(tokens.index(tok_config["pad_token"]))
     writer.add_add_bos_token(False)
-    writer.add_chat_template(tok_config["chat_template"])
+    template = tok_config.get("chat_template")
+    if template is None and (model_folder / "chat_template.jinja").exists():
+        template = (model_folder / "chat_template.jinja").read_text()
+    writer.add_chat_template(template)
 
     weights = {k: np.array(v.astype(mx.float32)) for k, v in mx.load(str(model_folder / "model.safetensors")).items()}
     reference: dict[str, np.ndarray] = {}

@@ -305,7 +305,7 @@ def build_tokenizer(meta: dict[str, Any], path: Path) -> Any:
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
     tokenizer.pre_tokenizer = pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")), path)
     tokenizer.decoder = decoders.ByteLevel()
-    added = [AddedToken(tokens[i], special=types[i] == CONTROL, normalized=types[i] != CONTROL)
+    added = [AddedToken(tokens[i], special=types[i] == CONTROL, normalized=False)
              for i in range(len(tokens)) if types[i] in (CONTROL, USER_DEFINED)]
     if added:
         tokenizer.add_tokens(added)
