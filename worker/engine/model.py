@@ -154,7 +154,8 @@ def save(model: nn.Module, tokenizer: Any, config: ModelConfig, directory: Path)
         model_config["torch_dtype"] = config.dtype or ("float32" if config.dequantize else model_config.get("torch_dtype"))
     (directory / "config.json").write_text(json.dumps(model_config, indent=2))
     tokenizer.save_pretrained(str(directory))
-    for name in TOKENIZER_FILES:  # keep files save_pretrained does not write (e.g. chat_template.jinja)
+    for name in (*TOKENIZER_FILES, "gguf_source.json"):  # files save_pretrained does not write (e.g.
+        # chat_template.jinja; a GGUF-born model's source file, for export_gguf)
         if (src / name).exists() and not (directory / name).exists():
             shutil.copy(src / name, directory / name)
     if config.lora is None:

@@ -141,17 +141,28 @@ def context_length(path: str) -> int | None:
     return length
 
 
-def parameter_count(path: str) -> int | None:
+def parameter_count(path: str, dequantized: bool = False) -> int | None:
     """The values in the model's safetensors files, read from their headers (nothing is loaded; a
-    quantized tensor counts its packed values, as the loaded model's ``size`` does); None when the
+    quantized tensor counts its packed values, as the loaded model's ``size`` does, or with
+    ``dequantized`` the float values it becomes: its scales times the group size); None when the
     model cannot be found or read, so that loading it says why."""
     try:
-        files = sorted(resolve(path).glob("*.safetensors"))
+        folder = resolve(path)
+        files = sorted(folder.glob("*.safetensors"))
+        q = quantization(read_config(folder)) or {} if dequantized else {}
         total = 0
         for file in files:
             with open(file, "rb") as handle:
                 header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-            total += sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+            header.pop("__metadata__", None)
+            for name, t in header.items():
+                module, _, kind = name.rpartition(".")
+                if q and f"{module}.scales" in header:
+                    if kind == "weight":
+                        group = (q.get(module) or {}).get("group_size", q.get("group_size", 64))
+                        total += math.prod(header[f"{module}.scales"]["shape"]) * int(group)
+                    continue  # scales and biases vanish with the dequantization
+                total += math.prod(t["shape"])
     except (ModelSourceError, OSError, ValueError, KeyError, TypeError):
         return None
     return total if files else None

@@ -53,7 +53,7 @@ class Trainer:
     def __init__(self, config: Config, log: Callable[[LogLevel, str], None] = default_log) -> None:
         # Before MLX evaluates or allocates anything.
         keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
-                                                         parameters=model_source.parameter_count(config.model.path))
+                                                         parameters=model_source.parameter_count(config.model.path, config.model.dequantize))
         self.config = config
         self.ranks = distributed.Ranks.join(config.distributed.backend)
         self.ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)

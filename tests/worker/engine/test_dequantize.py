@@ -16,7 +16,7 @@ from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_load
 
 from grpo_tui.protocol.config import ModelConfig, load_config
-from grpo_tui.worker.engine import memory_fit, model as model_io
+from grpo_tui.worker.engine import memory_fit, model as model_io, model_source
 from tests.arch_models import build, quantize, step_config
 from tests.conftest import ROOT
 
@@ -34,6 +34,9 @@ def test_a_dequantized_model_is_all_float_all_trainable_and_counted_as_such(dtyp
     assert {v.dtype for v in values.values()} == {mx.float32 if dtype is None else mx.bfloat16}
     assert sum(v.size for _, v in tree_flatten(model.trainable_parameters())) == sum(v.size for v in values.values())
     assert sum(v.size for v in values.values()) == sum(v.size for _, v in tree_flatten(reference.parameters()))
+    # the count read from the file headers before loading (the engine plan's small-model choice)
+    assert model_source.parameter_count(str(base), dequantized=True) == sum(v.size for v in values.values())
+    assert model_source.parameter_count(str(base)) < sum(v.size for v in values.values()) // 2
     if dtype is None:  # the quantized model's own function, now in float
         quantized.eval(), model.eval()
         np.testing.assert_allclose(np.array(model(PROBE)), np.array(quantized(PROBE)), rtol=1e-3, atol=1e-3)
