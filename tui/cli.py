@@ -72,6 +72,20 @@ def cmd_browse(args: argparse.Namespace) -> int:
     return run_browser(args.database)
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.init_templates import InitError, write_template
+
+    try:
+        dest = write_template(args.template, args.directory)
+    except InitError as exc:
+        return _fail(str(exc))
+    files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and p.parent.name != "model")
+    print(f"wrote {dest}/: {', '.join(files)} and model/ (a bundled tiny model)")
+    print(f"train it: grpo-tui run {dest / 'config.toml'}   (headless: grpo-tui worker {dest / 'config.toml'} --plain)")
+    print("its comments say how to switch to a hub model (Qwen/Qwen3-0.6B) and a hub dataset")
+    return 0
+
+
 def add_set_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -108,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("browse", help=f"browse a run store ({STORE_FILE}) without training")
     p.add_argument("database", help=f"path to {STORE_FILE}")
     p.set_defaults(func=cmd_browse)
+
+    from grpo_tui.tui.init_templates import TEMPLATES, describe
+
+    p = sub.add_parser("init", help="write a starter run (config, rewards, example rows, a tiny model)",
+                       description=f"Templates: {describe()}.")
+    p.add_argument("template", choices=list(TEMPLATES), help="math, json or tools")
+    p.add_argument("directory", nargs="?", help="where to write it (default: ./TEMPLATE)")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     p.add_argument("config", help="path to config.toml")

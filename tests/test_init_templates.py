@@ -1,0 +1,62 @@
+"""grpo-tui init TEMPLATE [DIR]: each template is written with the bundled tiny model and trains as
+written (a few steps here), offline; a used folder or an unknown template is one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from grpo_tui.protocol.config import load_config
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize("template", ["math", "json", "tools"])
+def test_each_template_trains_as_written(template, tmp_path):
+    out = cli("init", template, str(tmp_path / template))
+    assert out.returncode == 0, out.stderr
+    assert f"grpo-tui run {tmp_path / template / 'config.toml'}" in out.stdout
+    folder = tmp_path / template
+    config_text = (folder / "config.toml").read_text()
+    assert 'path = "Qwen/Qwen3-0.6B"' in config_text and "SWITCH" in config_text  # how to go to the hub
+    assert (folder / "model" / "model.safetensors").is_file() and (folder / "rewards.py").is_file()
+    config = load_config(folder / "config.toml")  # valid as written
+    run = cli("worker", str(folder / "config.toml"), "--plain", "--set", "training.max_steps=2",
+              "--set", "eval.limit=4", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "completed: 2 steps" in run.stdout
+    labels = [r.label for r in config.rewards]
+    step_lines = [line for line in run.stdout.splitlines() if line.startswith("step ")]
+    assert len(step_lines) == 2 and all(label in step_lines[0] for label in labels)
+    assert run.stdout.count("eval at step") == 2  # at the start and at the end
+
+
+def test_hub_dataset_lines_are_real_settings(tmp_path):
+    """The commented hub switch of the math template is a valid config once uncommented."""
+    assert cli("init", "math", str(tmp_path / "m")).returncode == 0
+    text = (tmp_path / "m" / "config.toml").read_text()
+    for line in ('# path = "Qwen/Qwen3-0.6B"', '# path = "openai/gsm8k"', '# subset = "main"', '# eval_split = "test"'):
+        assert line in text
+        text = text.replace(line, line[2:])
+    text = text.replace('path = "model"\n', "").replace('path = "data/train.jsonl"', "").replace(
+        'eval_path = "data/eval.jsonl"\n', "")
+    (tmp_path / "m" / "hub.toml").write_text(text)
+    config = load_config(tmp_path / "m" / "hub.toml")  # hub ids need no local files
+    assert (config.model.path, config.data.path, config.data.subset) == ("Qwen/Qwen3-0.6B", "openai/gsm8k", "main")
+
+
+def test_a_used_folder_or_an_unknown_template_is_one_line(tmp_path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    out = cli("init", "math", str(tmp_path / "busy"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "already exists and is not empty" in out.stderr and (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+    out = cli("init", "chess", str(tmp_path / "x"))
+    assert out.returncode == 2 and "invalid choice: 'chess'" in out.stderr and not (tmp_path / "x").exists()
+    out = cli("init", "json", cwd=tmp_path)  # DIR defaults to the template's name
+    assert out.returncode == 0 and (tmp_path / "json" / "config.toml").is_file()
