@@ -2,7 +2,7 @@
 
     python bench/repetition_stop.py [--tokens 256] [--prompts 8] [--group 4] [--ngram 4] [--count 8]
 
-A random-weight tiny Qwen3 (tests/tiny_model.py) falls into loops at a low temperature, as a
+A random-weight tiny Qwen3 (tests/helpers/tiny_model.py) falls into loops at a low temperature, as a
 degenerate policy does. Each rollout path (the compiled loop and mlx-lm's BatchGenerator) runs the
 same prompts with the rule off and on; the table prints generated tokens, seconds and finish
 reasons. Nothing is trained or saved.
@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.tiny_model
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers.tiny_model
 
 from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
 
@@ -29,7 +29,7 @@ from mlx_lm import load  # noqa: E402
 from grpo_tui.protocol.config import GenerationConfig  # noqa: E402
 from grpo_tui.worker.engine import rollout  # noqa: E402
 from grpo_tui.worker.engine.accel import fastgen  # noqa: E402
-from tests.tiny_model import build_tiny_model  # noqa: E402
+from tests.helpers.tiny_model import build_tiny_model  # noqa: E402
 
 
 def run(model, tokenizer, prompts, group: int, gen: GenerationConfig) -> tuple[int, float, Counter]:

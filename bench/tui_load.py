@@ -2,7 +2,7 @@
 
     python bench/tui_load.py [--seconds 60] [--fps 50] [--completion-chars 4000] [--keys 21314515]
 
-The fake worker (tests/fakes/fake_worker.py) sends steps and samples with long completions at
+The fake worker (tests/helpers/fake_worker.py) sends steps and samples with long completions at
 ``--fps`` frames per second; the app runs headless (full layout and rendering, no terminal). Every
 quarter second a tab key (1-5) is posted as the terminal driver would and timed until its
 action has run (``--keys 5`` keeps the Charts tab on screen throughout). Resident memory is sampled
@@ -31,7 +31,7 @@ from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.worker_proc import WorkerEvent
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE = ROOT / "tests" / "fakes" / "fake_worker.py"
+FAKE = ROOT / "tests" / "helpers" / "fake_worker.py"
 CONFIG = """
 [model]
 path = "m"

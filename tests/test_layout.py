@@ -1,5 +1,6 @@
 """The packages stay honest: protocol depends on nothing of ours, tui and worker never import each
-other, no import cycle, no MLX on the process side, and the accelerations are leaves of the engine."""
+other, no import cycle, no MLX on the process side, the accelerations are leaves of the engine, the
+largest classes and functions stay readable, and no test imports another test."""
 
 import ast
 import subprocess
@@ -84,7 +85,9 @@ def test_protocol_depends_on_msgspec_and_stdlib_only():
 
 def _cycles() -> list[list[str]]:
     """One cycle through each module that is on one (depth-first over the static import graph)."""
-    graph = {name: sorted(m for m in imports(file) if m in OURS and m != name) for name, file in OURS.items()}
+    # A module's own package is already importing when the module runs (``from . import sibling``).
+    graph = {name: sorted(m for m in imports(file) if m in OURS and m != name and not name.startswith(m + "."))
+             for name, file in OURS.items()}
     done: set[str] = set()
     found: list[list[str]] = []
 
@@ -138,10 +141,41 @@ def test_accelerations_are_leaves_of_the_engine():
             assert not any(m.startswith("grpo_tui.worker.engine.accel") for m in imports(file)), file
 
 
-def test_no_module_is_too_long():
-    for folder in PACKAGES:
-        for file in files(folder):
-            assert len(file.read_text().splitlines()) <= 450, file
+# The largest pieces stay readable: a class or a function longer than this is a sign that it holds
+# more than one concern (split it by concern, not by size). Measured in source lines.
+CLASS_LINES, FUNCTION_LINES = 300, 80
+# What is still longer, and why it waits; an entry goes once its piece fits (the test says so).
+STILL_LONG: dict[str, str] = {
+    "grpo_tui.tui.widgets.database_view.DatabaseView": "the Database tab's four panes and their queries",
+    "grpo_tui.worker.engine.grpo.policy_loss": "one formula per loss type, TRL's, kept side by side",
+}
+
+
+def _long_pieces() -> dict[str, int]:
+    found = {}
+    for name, file in OURS.items():
+        for node in ast.walk(ast.parse(file.read_text())):
+            limit = CLASS_LINES if isinstance(node, ast.ClassDef) else FUNCTION_LINES
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > limit:
+                    found[f"{name}.{node.name}"] = length
+    return found
+
+
+def test_classes_and_functions_stay_readable():
+    long = _long_pieces()
+    assert set(long) <= set(STILL_LONG), {k: v for k, v in long.items() if k not in STILL_LONG}
+    assert set(STILL_LONG) <= set(long), f"these fit now, drop them from STILL_LONG: {set(STILL_LONG) - set(long)}"
+
+
+def test_no_test_imports_another_test():
+    for file in sorted((ROOT / "tests").rglob("*.py")):
+        bad = [m for m in imports(file) if any(part.startswith("test_") for part in m.split(".")[1:])
+               and m.startswith("tests.")]
+        relative = [n.module for n in ast.walk(ast.parse(file.read_text()))
+                    if isinstance(n, ast.ImportFrom) and n.level and (n.module or "").startswith("test_")]
+        assert not bad and not relative, (file, bad, relative)
 
 
 def test_installed_under_one_namespace():

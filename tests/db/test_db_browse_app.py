@@ -5,7 +5,6 @@ import json
 
 from rich.console import Console
 from textual.widgets import Input, Select, Static
-from textual.worker import WorkerCancelled
 
 from grpo_tui.tui.browse import BrowseApp
 from grpo_tui.tui.screens.database_compare import DatabaseCompareScreen
@@ -17,20 +16,11 @@ from grpo_tui.tui.widgets.database_runs_table import DatabaseRunsTable
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
 
+from tests.helpers.pilot import settle
+
 from .make_store import RunSpec, add_steps, build_store
 
 SIZE = (150, 45)
-
-
-async def settle(pilot, rounds: int = 4) -> None:
-    """Let query workers finish and their results (and the queries those trigger) reach the widgets."""
-    for _ in range(rounds):
-        try:
-            await pilot.app.workers.wait_for_complete()
-        except WorkerCancelled:  # a query replaced by a newer one (exclusive workers): wait again
-            continue
-        finally:
-            await pilot.pause()
 
 
 def view(app) -> DatabaseView:

@@ -6,7 +6,9 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
 
-from .test_db_browse_app import SIZE, settle
+from tests.helpers.pilot import settle
+
+SIZE = (150, 45)  # as the browse app's tests
 
 
 class TabsApp(App):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.distributed.launch import ROOT, run_ranks
-from tests.tiny_model import write_config
-from tests.worker_harness import tiny_model  # noqa: F401 - the fixture
+from tests.helpers.tiny_model import write_config
+from tests.helpers.worker_harness import tiny_model  # noqa: F401 - the fixture
 
 SCRIPT = str(ROOT / "tests" / "distributed" / "train_ranks.py")
 STEPS = 2

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from grpo_tui.protocol import messages as m
-from tests.worker_harness import WorkerProcess, query, tiny_model, write_config  # noqa: F401 - fixture
+from tests.helpers.worker_harness import WorkerProcess, query, tiny_model, write_config  # noqa: F401 - fixture
 
 SETTINGS = {
     "grpo": {"group_size": 2},

@@ -19,7 +19,7 @@ import pytest
 from grpo_tui.protocol import messages as m
 from tests.faults import FAULT_TRAINER
 from tests.helpers.trainer_env import fake_trainer_env
-from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
+from tests.helpers.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 

@@ -24,7 +24,7 @@ from grpo_tui.tui.widgets.database_generation_detail import DatabaseGenerationDe
 from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.worker.records import Generation, StepOutput
 from grpo_tui.worker.store import Store
-from tests.db.test_db_browse_app import settle
+from tests.helpers.pilot import settle
 from tests.faults.hostile import FORBIDDEN, HOSTILE, LITERALS, MARKUP, samples
 from tests.tui.conftest import make_config, wait_until
 

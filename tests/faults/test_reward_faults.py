@@ -16,7 +16,7 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.worker.engine.rewards import RewardError, load_rewards, score
-from tests.worker_harness import WorkerProcess, query, tiny_model, write_config
+from tests.helpers.worker_harness import WorkerProcess, query, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 

@@ -13,7 +13,7 @@ import pytest
 from grpo_tui.protocol.config import Config, parse_config
 from grpo_tui.tui.app import GrpoApp
 
-FAKE_WORKER = Path(__file__).resolve().parent.parent / "fakes" / "fake_worker.py"
+FAKE_WORKER = Path(__file__).resolve().parent.parent / "helpers" / "fake_worker.py"
 FROZEN = 1000.0  # a clock that never moves: elapsed shows 0:00 in every snapshot
 
 CONFIG = """

@@ -14,7 +14,7 @@ from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 from rich.console import Console
 from rich.text import Text
 
-from tests.fakes.fake_worker import parse_args, step_frame
+from tests.helpers.fake_worker import parse_args, step_frame
 
 
 def test_book_columns_appear_padded_and_scroll_out_together():

@@ -7,7 +7,7 @@ import pytest
 from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
-from tests.worker_harness import tiny_model, write_config
+from tests.helpers.worker_harness import tiny_model, write_config
 
 from .conftest import process_gone, wait_until
 
@@ -63,7 +63,7 @@ async def test_real_worker_eval_curve_and_tile(tmp_path, tiny_model):
 @pytest.mark.slow
 async def test_a_nan_stop_is_not_restarted_and_says_what_to_do(tmp_path, tiny_model, monkeypatch):
     from grpo_tui.tui.screens.crash import CrashScreen
-    from tests.worker_harness import FAULTY_TRAINER, reward_config
+    from tests.helpers.worker_harness import FAULTY_TRAINER, reward_config
 
     from tests.helpers.trainer_env import fake_trainer_env
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_tui.protocol import messages as m
-from tests.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
+from tests.helpers.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 

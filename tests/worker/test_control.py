@@ -6,7 +6,7 @@ import random
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.worker.control import Control, choose_samples
-from tests.worker.test_store import generation
+from tests.helpers.records import generation
 
 
 def kinds(events):

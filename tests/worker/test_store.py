@@ -11,15 +11,7 @@ from grpo_tui.protocol.messages import Step, ToolCall
 from grpo_tui.protocol.schema import SCHEMA_VERSION, check_readable
 from grpo_tui.worker.records import Generation, StepOutput
 from grpo_tui.worker.store import Store
-
-
-def generation(prompt_index: int, group_index: int, reward: float | None, tool_calls=()) -> Generation:
-    return Generation(
-        prompt_index=prompt_index, group_index=group_index, prompt=f"prompt {prompt_index}",
-        completion=f"answer {group_index}", raw_completion=f"<think>hm</think>answer {group_index}",
-        thinking="hm", reward=reward, reward_details={"accuracy": reward, "xml_format": None},
-        advantage=0.5 - group_index, num_tokens=7, finish_reason="stop", tool_calls=list(tool_calls),
-    )  # fmt: skip
+from tests.helpers.records import generation
 
 
 def output(step: int, loss: float | None = 0.1, reward: float = 0.5, tool_calls=()) -> StepOutput:

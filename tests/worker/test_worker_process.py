@@ -16,7 +16,7 @@ from grpo_tui.protocol.codec import decode_event
 from grpo_tui.protocol.config import load_config
 from grpo_tui.protocol.tomlout import dumps
 from tests.helpers.trainer_env import fake_trainer_env
-from tests.worker_harness import (
+from tests.helpers.worker_harness import (
     FAULTY_TRAINER, ROOT, TOOL_CALL_TEXT, WorkerProcess, build_tool_calling_model, query, reward_config,
     tiny_model, write_config,
 )  # fmt: skip

@@ -216,7 +216,12 @@ def optimize_pass(
         sums = dict(zip(keys, summed))
         grads = ranks.sum_tree(grads)
     stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k != "tokens"}
+    return _apply(model, optimizer, grads, total_loss, stats, config.training.max_grad_norm)
 
+
+def _apply(model: nn.Module, optimizer: optim.Optimizer, grads: Any, total_loss: float, stats: dict[str, float],
+           max_grad_norm: float) -> PassResult:
+    """Clip the accumulated ``grads`` and apply one update, unless the loss or the norm is not finite."""
     norm = _global_norm(grads)
     mx.eval(norm)
     grad_norm = norm.item()
@@ -225,8 +230,8 @@ def optimize_pass(
         what = "loss" if not bool(mx.isfinite(mx.array(total_loss)).item()) else "gradient norm"
         return PassResult(total_loss, grad_norm, False, f"non-finite {what}; update skipped", stats)
     scale = 1.0
-    if config.training.max_grad_norm > 0 and grad_norm > config.training.max_grad_norm:
-        scale = config.training.max_grad_norm / (grad_norm + 1e-6)
+    if max_grad_norm > 0 and grad_norm > max_grad_norm:
+        scale = max_grad_norm / (grad_norm + 1e-6)
     if isinstance(optimizer, FusedAdamW):
         optimizer.grad_scale = mx.array(scale)  # applied inside the fused update
     elif scale != 1.0:

@@ -21,7 +21,7 @@ from grpo_tui.worker.engine.loss import loss_and_grad
 from grpo_tui.worker.engine.reward_call import tool_conversation
 from grpo_tui.worker.engine.tool_schema import function_schema
 from grpo_tui.worker.engine.tools import Tool
-from tests.worker_harness import PLAIN_TEXT, SECOND_CALL_TEXT, TOOL_CALL_TEXT, build_tool_calling_model
+from tests.helpers.worker_harness import PLAIN_TEXT, SECOND_CALL_TEXT, TOOL_CALL_TEXT, build_tool_calling_model
 
 DEMO_MODEL = Path(__file__).resolve().parents[3] / "examples" / "models" / "tiny-agent"
 

@@ -16,7 +16,7 @@ from mlx_lm.sample_utils import make_sampler
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine.trainer import Trainer
-from tests.arch_models import ARCHITECTURES, LORA, build, quantize, step_config
+from tests.helpers.arch_models import ARCHITECTURES, LORA, build, quantize, step_config
 
 FAST = ("qwen2", "qwen3", "llama", "mistral")  # the llama family: every speed path applies
 MODES = ("full", "lora", "4-bit lora")

@@ -87,7 +87,7 @@ TOOLS_TEMPLATE = (
 
 
 def _tool_model(tmp_path):
-    from tests.arch_models import build
+    from tests.helpers.arch_models import build
 
     folder = build(tmp_path / "model", "qwen3")
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -98,7 +98,7 @@ def _tool_model(tmp_path):
 def _trainer(tmp_path, data_line: str, extra: str = ""):
     from grpo_tui.protocol.config import load_config
     from grpo_tui.worker.engine.trainer import Trainer
-    from tests.arch_models import step_config
+    from tests.helpers.arch_models import step_config
 
     path = step_config(tmp_path / "run", _tool_model(tmp_path), extra)
     text = path.read_text().replace('path = "data.jsonl"\neval_path = "data.jsonl"', f"path = {data_line}")

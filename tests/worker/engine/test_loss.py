@@ -9,26 +9,10 @@ from grpo_tui.protocol.config import LoraConfig, ModelConfig, parse_config
 from grpo_tui.worker.engine import batch as batch_layout, loss as loss_step, model as model_io, plan as engine_plan
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.grpo import LossSettings
-from tests.tiny_model import build_tiny_model
+from tests.helpers.loss_cases import LOSS_CONFIG
+from tests.helpers.tiny_model import build_tiny_model
 
 G = 4
-CONFIG = """
-[model]
-path = "unused"
-[data]
-path = "unused.jsonl"
-[[rewards]]
-name = "accuracy"
-[grpo]
-group_size = 4
-loss_type = "dapo"
-epsilon_high = 0.28
-[generation]
-max_completion_length = 8
-temperature = 0.9
-"""
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     m, _ = model_io.load(ModelConfig(path=str(build_tiny_model(tmp_path_factory.mktemp("tiny")))))
@@ -61,7 +45,7 @@ def _assert_same(a, b):
 
 
 def test_compiled_equals_eager_and_follows_weight_updates(model):
-    config = parse_config(CONFIG, check_paths=False)
+    config = parse_config(LOSS_CONFIG, check_paths=False)
     batch = _batch(model.args.vocab_size, 0)
     _assert_same(_run(model, batch, config, True), _run(model, batch, config, False))
 
@@ -85,7 +69,7 @@ def test_shared_layout_widths_are_bucketed(model):
 
 
 def test_small_models_compile_and_large_ones_do_not(model, monkeypatch):
-    config = parse_config(CONFIG, check_paths=False)
+    config = parse_config(LOSS_CONFIG, check_paths=False)
     assert engine_plan.decide(model, config).compiled_loss
     monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 10)
     assert not engine_plan.decide(model, config).compiled_loss
@@ -118,7 +102,7 @@ def test_lora_dropout_draws_a_new_mask_every_compiled_call(tmp_path):
     model.train()
     # mlx-lm starts lora_b at zero, where dropout cannot show in the loss: give it values.
     model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.5, model.trainable_parameters()))
-    config = parse_config(CONFIG, check_paths=False)
+    config = parse_config(LOSS_CONFIG, check_paths=False)
     batch = _batch(model.args.vocab_size, 0)
     logps = [_run(model, batch, config, True)[1] for _ in range(3)]
     # A mask frozen into the trace would give the same log-probs every time.

@@ -6,7 +6,7 @@ import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
 from grpo_tui.worker.engine import memory_fit
-from tests.worker.engine.test_memory_switches import CONFIG, _model, head_gradient_peak
+from tests.helpers.loss_cases import SWITCH_CONFIG, head_gradient_peak, small_model
 
 QWEN3_06B = memory_fit.StepShape(parameters=596_049_920, trainable=596_049_920, bytes_per_value=4, vocabulary=151_936,
                                  hidden=1024, intermediate=3072, heads=16, layers=28, rows=8, group=8,
@@ -14,7 +14,7 @@ QWEN3_06B = memory_fit.StepShape(parameters=596_049_920, trainable=596_049_920, 
 
 
 def _config(training: str):
-    return parse_config(CONFIG.format(loss_type="dapo", training=training), check_paths=False)
+    return parse_config(SWITCH_CONFIG.format(loss_type="dapo", training=training), check_paths=False)
 
 
 def test_each_switch_lowers_the_estimate():
@@ -28,7 +28,7 @@ def test_each_switch_lowers_the_estimate():
 
 
 def test_the_choice_is_the_fastest_that_fits():
-    model = _model(False)
+    model = small_model(False)
     roomy = memory_fit.choose(model, _config("memory_limit_gb = 100.0"), prompt_tokens=10)
     assert (roomy.gradient_checkpointing, roomy.vocab_chunk_size, roomy.logprob_batch_size) == (False, 0, 0)
     kept = memory_fit.choose(model, _config("memory_limit_gb = 100.0\ngradient_checkpointing = true\n"
@@ -49,7 +49,7 @@ def test_the_06b_shape_under_12_gb_turns_on_what_it_needs():
 
 def test_nothing_fitting_is_one_sentence_naming_the_key():
     with pytest.raises(ConfigError) as info:
-        memory_fit.choose(_model(False), _config("memory_limit_gb = 0.01"), prompt_tokens=10)
+        memory_fit.choose(small_model(False), _config("memory_limit_gb = 0.01"), prompt_tokens=10)
     assert info.value.key == "training.memory_limit_gb"
     assert "0.01 GB is too little for this model" in info.value.detail and "\n" not in str(info.value)
 

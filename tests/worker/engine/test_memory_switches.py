@@ -6,93 +6,27 @@ import dataclasses
 
 import mlx.core as mx
 import mlx.nn as nn
-import mlx.optimizers as optim
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
 
-from grpo_tui.protocol.config import LoraConfig, parse_config
-from grpo_tui.worker.engine import checkpointing, chunked_head, loss as loss_step, model as model_io, plan as engine_plan
+from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan
 from grpo_tui.worker.engine.batch import pack, row_parts
-from grpo_tui.worker.engine.grpo import LossSettings
-from grpo_tui.worker.engine.update import optimize_pass
-from tests.worker.engine.same_update import assert_same_update
-from tests.worker.engine.test_loss import CONFIG as LOSS_CONFIG
-
-G = 4
-VOCAB = 5000
-CONFIG = LOSS_CONFIG.replace('loss_type = "dapo"', 'loss_type = "{loss_type}"') + """[training]
-learning_rate = 0.01
-max_grad_norm = 0.0
-{training}
-"""
-
-
-def _config(loss_type: str = "dapo", training: str = ""):
-    return parse_config(CONFIG.format(loss_type=loss_type, training=training), check_paths=False)
-
-
-def _model(lora: bool, seed: int = 0, tie: bool = True):
-    mx.random.seed(seed)
-    args = qwen3.ModelArgs(model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
-                           num_attention_heads=4, rms_norm_eps=1e-6, vocab_size=VOCAB, num_key_value_heads=2,
-                           max_position_embeddings=512, rope_theta=10000.0, head_dim=16, tie_word_embeddings=tie)
-    model = qwen3.Model(args)
-    mx.eval(model.parameters())
-    if lora:
-        _add_lora(model)
-    model.train()
-    return model
-
-
-def _add_lora(model):
-    model.freeze()
-    model_io.add_lora(model, LoraConfig(rank=4, layers=-1))
-    # LoRA's B starts at zero: make it non-zero so the adapters' gradients are all exercised.
-    for _, module in model.named_modules():
-        if hasattr(module, "lora_b"):
-            module.lora_b = mx.random.normal(module.lora_b.shape) * 0.05
-    mx.eval(model.parameters())
-
-
-def _batch(seed: int, groups: int, group: int = G):
-    rng = np.random.default_rng(seed)
-    heads = [[int(t) for t in rng.integers(3, VOCAB, int(rng.integers(4, 10)))] for _ in range(groups)]
-    prompts = [h for h in heads for _ in range(G)]
-    completions = [[int(t) for t in rng.integers(3, VOCAB, int(rng.integers(2, 9)))] for _ in prompts]
-    advantages = [float(a) for a in rng.normal(size=len(prompts))]
-    keep = [i % 5 != 3 for i in range(len(prompts))]
-    return pack(prompts, completions, advantages, keep, group=group)
-
-
-def _grads(model, batch, config, compiled=False, **options):
-    (loss, logps, metrics), grads = loss_step.loss_and_grad(
-        model, batch, LossSettings.from_config(config), config.generation.temperature, 37.0, 2, compiled=compiled,
-        **options)
-    mx.eval(loss, logps, metrics, grads)
-    return loss.item(), np.array(logps), {k: v.item() for k, v in metrics.items()}, dict(tree_flatten(grads))
-
-
-def _assert_same(got, want, atol=1e-5):
-    assert got[0] == pytest.approx(want[0], rel=1e-5, abs=1e-7)
-    np.testing.assert_allclose(got[1], want[1], atol=atol)
-    for name, value in want[2].items():
-        assert got[2][name] == pytest.approx(value, abs=1e-5), name
-    assert got[3].keys() == want[3].keys()
-    for name, g in want[3].items():
-        np.testing.assert_allclose(np.array(got[3][name]), np.array(g), atol=1e-6, rtol=1e-4, err_msg=name)
+from tests.helpers.same_update import assert_same_update
+from tests.helpers.loss_cases import (
+    G, VOCAB, add_lora, assert_same, grads, head_gradient_peak, sgd_update, small_model, switch_batch, switch_config,
+)
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("group", [G, 1], ids=["shared-prompt", "plain"])
 @pytest.mark.parametrize("host", [False, True], ids=["mlx", "numpy"])
 def test_the_chunked_head_equals_the_whole_vocabulary(lora, group, host):
-    model, config = _model(lora), _config("bnpo")
-    batch = _batch(0, 2, group)
-    whole = _grads(model, batch, config, host=host)
-    chunked = _grads(model, batch, config, host=host, vocab_chunk=7)  # 7 does not divide the positions
-    _assert_same(chunked, whole)
+    model, config = small_model(lora), switch_config("bnpo")
+    batch = switch_batch(0, 2, group)
+    whole = grads(model, batch, config, host=host)
+    chunked = grads(model, batch, config, host=host, vocab_chunk=7)  # 7 does not divide the positions
+    assert_same(chunked, whole)
     if lora:
         assert not any("embed" in name for name in chunked[3])
 
@@ -102,10 +36,10 @@ def test_the_chunked_head_equals_the_whole_vocabulary(lora, group, host):
 def test_the_fused_head_equals_mlx_s_log_softmax(lora, tie):
     """The large-model default (one exp over the vocabulary, the softmax kept for the backward)
     computes MLX's own log-softmax path's loss, log-probs, entropy and gradients."""
-    model, config = _model(lora, tie=tie), _config("bnpo")
-    batch = _batch(2, 2)
-    fused = _grads(model, batch, config, fused_head=True)
-    _assert_same(fused, _grads(model, batch, config))
+    model, config = small_model(lora, tie=tie), switch_config("bnpo")
+    batch = switch_batch(2, 2)
+    fused = grads(model, batch, config, fused_head=True)
+    assert_same(fused, grads(model, batch, config))
     assert fused[2]["entropy"] > 1.0  # a near-uniform random model: the metric is really computed
 
 
@@ -113,78 +47,71 @@ def test_the_fused_head_equals_mlx_s_log_softmax(lora, tie):
 def test_a_4_bit_head_is_fused_and_chunked_like_mlx_s_ops(tie):
     """QLoRA on an mlx-community 4-bit model: its quantized head gets the fused and chunked paths."""
     mx.random.seed(3)
-    model = _model(False, tie=tie)
+    model = small_model(False, tie=tie)
     nn.quantize(model, group_size=32, bits=4)
-    _add_lora(model)
+    add_lora(model)
     assert chunked_head.supports(model) and chunked_head.head_of(model)[1] == (32, 4, "affine")
-    config, batch = _config("dapo"), _batch(4, 2)
-    whole = _grads(model, batch, config)
-    _assert_same(_grads(model, batch, config, fused_head=True), whole)
-    _assert_same(_grads(model, batch, config, vocab_chunk=6), whole)
+    config, batch = switch_config("dapo"), switch_batch(4, 2)
+    whole = grads(model, batch, config)
+    assert_same(grads(model, batch, config, fused_head=True), whole)
+    assert_same(grads(model, batch, config, vocab_chunk=6), whole)
 
 
 def test_an_untied_head_chunks_too():
-    model, config = _model(False, tie=False), _config("grpo")
+    model, config = small_model(False, tie=False), switch_config("grpo")
     assert chunked_head.supports(model)
-    batch = _batch(1, 2)
-    _assert_same(_grads(model, batch, config, vocab_chunk=5), _grads(model, batch, config))
+    batch = switch_batch(1, 2)
+    assert_same(grads(model, batch, config, vocab_chunk=5), grads(model, batch, config))
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("group", [G, 1], ids=["shared-prompt", "plain"])
 def test_checkpointed_blocks_give_the_same_gradients(lora, group):
-    config = _config("dapo")
-    batch = _batch(2, 2, group)
-    plain = _grads(_model(lora), batch, config)
-    model = _model(lora)
+    config = switch_config("dapo")
+    batch = switch_batch(2, 2, group)
+    plain = grads(small_model(lora), batch, config)
+    model = small_model(lora)
     assert checkpointing.checkpoint_blocks(model) and checkpointing.is_checkpointed(model)
-    _assert_same(_grads(model, batch, config), plain)
+    assert_same(grads(model, batch, config), plain)
     model.eval()  # the rollout runs the plain blocks (no mx.checkpoint outside training)
     assert model(batch.targets).shape == (*batch.targets.shape, VOCAB)
 
 
 def test_row_parts_cover_the_batch():
-    batch = _batch(3, 3)  # 12 completions, groups of 4
+    batch = switch_batch(3, 3)  # 12 completions, groups of 4
     assert row_parts(batch, 0) == [batch] and row_parts(batch, 12) == [batch]
     whole_groups = row_parts(batch, 8)
     assert [p.targets.shape[0] for p in whole_groups] == [8, 4]
     assert [p.prompts.shape[0] for p in whole_groups] == [2, 1]
     inside = row_parts(batch, 3)
     assert [p.targets.shape[0] for p in inside] == [3, 1] * 3 and [p.group for p in inside] == [3, 1] * 3
-    plain = row_parts(_batch(3, 3, group=1), 5)
+    plain = row_parts(switch_batch(3, 3, group=1), 5)
     assert [p.targets.shape[0] for p in plain] == [5, 5, 2]
     np.testing.assert_array_equal(np.concatenate([np.array(p.targets) for p in inside]), np.array(batch.targets))
-
-
-def _update(model, config, plan, batches, optimizer=None):
-    # Plain SGD: AdamW's first step is lr·sign(gradient), which turns float noise on a near-zero
-    # gradient into a full-size difference; SGD's step is the gradient itself.
-    result = optimize_pass(model, optimizer or optim.SGD(learning_rate=1.0), batches, config, plan, record_old=True)
-    return result, dict(tree_flatten(model.trainable_parameters())), [np.array(b.old_logps) for b in batches]
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_every_switch_together_trains_like_none(loss_type, lora):
-    config = _config(loss_type)
+    config = switch_config(loss_type)
     results = {}
     for on in (False, True):
-        model = _model(lora)
+        model = small_model(lora)
         plan = engine_plan.decide(model, config)
         plan = dataclasses.replace(plan, compiled_loss=False, two_streams=False)
         if on:
             plan = dataclasses.replace(plan, gradient_checkpointing=True, vocab_chunk_size=6, logprob_batch_size=3)
             checkpointing.checkpoint_blocks(model)
-        batches = [_batch(seed, 2) for seed in (4, 5)]
-        results[on] = _update(model, config, plan, batches)
+        batches = [switch_batch(seed, 2) for seed in (4, 5)]
+        results[on] = sgd_update(model, config, plan, batches)
     assert_same_update(results[True], results[False], atol=1e-6, rtol=1e-4)
 
 
 def test_the_plan_names_the_switches_and_drops_the_compiled_loss():
-    model = _model(False)
-    plain = engine_plan.decide(model, _config())
+    model = small_model(False)
+    plain = engine_plan.decide(model, switch_config())
     assert "chunks" not in plain.describe() and "checkpointing" not in plain.describe()
-    plan = engine_plan.decide(model, _config(training="gradient_checkpointing = true\nvocab_chunk_size = 64\n"
+    plan = engine_plan.decide(model, switch_config(training="gradient_checkpointing = true\nvocab_chunk_size = 64\n"
                                                       "logprob_batch_size = 2"))
     assert plan.gradient_checkpointing and plan.vocab_chunk_size == 64 and plan.logprob_batch_size == 2
     assert not plan.compiled_loss
@@ -200,7 +127,7 @@ def test_the_chunked_head_lowers_the_peak(monkeypatch):
     args = qwen3.ModelArgs(model_type="qwen3", hidden_size=32, num_hidden_layers=1, intermediate_size=64,
                            num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=100_000, num_key_value_heads=1,
                            max_position_embeddings=512, rope_theta=10000.0, head_dim=16, tie_word_embeddings=True)
-    model, config = qwen3.Model(args), _config("grpo")
+    model, config = qwen3.Model(args), switch_config("grpo")
     mx.eval(model.parameters())
     model.train()
     rng = np.random.default_rng(0)
@@ -212,7 +139,7 @@ def test_the_chunked_head_lowers_the_peak(monkeypatch):
     for name, options in {"mlx": {}, "chunks of 16": {"vocab_chunk": 16}, "fused": {"fused_head": True}}.items():
         mx.synchronize()
         mx.reset_peak_memory()
-        _grads(model, batch, config, **options)
+        grads(model, batch, config, **options)
         peaks[name] = mx.get_peak_memory()
     logits_bytes = 8 * 50 * 100_000 * 4
     assert peaks["chunks of 16"] < peaks["mlx"] - 2 * logits_bytes
@@ -241,30 +168,6 @@ def test_the_head_weight_gradient_is_the_same_kept_whole_or_summed_by_chunk(posi
         return mx.sum((picked - mx.logsumexp(logits, axis=-1)) * weights)
 
     np.testing.assert_allclose(np.array(mx.grad(chunked)(weight)), np.array(mx.grad(plain)(weight)), atol=1e-5)
-
-
-def head_gradient_peak(in_place: bool, limit_above_inputs: int | None = None) -> int:
-    """Peak bytes above its inputs of a 32,768 × 512 fused head's gradient on 768 positions (chunks of
-    256: 32 MB of logits each); ``limit_above_inputs``: MLX's memory limit that far above them."""
-    vocabulary, width, positions, chunk = 32_768, 512, 768, 256
-    keys = mx.random.split(mx.random.key(7), 3)
-    weight = mx.random.normal((vocabulary, width), key=keys[0]) * 0.02
-    hidden = mx.random.normal((positions, width), key=keys[1])
-    targets = mx.random.randint(0, vocabulary, (positions,), key=keys[2])
-    mx.eval(weight, hidden, targets)
-    fused = chunked_head._function(chunk, 1.0, True, None, in_place)
-    gradient = mx.grad(lambda w, h: mx.sum(fused(h, (w,), targets)[0]), argnums=(0, 1))
-    mx.eval(gradient(weight, hidden))  # compiled kernels built before the measurement
-    mx.synchronize()
-    mx.reset_peak_memory()
-    base = mx.get_active_memory()
-    previous = mx.set_memory_limit(base + limit_above_inputs) if limit_above_inputs is not None else None
-    try:
-        mx.eval(gradient(weight, hidden))
-    finally:
-        if previous is not None:
-            mx.set_memory_limit(previous)
-    return mx.get_peak_memory() - base
 
 
 def test_the_fused_head_sums_its_weight_gradient_in_place():

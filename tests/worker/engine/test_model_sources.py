@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, LoraConfig, ModelConfig
-from tests.arch_models import build, quantize
+from tests.helpers.arch_models import build, quantize
 from tests.conftest import ROOT
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"

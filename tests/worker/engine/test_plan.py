@@ -10,10 +10,10 @@ from grpo_tui.worker.engine import model as model_io, plan as engine_plan, rollo
 from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_sampling, host_vocab, memory
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
-from tests.tiny_model import build_tiny_model
-from tests.worker.engine.accel.test_two_cores import CONFIG, _batch
+from tests.helpers.tiny_model import build_tiny_model
+from tests.helpers.loss_cases import STREAMS_CONFIG, stream_batch
 
-CONFIG_DAPO = CONFIG.format(loss_type="dapo")
+CONFIG_DAPO = STREAMS_CONFIG.format(loss_type="dapo")
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_the_update_takes_the_planned_path(loaded, monkeypatch, off):
     seen = []
     real = update.loss_grad_parts
     monkeypatch.setattr(update, "loss_grad_parts", lambda *a, **k: seen.append((k["compiled"], k["host"], k["whole"] is not None)) or real(*a, **k))
-    optimize_pass(model, make_optimizer(config), [_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
+    optimize_pass(model, make_optimizer(config), [stream_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
     assert {s[0] for s in seen} == {False}
     assert {s[1] for s in seen} == {plan.host_vocab} == {"host_vocab" not in off}
     assert {s[2] for s in seen} == {plan.two_streams} == {"two_streams" not in off}
@@ -134,7 +134,7 @@ def test_the_compiled_loss_runs_when_planned(loaded, monkeypatch):
     seen = []
     real = update.loss_grad_parts
     monkeypatch.setattr(update, "loss_grad_parts", lambda *a, **k: seen.append(k["compiled"]) or real(*a, **k))
-    optimize_pass(model, make_optimizer(config), [_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
+    optimize_pass(model, make_optimizer(config), [stream_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
     assert plan.compiled_loss and set(seen) == {True} and "compiled loss" in plan.describe()
 
 

@@ -13,7 +13,7 @@ from mlx_lm import generate, load as mlx_load
 
 from grpo_tui.protocol.config import ConfigError, load_config
 from grpo_tui.worker.engine.trainer import Trainer
-from tests.arch_models import LORA, build, quantize, step_config
+from tests.helpers.arch_models import LORA, build, quantize, step_config
 
 PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5]])
 

@@ -11,7 +11,7 @@ from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import completion_logits, token_logps
 from grpo_tui.worker.engine.plan import EnginePlan
 from grpo_tui.worker.engine.rollout import finish_reason, generate, repetition_period
-from tests.tiny_model import build_tiny_model
+from tests.helpers.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="module")

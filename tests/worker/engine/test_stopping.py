@@ -7,7 +7,7 @@ from mlx_lm import load
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.worker.engine import rollout
 from grpo_tui.worker.engine.accel import fastgen
-from tests.tiny_model import build_tiny_model
+from tests.helpers.tiny_model import build_tiny_model
 
 MAX = 48
 

@@ -13,8 +13,8 @@ from mlx_lm.models import qwen3
 
 from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan, tied_embedding
 from grpo_tui.worker.engine.batch import pack
-from tests.worker.engine.same_update import assert_same_update
-from tests.worker.engine.test_memory_switches import _assert_same, _batch, _config, _grads, _model, _update
+from tests.helpers.same_update import assert_same_update
+from tests.helpers.loss_cases import assert_same, grads, sgd_update, small_model, switch_batch, switch_config
 
 
 @pytest.fixture
@@ -29,47 +29,47 @@ def mlx_s_own_gradient(monkeypatch):
 @pytest.mark.parametrize("group", [4, 1], ids=["shared-prompt", "plain"])
 def test_the_folded_gradient_is_mlx_s(head, group, mlx_s_own_gradient):
     options = {"mlx": {}, "fused": {"fused_head": True}, "numpy": {"host": True}, "chunks": {"vocab_chunk": 5}}[head]
-    model, config = _model(False), _config("bnpo")
+    model, config = small_model(False), switch_config("bnpo")
     assert tied_embedding.applies(model)
-    batch = _batch(6, 2, group)
-    folded = _grads(model, batch, config, **options)
+    batch = switch_batch(6, 2, group)
+    folded = grads(model, batch, config, **options)
     mlx_s_own_gradient()
-    _assert_same(folded, _grads(model, batch, config, **options))
+    assert_same(folded, grads(model, batch, config, **options))
 
 
 def test_the_compiled_loss_folds_the_same_gradient(mlx_s_own_gradient):
-    model, config = _model(False), _config("dapo")
-    batch = _batch(7, 2)
-    folded = _grads(model, batch, config, compiled=True)
+    model, config = small_model(False), switch_config("dapo")
+    batch = switch_batch(7, 2)
+    folded = grads(model, batch, config, compiled=True)
     mlx_s_own_gradient()
-    _assert_same(folded, _grads(model, batch, config, compiled=True))
+    assert_same(folded, grads(model, batch, config, compiled=True))
 
 
 def test_lora_and_a_4_bit_embedding_keep_mlx_s_path():
-    lora = _model(True)
+    lora = small_model(True)
     assert not tied_embedding.applies(lora)  # its embedding is frozen: no gradient to fold
-    quantized = _model(False)
+    quantized = small_model(False)
     nn.quantize(quantized, group_size=32, bits=4)
     assert not tied_embedding.applies(quantized)
-    assert not tied_embedding.applies(_model(False, tie=False))
+    assert not tied_embedding.applies(small_model(False, tie=False))
 
 
 @pytest.mark.parametrize("switches", [False, True], ids=["default", "switches"])
 def test_the_training_pass_folds_every_micro_batch(switches, mlx_s_own_gradient):
     """Two micro-batches (each one's lookup is folded after its gradient is evaluated, into the
     sum so far), with and without the memory switches: the update is MLX's."""
-    config = _config("dapo")
+    config = switch_config("dapo")
     results = []
     for fold in (True, False):
         if not fold:
             mlx_s_own_gradient()
-        model = _model(False)
+        model = small_model(False)
         plan = dataclasses.replace(engine_plan.decide(model, config), compiled_loss=False, two_streams=False,
                                    fused_head=True)
         if switches:
             plan = dataclasses.replace(plan, gradient_checkpointing=True, vocab_chunk_size=6, logprob_batch_size=3)
             checkpointing.checkpoint_blocks(model)
-        results.append(_update(model, config, plan, [_batch(seed, 2) for seed in (8, 9)]))
+        results.append(sgd_update(model, config, plan, [switch_batch(seed, 2) for seed in (8, 9)]))
     assert_same_update(results[0], results[1], atol=1e-6, rtol=1e-4)
 
 
@@ -92,7 +92,7 @@ def test_the_fold_keeps_the_lookup_s_dense_gradient_out_of_the_peak(monkeypatch,
     args = qwen3.ModelArgs(model_type="qwen3", hidden_size=hidden, num_hidden_layers=1, intermediate_size=128,
                            num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocabulary, num_key_value_heads=1,
                            max_position_embeddings=512, rope_theta=10000.0, head_dim=64, tie_word_embeddings=True)
-    config = _config("grpo")
+    config = switch_config("grpo")
     monkeypatch.setattr(chunked_head, "FUSED_CHUNK_BYTES", 8 * 4 * vocabulary)  # small logits: the head dominates
     rng = np.random.default_rng(0)
     batch = pack([[5, 6, 7, 8]] * 4, [[int(t) for t in rng.integers(3, vocabulary, 12)] for _ in range(4)],
@@ -109,7 +109,7 @@ def test_the_fold_keeps_the_lookup_s_dense_gradient_out_of_the_peak(monkeypatch,
         optimizer = _PeakAtUpdate(learning_rate=0.1)
         mx.synchronize()
         mx.reset_peak_memory()
-        _update(model, config, plan, [batch], optimizer)
+        sgd_update(model, config, plan, [batch], optimizer)
         peaks.append(optimizer.peak)
         del model
     head_bytes = vocabulary * hidden * 4

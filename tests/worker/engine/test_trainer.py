@@ -13,7 +13,7 @@ from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine import loss as loss_step
 from grpo_tui.worker import records
 from grpo_tui.worker.engine.trainer import Trainer
-from tests.tiny_model import build_tiny_model, write_config
+from tests.helpers.tiny_model import build_tiny_model, write_config
 
 BASE = """
 [grpo]

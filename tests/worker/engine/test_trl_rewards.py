@@ -10,7 +10,7 @@ import pytest
 from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.conftest import EXAMPLES
-from tests.tiny_model import write_config
+from tests.helpers.tiny_model import write_config
 
 
 # TRL's own reward (trl/rewards/format_rewards.py), copied unchanged.

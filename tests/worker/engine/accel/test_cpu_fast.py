@@ -16,13 +16,9 @@ from grpo_tui.worker.engine import plan as engine_plan
 from grpo_tui.worker.engine.accel import cpu_fast, patches
 from grpo_tui.worker.engine.model import load as policy_load
 from tests.conftest import EXAMPLES
-from tests.worker.engine.test_loss import CONFIG as LOSS_CONFIG
+from tests.helpers.loss_cases import LOSS_CONFIG, close
 
 TINY = str(EXAMPLES / "models" / "tiny-arith")
-
-
-def close(a, b, rtol=1e-5, atol=1e-6):
-    np.testing.assert_allclose(np.array(a.astype(mx.float32)), np.array(b.astype(mx.float32)), rtol=rtol, atol=atol)
 
 
 # ----------------------------------------------------------------------------- exp

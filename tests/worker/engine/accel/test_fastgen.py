@@ -17,7 +17,7 @@ from grpo_tui.worker.engine import rollout
 from grpo_tui.worker.engine.accel import cpu_fast, fastgen, patches
 from grpo_tui.worker.engine.model import load as policy_load
 from tests.conftest import EXAMPLES
-from tests.tiny_model import build_tiny_model
+from tests.helpers.tiny_model import build_tiny_model
 
 TINY = str(EXAMPLES / "models" / "tiny-arith")
 GREEDY = make_sampler(temp=0.0)

@@ -11,8 +11,7 @@ from grpo_tui.worker.engine import chunked_head
 from grpo_tui.worker.engine.accel import host_head, host_vocab
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import _logps_entropy
-from tests.worker.engine.accel.test_host_vocab import _reference
-from tests.worker.engine.test_memory_switches import _assert_same, _batch, _config, _grads, _model
+from tests.helpers.loss_cases import assert_same, grads, reference_logps_entropy, small_model, switch_batch, switch_config
 
 
 @pytest.fixture
@@ -38,7 +37,7 @@ def test_log_probs_entropy_and_gradients_match_the_whole_logits(small_blocks):
     (loss, (logps, entropy)), grads = mx.value_and_grad(ours, argnums=(0, 1))(hidden, weight)
     (want_loss, _), want_grads = mx.value_and_grad(whole, argnums=(0, 1))(hidden, weight)
     logits = np.array((hidden @ weight.T) / temperature).reshape(-1, 5000)
-    exact_logps, exact_entropy = _reference(logits, np.array(targets).reshape(-1))
+    exact_logps, exact_entropy = reference_logps_entropy(logits, np.array(targets).reshape(-1))
     np.testing.assert_allclose(np.array(logps).reshape(-1), exact_logps, atol=2e-5)
     np.testing.assert_allclose(np.array(entropy).reshape(-1), exact_entropy, atol=1e-4)
     assert loss.item() == pytest.approx(want_loss.item(), rel=1e-5)
@@ -63,10 +62,10 @@ def test_the_loss_and_gradients_equal_the_mlx_path(small_blocks, monkeypatch, lo
     forward = host_head.forward
     monkeypatch.setattr(host_head, "forward", lambda *a: calls.append(1) or forward(*a))
     monkeypatch.setattr(host_vocab, "logps_entropy", None)  # the logits path must not run
-    model, config = _model(lora, tie=tie), _config("dapo")
+    model, config = small_model(lora, tie=tie), switch_config("dapo")
     assert chunked_head.supports(model)
-    batch = _batch(3, 2, group)
-    _assert_same(_grads(model, batch, config, host=True), _grads(model, batch, config))
+    batch = switch_batch(3, 2, group)
+    assert_same(grads(model, batch, config, host=True), grads(model, batch, config))
     assert calls
 
 
@@ -76,7 +75,7 @@ def test_the_logits_never_exist_whole_in_mlx_memory():
     args = qwen3.ModelArgs(model_type="qwen3", hidden_size=32, num_hidden_layers=1, intermediate_size=64,
                            num_attention_heads=2, rms_norm_eps=1e-6, vocab_size=vocabulary, num_key_value_heads=1,
                            max_position_embeddings=512, rope_theta=10000.0, head_dim=16, tie_word_embeddings=True)
-    model, config = qwen3.Model(args), _config("grpo")
+    model, config = qwen3.Model(args), switch_config("grpo")
     mx.eval(model.parameters())
     model.train()
     rng = np.random.default_rng(0)
@@ -86,7 +85,7 @@ def test_the_logits_never_exist_whole_in_mlx_memory():
     for host in (False, True):
         mx.synchronize()
         mx.reset_peak_memory()
-        _grads(model, batch, config, host=host)
+        grads(model, batch, config, host=host)
         peaks[host] = mx.get_peak_memory()
     logits_bytes = 8 * 50 * vocabulary * 4  # 243 MB
     weight_bytes = vocabulary * 32 * 4  # 19 MB: the weight, its gradient, the embedding's

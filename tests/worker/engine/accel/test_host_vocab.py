@@ -10,15 +10,8 @@ from grpo_tui.worker.engine import chunked_head, loss as loss_step, model as mod
 from grpo_tui.worker.engine.accel import host_vocab
 from grpo_tui.worker.engine.logps import _logps_entropy
 from grpo_tui.worker.engine.grpo import LossSettings
-from tests.worker.engine.accel.test_two_cores import CONFIG, _batch
-from tests.tiny_model import build_tiny_model
-
-
-def _reference(x: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    x = x.astype(np.float64)
-    logp = x - x.max(1, keepdims=True)
-    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
-    return logp[np.arange(len(x)), targets], -(np.exp(logp) * logp).sum(1)
+from tests.helpers.loss_cases import STREAMS_CONFIG, reference_logps_entropy, stream_batch
+from tests.helpers.tiny_model import build_tiny_model
 
 
 def test_logps_and_entropy_match_float64_and_the_gradient_matches_mlx():
@@ -26,7 +19,7 @@ def test_logps_and_entropy_match_float64_and_the_gradient_matches_mlx():
     targets = mx.random.randint(0, 9000, (7,), key=mx.random.key(1))
     weights = mx.random.normal((7,), key=mx.random.key(2))
     logps, entropy = host_vocab.logps_entropy(x, targets)
-    want_logps, want_entropy = _reference(np.array(x), np.array(targets))
+    want_logps, want_entropy = reference_logps_entropy(np.array(x), np.array(targets))
     np.testing.assert_allclose(np.array(logps), want_logps, atol=2e-5)
     np.testing.assert_allclose(np.array(entropy), want_entropy, atol=1e-4)
 
@@ -70,7 +63,7 @@ def test_more_logits_than_the_old_64m_cap_match_mlx_in_chunks_with_a_bounded_buf
     # entropies to ~1e-4, numpy's within 1e-4 of float64 (MLX's sequential sum: ~1e-3 off)
     np.testing.assert_allclose(np.array(logps), np.array(want_logps), rtol=1e-5)
     np.testing.assert_allclose(np.array(entropy), np.array(want_entropy), rtol=3e-4)
-    exact_logps, exact_entropy = _reference(np.array(x[:16]), np.array(targets[:16]))
+    exact_logps, exact_entropy = reference_logps_entropy(np.array(x[:16]), np.array(targets[:16]))
     np.testing.assert_allclose(np.array(logps[:16]), exact_logps, rtol=1e-5)
     np.testing.assert_allclose(np.array(entropy[:16]), exact_entropy, atol=3e-4)
     assert host_vocab._SCRATCH["log-softmax"].size <= host_vocab.chunk_rows(vocab) * vocab < rows * vocab
@@ -88,8 +81,8 @@ def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, 
     monkeypatch.setattr(host_vocab, "CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(chunked_head, "plain_weight", lambda model: None)
     model = model_io.load(ModelConfig(path=str(build_tiny_model(tmp_path))))[0]
-    config = parse_config(CONFIG.format(loss_type="grpo"), check_paths=False)
-    batch = _batch(model.args.vocab_size, 5, 2)
+    config = parse_config(STREAMS_CONFIG.format(loss_type="grpo"), check_paths=False)
+    batch = stream_batch(model.args.vocab_size, 5, 2)
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary qualifies
     results = {}
     for switch in ("1", "0"):  # the plan's host_vocab on and off (test_plan: the switch)

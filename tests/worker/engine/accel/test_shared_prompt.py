@@ -12,7 +12,7 @@ from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import token_logps
 from grpo_tui.worker.engine.accel.llama_family import padded_causal_mask
 from grpo_tui.worker.engine.accel.shared_prompt import group_prompts
-from tests.tiny_model import build_tiny_model
+from tests.helpers.tiny_model import build_tiny_model
 
 G = 4
 

@@ -10,7 +10,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.worker.engine.accel import cpu_fast, patches
-from tests.worker.engine.accel.test_cpu_fast import close
+from tests.helpers.loss_cases import close
 
 
 def _reference(gate: mx.array, up: mx.array, weight: mx.array) -> mx.array:

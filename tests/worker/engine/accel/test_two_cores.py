@@ -13,19 +13,14 @@ from mlx.utils import tree_flatten
 from grpo_tui.protocol.config import ModelConfig, parse_config
 from grpo_tui.worker.engine import loss as loss_step, model as model_io, plan as engine_plan
 from grpo_tui.worker.engine.accel import two_cores
-from grpo_tui.worker.engine.batch import halves, pack
+from grpo_tui.worker.engine.batch import halves
 from grpo_tui.worker.engine.grpo import LossSettings
 from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
-from tests.worker.engine.test_loss import CONFIG as LOSS_STEP_CONFIG
-from tests.tiny_model import build_tiny_model
-from tests.worker.engine.same_update import assert_same_update
+from tests.helpers.loss_cases import STREAMS_CONFIG, stream_batch
+from tests.helpers.tiny_model import build_tiny_model
+from tests.helpers.same_update import assert_same_update
 
 G = 4
-# test_loss_step's config, with the loss type a parameter and a plain AdamW step.
-CONFIG = LOSS_STEP_CONFIG.replace('loss_type = "dapo"', 'loss_type = "{loss_type}"') + """[training]
-learning_rate = 0.01
-max_grad_norm = 0.0
-"""
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +33,8 @@ def model(model_path):
     return model_io.load(ModelConfig(path=model_path))[0]
 
 
-def _batch(vocab: int, seed: int, groups: int, group: int = G):
-    rng = np.random.default_rng(seed)
-    heads = [[int(t) for t in rng.integers(3, vocab, int(rng.integers(4, 10)))] for _ in range(groups)]
-    prompts = [h for h in heads for _ in range(G)]
-    completions = [[int(t) for t in rng.integers(3, vocab, int(rng.integers(2, 9)))] for _ in prompts]
-    advantages = [float(a) for a in rng.normal(size=len(prompts))]
-    keep = [i % 5 != 3 for i in range(len(prompts))]  # some masked rows: token counts differ per part
-    return pack(prompts, completions, advantages, keep, group=group)
-
-
 def _plan(model):
-    return engine_plan.decide(model, parse_config(CONFIG.format(loss_type="bnpo"), check_paths=False))
+    return engine_plan.decide(model, parse_config(STREAMS_CONFIG.format(loss_type="bnpo"), check_paths=False))
 
 
 def _grads_of(model, batch, config, whole=None):
@@ -63,8 +48,8 @@ def _grads_of(model, batch, config, whole=None):
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 @pytest.mark.parametrize("groups, group", [(3, G), (1, G), (2, 1)], ids=["groups", "one-group", "plain"])
 def test_the_halves_add_up_to_the_whole(model, loss_type, groups, group):
-    config = parse_config(CONFIG.format(loss_type=loss_type), check_paths=False)
-    batch = _batch(model.args.vocab_size, 0, groups, group)
+    config = parse_config(STREAMS_CONFIG.format(loss_type=loss_type), check_paths=False)
+    batch = stream_batch(model.args.vocab_size, 0, groups, group)
     parts = halves(batch)
     assert len(parts) == 2
     assert sum(p.targets.shape[0] for p in parts) == batch.targets.shape[0]
@@ -83,7 +68,7 @@ def test_the_halves_add_up_to_the_whole(model, loss_type, groups, group):
 
 
 def test_whole_groups_stay_together(model):
-    batch = _batch(model.args.vocab_size, 1, 3)
+    batch = stream_batch(model.args.vocab_size, 1, 3)
     first, second = halves(batch)
     assert first.prompts.shape[0] == 2 and second.prompts.shape[0] == 1  # no prompt runs twice
     assert first.targets.shape[0] == 2 * G and second.targets.shape[0] == G
@@ -91,7 +76,7 @@ def test_whole_groups_stay_together(model):
 
 
 def test_an_update_on_two_streams_equals_one_on_one(model_path, monkeypatch):
-    config = parse_config(CONFIG.format(loss_type="bnpo"), check_paths=False)
+    config = parse_config(STREAMS_CONFIG.format(loss_type="bnpo"), check_paths=False)
     updated = {}
     for switch in ("1", "0"):
         monkeypatch.setenv("GRPO_TUI_TWO_STREAMS", switch)
@@ -99,7 +84,7 @@ def test_an_update_on_two_streams_equals_one_on_one(model_path, monkeypatch):
         model.train()
         plan = engine_plan.decide(model, config)
         assert plan.two_streams == (switch == "1")
-        batches = [_batch(model.args.vocab_size, seed, 2) for seed in (3, 4)]
+        batches = [stream_batch(model.args.vocab_size, seed, 2) for seed in (3, 4)]
         result = optimize_pass(model, make_optimizer(config), batches, config, plan, record_old=True)
         updated[switch] = (result, dict(tree_flatten(model.parameters())), [np.array(b.old_logps) for b in batches])
     # lr 0.01: AdamW divides by sqrt(v), so a near-zero gradient summed in another order (two streams,

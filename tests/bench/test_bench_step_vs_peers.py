@@ -4,7 +4,7 @@ as their own rows (the runs themselves are a bench, never a test)."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import step_vs_peers  # noqa: E402
 

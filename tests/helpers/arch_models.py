@@ -44,7 +44,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 ARCHITECTURES = tuple(CONFIGS)
 
-# One small GRPO step for a config.toml (tests.tiny_model.write_config appends it). Random toy
+# One small GRPO step for a config.toml (tests.helpers.tiny_model.write_config appends it). Random toy
 # models rarely stop or answer, so a reward that differs within a group gives the advantages.
 STEP = """
 [[rewards]]
@@ -63,7 +63,7 @@ VARIED = "def varied(completions, **kwargs):\n    return [float(len(set(str(c)))
 
 def step_config(directory: Path, model: Path, extra: str = "") -> Path:
     """A config.toml in ``directory`` for one small step of ``model`` (with its reward file)."""
-    from tests.tiny_model import write_config
+    from tests.helpers.tiny_model import write_config
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "varied.py").write_text(VARIED)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODEL_DIR = EXAMPLES / "models" / "tiny-arith"
 TRAIN = EXAMPLES / "data" / "arith.jsonl"
 EVAL = EXAMPLES / "data" / "arith_eval.jsonl"

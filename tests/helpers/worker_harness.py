@@ -19,12 +19,12 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event, encode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Qwen3 folder that mlx_lm.load opens (built once per test session)."""
-    from tests.tiny_model import build_tiny_model
+    from tests.helpers.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
@@ -180,7 +180,7 @@ def reward_config(folder: Path, *names: str) -> str:
     return "".join(f'[[rewards]]\nfunction = "{folder / "rewards.py"}:{n}"\n' for n in names)
 
 
-FAULTY_TRAINER = f"{ROOT / 'tests' / 'fake_trainer.py'}:FaultyTrainer"
+FAULTY_TRAINER = f"{Path(__file__).with_name('fake_trainer.py')}:FaultyTrainer"
 
 
 TOOL_CALL_TEXT = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
@@ -201,7 +201,7 @@ def build_tool_calling_model(directory: Path, calls_per_turn: int = 1) -> Path:
     import mlx.core as mx
     from tokenizers import Tokenizer
 
-    from tests.tiny_model import build_tiny_model
+    from tests.helpers.tiny_model import build_tiny_model
 
     build_tiny_model(directory)
     tok = Tokenizer.from_file(str(directory / "tokenizer.json"))

@@ -1,6 +1,6 @@
 """A scripted stand-in for ``python -m grpo_tui.worker``: speaks the real protocol, trains nothing.
 
-    python tests/fakes/fake_worker.py [--steps N] [--fps F] [--crash-at STEP] ...
+    python tests/helpers/fake_worker.py [--steps N] [--fps F] [--crash-at STEP] ...
 
 Frames go to stdout, log lines to stderr, commands are read from stdin (pause / resume / stop /
 save_checkpoint / set_sample_display). With ``--resume latest`` (what the dashboard adds on a

@@ -1,4 +1,4 @@
-"""pytest plugin (loaded with ``-p tests.blas_reexec`` before output capture starts): run the test
+"""pytest plugin (loaded with ``-p tests.helpers.blas_reexec`` before output capture starts): run the test
 session under the same optimized BLAS that the worker uses, so in-process MLX tests are not 30-70×
 slower on Linux. Re-executes pytest once with the library preloaded; a no-op elsewhere."""
 
