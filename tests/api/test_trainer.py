@@ -10,7 +10,7 @@ import mlx_lm
 import pytest
 
 from grpo_tui import GRPOConfig, GRPOTrainer, TrainingError
-from tests.worker_harness import build_tool_calling_model
+from tests.helpers.worker_harness import build_tool_calling_model
 
 
 @pytest.fixture

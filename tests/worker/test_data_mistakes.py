@@ -11,7 +11,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.outcome import Exit
-from tests.worker_harness import WorkerProcess, tiny_model, write_config
+from tests.helpers.worker_harness import WorkerProcess, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 

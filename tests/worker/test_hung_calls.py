@@ -11,7 +11,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.worker.engine import timed_calls
-from tests.worker_harness import WorkerProcess, build_tool_calling_model, query, write_config
+from tests.helpers.worker_harness import WorkerProcess, build_tool_calling_model, query, write_config
 
 HUNG_TOOLS_PY = '''
 import threading

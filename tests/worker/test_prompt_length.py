@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event
-from tests.worker_harness import ROOT, WorkerProcess, tiny_model, write_config
+from tests.helpers.worker_harness import ROOT, WorkerProcess, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 

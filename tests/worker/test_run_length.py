@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.state import RunState
-from tests.worker_harness import WorkerProcess, tiny_model, write_config
+from tests.helpers.worker_harness import WorkerProcess, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 

@@ -17,7 +17,7 @@ from mlx_lm import load as mlx_load
 
 from grpo_tui.protocol.config import ModelConfig, load_config
 from grpo_tui.worker.engine import memory_fit, model as model_io, model_source
-from tests.arch_models import build, quantize, step_config
+from tests.helpers.arch_models import build, quantize, step_config
 from tests.conftest import ROOT
 
 PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5]])

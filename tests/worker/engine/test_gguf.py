@@ -1,4 +1,4 @@
-"""GGUF files as ``model.path``: written here as llama.cpp's converter writes them (tests.gguf_files),
+"""GGUF files as ``model.path``: written here as llama.cpp's converter writes them (tests.helpers.gguf_files),
 loaded through the worker's model loading, they give the original model's logits; the tokenizer
 rebuilt from the metadata encodes, decodes and renders the chat template as the original; a file
 that cannot be converted is one sentence; quantized files train with LoRA or dequantized, through
@@ -21,9 +21,9 @@ from mlx_lm import load as mlx_load
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.protocol.outcome import Exit, Mistake
 from grpo_tui.worker.engine import gguf, model as model_io, model_source
-from tests.arch_models import LORA, step_config
+from tests.helpers.arch_models import LORA, step_config
 from tests.conftest import ROOT
-from tests.gguf_files import TEXTS, build_model, write_gguf
+from tests.helpers.gguf_files import TEXTS, build_model, write_gguf
 
 PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5, 250, 301, 17, 3]])
 FAMILIES = [("llama", "smollm"), ("qwen2", "qwen2"), ("qwen3", "qwen2")]
