@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tests import arch_models
+from tests.helpers import arch_models
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
