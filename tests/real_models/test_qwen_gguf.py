@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.worker.engine import model as model_io, model_source
-from tests.gguf_files import TEXTS, write_gguf
+from tests.helpers.gguf_files import TEXTS, write_gguf
 
 CHATS = [
     [{"role": "user", "content": "What is 17+25? Réponds en chiffres."}],

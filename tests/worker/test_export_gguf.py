@@ -13,8 +13,8 @@ from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker import export_gguf
 from grpo_tui.worker.engine import model as model_io
 from grpo_tui.worker.engine.trainer import Trainer
-from tests.arch_models import LORA, step_config
-from tests.gguf_files import build_model, write_gguf
+from tests.helpers.arch_models import LORA, step_config
+from tests.helpers.gguf_files import build_model, write_gguf
 
 PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5, 250, 301, 17, 3]])
 
