@@ -10,6 +10,8 @@
 - ``qwen3-1.7b`` / ``qwen3-4b``: Qwen3-1.7B's and Qwen3-4B's dimensions (``QWEN3_17B``, ``QWEN3_4B``),
   built the same way, only at the shallow depths ``bench/memory.py`` measures (full depth would be
   6.9 / 16 GB of float32 on disk).
+- ``smollm2-135m``: SmolLM2-135M-Instruct's real weights (``smollm2_model``), float32, from the GGUF
+  file ``examples/get_smollm2.py`` fetches.
 - ``qwen3-0.6b``: a Qwen3-0.6B-shaped model with random weights (hidden 1024, 28 layers, 16 heads,
   8 KV heads, head_dim 128, intermediate 3072, vocabulary 151,936, tied embeddings; float32, about
   596M parameters, 2.4 GB on disk), built once under ``.bench/models/``. Weights don't matter for
@@ -212,6 +214,41 @@ def real_vocab_tiny_model() -> Path:
     from tests.real_models.qwen_bpe import cached_model_dir
 
     return cached_model_dir(MODELS)
+
+
+def smollm2_model() -> Path:
+    """SmolLM2-135M-Instruct's real weights as a float32 Hugging Face folder (``LlamaForCausalLM``,
+    tied embeddings), made once under ``.bench/models/`` from the Q4_1 GGUF file that
+    ``examples/get_smollm2.py`` fetches: grpo-tui's GGUF conversion, dequantized in float32. So
+    grpo-tui, TRL and mlx-lm-lora train the same 134.5M weights."""
+    out = MODELS / "smollm2-135m-f32"
+    if (out / "model.safetensors").exists():
+        return out
+    sys.path.insert(0, str(ROOT / "examples"))
+    import mlx.core as mx
+    from get_smollm2 import FILE, cache_dir
+    from mlx.utils import tree_flatten
+    from mlx_lm import load
+
+    from grpo_tui.worker.engine import gguf, model as model_io
+
+    source = cache_dir() / FILE
+    if not source.exists():
+        raise SystemExit(f"{source} is missing: run python examples/get_smollm2.py first")
+    folder = gguf.converted(source)
+    model, _ = load(str(folder))
+    model = model_io.dequantized(model, mx.float32)
+    MODELS.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=MODELS))
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("quantization", "quantization_config"):
+        config.pop(key, None)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    mx.save_safetensors(str(tmp / "model.safetensors"), dict(tree_flatten(model.parameters())), metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / name, tmp / name)
+    tmp.rename(out)
+    return out
 
 
 def shaped_model(base: str, shape: dict, layers: int | None = None) -> Path:

@@ -62,6 +62,9 @@ SHAPES = {
     # numpy log-softmax is for small models only); the rollout comparison once (a 0.5B rollout is ~40 s).
     "qwen2.5-0.5b": {"batch_size": 2, "group_size": 4, "max_completion_length": 128, "learning_rate": 1e-6, "steps": 2,
                      "rollout_repeats": 1},
+    # SmolLM2-135M-Instruct's real weights (a float32 LlamaForCausalLM folder from its GGUF file), the
+    # demo's work: 4 prompts x G=8 x 24 tokens, full fine-tuning.
+    "smollm2-135m": {"batch_size": 4, "group_size": 8, "max_completion_length": 24, "learning_rate": 1e-6, "steps": 3},
     "prompt-heavy": {"batch_size": 1, "group_size": 8, "max_completion_length": 64, "learning_rate": 1e-6, "steps": 2,
                      "prompt_tokens": 256, "rollout_repeats": 1},
 }
@@ -91,6 +94,8 @@ def model_folder(shape: str, layers: int | None) -> Path:
         return shapes.demo_model(wait_s=1800)
     if shape == "real-vocab-tiny":
         return shapes.real_vocab_tiny_model()
+    if shape == "smollm2-135m":
+        return shapes.smollm2_model()
     return shapes.qwen25_05b_model(layers) if shape == "qwen2.5-0.5b" else shapes.qwen3_06b_model(layers)
 
 
