@@ -138,6 +138,10 @@ class GrpoConfig(_Section):
     mask_repetition_completions: bool = False  # also drop finish = "repetition" completions
     num_iterations: int = 1
     recipe: Literal["gspo", "dapo", "dr_grpo"] | None = None  # published settings (protocol/recipes.py)
+    # DAPO's dynamic sampling: drop groups whose rewards are all equal, roll out more prompts until
+    # the step has batch_size informative groups or max_sampling_rounds rollouts ran.
+    dynamic_sampling: bool = False
+    max_sampling_rounds: int = 3
     # TRL's top_entropy_quantile ("Beyond the 80/20 rule"): the policy loss keeps only this top
     # share of each micro-batch's tokens by entropy; 1.0 keeps every token.
     top_entropy_quantile: float = 1.0
@@ -155,6 +159,8 @@ class GrpoConfig(_Section):
             raise _invalid("beta", self.beta, "must be >= 0")
         if self.num_iterations < 1:
             raise _invalid("num_iterations", self.num_iterations, "must be at least 1")
+        if self.max_sampling_rounds < 1:
+            raise _invalid("max_sampling_rounds", self.max_sampling_rounds, "must be at least 1 (1 = drop groups, no extra rollout)")
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise _invalid("top_entropy_quantile", self.top_entropy_quantile, "must be in [0, 1] (1.0 keeps every token)")
 

@@ -14,10 +14,10 @@ RECIPES: dict[str, dict[str, Any]] = {
     # GSPO paper (v2) section 5.1; beta 0 as in verl (the paper index's comments).
     "gspo": {"grpo.importance_sampling_level": "sequence", "grpo.loss_type": "grpo", "grpo.beta": 0.0,
              "grpo.epsilon": 3e-4, "grpo.epsilon_high": 4e-4},
-    # DAPO section 4.1: overlong filtering, clip-higher, token-level loss, no KL. The soft overlong
-    # punishment is a reward: add ``soft_overlong``.
+    # DAPO section 4.1: overlong filtering, clip-higher, token-level loss, no KL, and its dynamic
+    # sampling (TRL lacks it). The soft overlong punishment is a reward: add ``soft_overlong``.
     "dapo": {"grpo.mask_truncated_completions": True, "grpo.loss_type": "dapo", "grpo.epsilon": 0.2,
-             "grpo.epsilon_high": 0.28, "grpo.beta": 0.0},
+             "grpo.epsilon_high": 0.28, "grpo.beta": 0.0, "grpo.dynamic_sampling": True},
     # Dr. GRPO: its loss, no KL, and no std scaling of the advantages (TRL's scale_rewards docs:
     # "The Dr. GRPO paper recommends not scaling rewards").
     "dr_grpo": {"grpo.loss_type": "dr_grpo", "grpo.beta": 0.0, "grpo.scale_rewards": "none"},

@@ -16,7 +16,7 @@ import msgspec
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -154,8 +154,14 @@ _V5 = """
 ALTER TABLE generations ADD COLUMN turns TEXT;
 """
 
+# Dynamic sampling (grpo.dynamic_sampling): 1 on a generation whose group was dropped (all its
+# rewards equal) and not trained on; the Database tab filters on it.
+_V6 = """
+ALTER TABLE generations ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 class StoreError(RuntimeError):

@@ -30,6 +30,7 @@ class Generation:
     tool_calls: list[ToolCall] = field(default_factory=list)
     reward_notes: dict[str, str] = field(default_factory=dict)  # per reward function (log_extra)
     turns: list[Turn] = field(default_factory=list)  # agent rollouts: the conversation turn by turn
+    dropped: bool = False  # dynamic sampling: its group's rewards were all equal, not trained on
 
     def to_sample(self, step: int, group_size: int) -> Sample:
         return Sample(

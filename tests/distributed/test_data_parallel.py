@@ -71,6 +71,45 @@ max_grad_norm = 0.5
             np.testing.assert_allclose(w2[key], w1[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
+def test_dynamic_sampling_on_two_ranks_equals_one_rank(tmp_path, tiny_model):
+    """Both ranks see every round whole (gathered), so they decide the same rounds and drops, and
+    the extra rounds' rows draw from keys of the step, not of the rank."""
+    (tmp_path / "split.py").write_text(
+        "def split(prompts, completions, **kwargs):\n"
+        "    return [0.5 if int(p[0]) % 2 else len(c) + len(set(c)) / 10 for p, c in zip(prompts, completions)]\n")
+    extra = f"""
+[grpo]
+group_size = 4
+dynamic_sampling = true
+max_sampling_rounds = 4
+
+[generation]
+max_completion_length = 8
+
+[training]
+batch_size = 4
+gradient_accumulation_steps = 2
+learning_rate = 1e-2
+
+[[rewards]]
+function = "{tmp_path / 'split.py'}:split"
+"""
+    config = write_config(tmp_path, tiny_model, extra)
+    _train(config, tmp_path / "one", 1)
+    _train(config, tmp_path / "two", 2)
+    one, w1 = _load(tmp_path / "one", 0)
+    assert any(m["extra"]["sampling/rounds"] > 1 for m in one["metrics"])
+    assert any(any(m["dropped"]) for m in one["metrics"]) and one["moved"] > 1e-4
+    for rank in (0, 1):
+        two, w2 = _load(tmp_path / "two", rank)
+        for a, b in zip(one["metrics"], two["metrics"], strict=True):
+            assert (a["tokens"], a["dropped"], a["extra"]) == (b["tokens"], b["dropped"], b["extra"])
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
+        for key in w1:
+            # two steps of summed float32 gradients in another order: 2e-6 apart at most
+            np.testing.assert_allclose(w2[key], w1[key], rtol=1e-4, atol=5e-6, err_msg=key)
+
+
 def test_an_agent_step_on_two_ranks_equals_one_rank(tmp_path):
     """The agent demo's model and calculator: rows call the tool at different times, each draws at
     its own positions from its own key, so the ranks' halves sample what one rank samples."""

@@ -30,6 +30,8 @@ def main() -> None:
             "length": m.completion_mean_length, "clipped": m.completion_clipped_ratio, "num_tokens": m.num_tokens,
             "frac_zero": m.frac_reward_zero_std,
             "tokens": [g.raw_completion for g in output.generations],
+            "dropped": [g.dropped for g in output.generations],
+            "extra": m.extra_metrics,
         })
     weights = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.model.trainable_parameters())}
     np.savez(out / f"rank-{rank}.npz", **weights)

@@ -15,7 +15,7 @@ PAPER_INDEX = {
     "gspo": {"importance_sampling_level": "sequence", "loss_type": "grpo", "beta": 0.0, "epsilon": 3e-4,
              "epsilon_high": 4e-4},
     "dapo": {"mask_truncated_completions": True, "loss_type": "dapo", "epsilon_high": 0.28, "epsilon": 0.2,
-             "beta": 0.0},
+             "beta": 0.0, "dynamic_sampling": True},  # DAPO's, which the paper index marks unsupported in TRL
     "dr_grpo": {"loss_type": "dr_grpo", "beta": 0.0, "scale_rewards": "none"},
 }
 
@@ -47,7 +47,7 @@ def test_check_prints_which_keys_the_recipe_set(tmp_path, capsys):
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out
     assert ('grpo.recipe = \'dapo\' set: grpo.mask_truncated_completions = true, grpo.loss_type = "dapo", '
-            "grpo.epsilon = 0.2, grpo.beta = 0.0") in out
+            "grpo.epsilon = 0.2, grpo.beta = 0.0, grpo.dynamic_sampling = true") in out
     assert "kept from the file (they win over the recipe): grpo.epsilon_high = 0.3" in out
     assert 'name = "soft_overlong"' in out  # DAPO's reward half, which a recipe cannot add
     assert "epsilon_high = 0.3\n" in out and "mask_truncated_completions = true\n" in out  # the resolved config

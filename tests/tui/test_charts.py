@@ -175,3 +175,11 @@ def test_several_ranks_and_logged_metrics_have_charts():
     assert row["extra_metrics/mean_ids"] == 6.5 and row["all_reduce_bytes"] == 4096
     charted = {key for group in STEP_GROUPS for panel in group.resolve(list(row)) for key, _ in panel.lines}
     assert set(row) - charted == {"num_tokens"}
+
+
+def test_dynamic_samplings_metrics_have_charts():
+    frame = step_frame(3, 0, parse_args([]))
+    frame.extra_metrics = {"sampling/rounds": 2.0, "sampling/dropped_groups": 3.0, "sampling/generated_completions": 48.0}
+    row = flatten_step(frame)
+    titles = {panel.title for group in STEP_GROUPS for panel in group.resolve(list(row))}
+    assert {"sampling/rounds", "sampling/dropped_groups", "sampling/generated_completions"} <= titles

@@ -62,3 +62,117 @@ def test_the_dr_grpo_recipe_trains_with_unscaled_advantages(tmp_path, tiny_model
         mean = sum(r for r, _ in members) / len(members)
         assert [a for _, a in members] == pytest.approx([r - mean for r, _ in members], abs=1e-6)  # no std division
     assert any(abs(a) > 1e-3 for _, _, _, a in rows)
+
+
+# ---------------------------------------------------------------- dynamic sampling
+
+SPLIT_REWARD = '''
+def split(prompts, completions, **kwargs):
+    """All-equal rewards on prompts whose first number is odd; varied on the others."""
+    out = []
+    for p, c in zip(prompts, completions):
+        first = int(p.split("What is ")[1].split(" ")[0])
+        out.append(0.5 if first % 2 else len(c) + len(set(c)) / 10)
+    return out
+
+def flat(prompts, completions, **kwargs):
+    return [1.0 for _ in completions]
+'''
+
+
+def split_rewards(folder, name: str = "split") -> str:
+    (folder / "split.py").write_text(SPLIT_REWARD)
+    return f'[[rewards]]\nfunction = "{folder / "split.py"}:{name}"\n'
+
+
+def _groups(db) -> dict:
+    rows = query(db, "SELECT step, prompt_index, reward, dropped, prompt FROM generations ORDER BY id")
+    groups: dict = {}
+    for step, prompt_index, reward, dropped, prompt in rows:
+        groups.setdefault((step, prompt_index), []).append((reward, dropped, prompt))
+    return groups
+
+
+def check_dynamic_run(worker: WorkerProcess, db, batch_size: int, group_size: int) -> None:
+    """Every step's sampling/* metrics agree with its stored generations: a group is marked dropped
+    exactly when its rewards are all equal, and the trained groups fill the batch unless the step
+    said it ran out of rounds."""
+    groups = _groups(db)
+    warnings = [e.message for e in worker.of(m.Log) if "dynamic sampling found" in e.message]
+    for step in worker.of(m.Step):
+        extra = step.extra_metrics
+        mine = {k: v for k, v in groups.items() if k[0] == step.step}
+        assert extra["sampling/generated_completions"] == len(mine) * group_size
+        assert extra["sampling/rounds"] == len(mine) // batch_size
+        dropped = [k for k, members in mine.items() if members[0][1]]
+        assert extra["sampling/dropped_groups"] == len(dropped)
+        informative = {k for k, members in mine.items() if len({r for r, _, _ in members}) > 1}
+        assert all(len({d for _, d, _ in members}) == 1 for members in mine.values())
+        trained = set(mine) - set(dropped)
+        said = any(w.startswith(f"step {step.step}: ") for w in warnings)
+        assert trained <= informative  # only informative groups are trained on
+        # the first batch_size informative groups in rollout order, or all of them and the step says so
+        assert sorted(trained) == sorted(informative)[:batch_size]
+        assert len(trained) == batch_size or said
+        stored = query(db, "SELECT extra_metrics FROM steps WHERE step = ?", step.step)[0][0]
+        assert '"sampling/rounds"' in stored
+
+
+def test_dynamic_sampling_drops_equal_groups_and_rolls_out_more(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=split_rewards(tmp_path),
+                          grpo={"group_size": 4, "dynamic_sampling": True, "max_sampling_rounds": 4},
+                          training={"max_steps": 3, "batch_size": 2})
+    worker = run_to_end(config)
+    db = tmp_path / "out" / "outputs.db"
+    check_dynamic_run(worker, db, 2, 4)
+    steps = worker.of(m.Step)
+    assert any(s.extra_metrics["sampling/rounds"] > 1 for s in steps)  # 5 of the 8 prompts are flat
+    assert any(s.extra_metrics["sampling/dropped_groups"] > 0 for s in steps)
+    # the Database tab's filter reads the marks
+    from grpo_tui.tui.db import GenFilter
+    from grpo_tui.tui.db.queries import count_generations
+    from grpo_tui.tui.db.store import open_readonly
+
+    conn = open_readonly(db)
+    total = query(db, "SELECT count(*), sum(dropped) FROM generations")[0]
+    assert count_generations(conn, GenFilter(dropped=True)) == total[1] > 0
+    assert count_generations(conn, GenFilter(dropped=False)) == total[0] - total[1]
+
+
+def test_dynamic_sampling_that_runs_out_of_rounds_trains_on_what_it_has_and_says_so(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=split_rewards(tmp_path, "flat"),
+                          grpo={"group_size": 2, "dynamic_sampling": True, "max_sampling_rounds": 2},
+                          training={"max_steps": 2, "batch_size": 2})
+    worker = run_to_end(config)
+    for step in worker.of(m.Step):
+        assert step.extra_metrics == {"sampling/rounds": 2.0, "sampling/dropped_groups": 4.0,
+                                      "sampling/generated_completions": 8.0}
+        assert step.gradients_applied and step.loss == 0.0
+    said = [e for e in worker.of(m.Log) if "dynamic sampling found" in e.message]
+    assert [e.level for e in said] == ["warning", "warning"]
+    assert said[0].message == ("step 1: dynamic sampling found 0 of 2 informative groups in 2 rounds "
+                               "(max_sampling_rounds); training on those 0, the other 2 slots masked out")
+
+
+def test_dynamic_sampling_with_agent_rollouts(tmp_path):
+    """The agent demo (tiny-agent calls the calculator in about a third of its answers): rounds of
+    agent rollouts, dropped groups stored with their conversations."""
+    from grpo_tui.protocol.config import load_config
+    from grpo_tui.protocol.tomlout import dumps
+    from tests.worker_harness import ROOT
+
+    config = load_config(ROOT / "examples" / "agent_calculator.toml")
+    config.grpo.group_size, config.training.batch_size, config.training.max_steps = 4, 4, 2
+    config.grpo.dynamic_sampling, config.grpo.max_sampling_rounds = True, 3
+    config.generation.max_completion_length = 64
+    config.checkpoint.output_dir = str(tmp_path / "out")
+    path = tmp_path / "agent.toml"
+    path.write_text(dumps(config.to_dict()))
+    worker = run_to_end(path)
+    db = tmp_path / "out" / "outputs.db"
+    check_dynamic_run(worker, db, 4, 4)
+    steps = worker.of(m.Step)
+    assert any(s.extra_metrics["sampling/dropped_groups"] > 0 for s in steps)
+    assert all("tools/calls_per_completion" in s.extra_metrics for s in steps)
+    with_turns = query(db, "SELECT count(*) FROM generations WHERE dropped = 1 AND turns IS NOT NULL")[0][0]
+    assert with_turns > 0  # dropped agent completions keep their conversation

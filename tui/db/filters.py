@@ -24,6 +24,8 @@ TOOL_FILTERS = {
     "any": "any tool call",
     "none": "no tool call",
 }
+# Dynamic sampling's filter values: generations whose group was dropped, or trained on.
+SAMPLING_FILTERS = {"trained": "trained on", "dropped": "dropped (equal rewards)"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class GenFilter:
     has_thinking: bool | None = None
     text: str = ""
     prompt_index: int | None = None  # with step_min == step_max: one group (the G completions of a prompt)
+    dropped: bool | None = None  # dynamic sampling: True = dropped groups only, False = trained only
     sort: Sort = "step"
     descending: bool = True
 
@@ -80,6 +83,8 @@ class GenFilter:
             parts.append(f"tool {self.tool_name!r}")
         if self.has_thinking is not None:
             parts.append("with thinking" if self.has_thinking else "without thinking")
+        if self.dropped is not None:
+            parts.append(SAMPLING_FILTERS["dropped" if self.dropped else "trained"])
         if self.text:
             shown = self.text if len(self.text) <= SHOWN_SEARCH else self.text[: SHOWN_SEARCH - 1] + "…"
             parts.append(f"search {shown!r}")
@@ -101,6 +106,7 @@ def where(f: GenFilter, alias: str = "g", match: bool = True) -> tuple[str, list
         ("run_id", "=", f.run_id), ("step", ">=", f.step_min), ("step", "<=", f.step_max),
         ("reward", ">=", f.reward_min), ("reward", "<=", f.reward_max),
         ("finish_reason", "=", f.finish_reason), ("prompt_index", "=", f.prompt_index),
+        ("dropped", "=", None if f.dropped is None else int(f.dropped)),
     ):
         if value is not None and value != "":
             # Sorted by step, the (run, step) index must drive the scan so LIMIT stops early; a unary

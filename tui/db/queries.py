@@ -170,6 +170,9 @@ def _execute(conn: sqlite3.Connection, sql: str, params: list[Any]) -> list[sqli
         return conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
         msg = str(exc)
+        if "no such column" in msg and "dropped" in msg:
+            raise QueryError("This store was written before dynamic sampling (no dropped groups): every generation "
+                             "in it was trained on.") from None
         if "fts5" in msg or "no such column" in msg or "unterminated" in msg or "malformed MATCH" in msg:
             raise QueryError(
                 f"Search not understood ({msg}). After {search.FTS_PREFIX} use words, \"quoted phrases\", "

@@ -1,5 +1,6 @@
 """The generations filter: a search box, a one-line summary of the current filter, and a form
-(``f``) for step range, reward range, prompt, tool name, finish reason, tool-call status and thinking."""
+(``f``) for step range, reward range, prompt, tool name, finish reason, tool-call status, thinking and
+dynamic sampling's dropped groups."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
 from grpo_tui.tui.db import GenFilter
-from grpo_tui.tui.db.filters import FINISH_REASONS, TOOL_FILTERS, from_form
+from grpo_tui.tui.db.filters import FINISH_REASONS, SAMPLING_FILTERS, TOOL_FILTERS, from_form
 
 NumberKind = Literal["integer", "number"]
 NUMBER_FIELDS: tuple[tuple[str, str, NumberKind], ...] = (("step_min", "from", "integer"), ("step_max", "to", "integer"),
                  ("reward_min", "min", "number"), ("reward_max", "max", "number"),
                  ("prompt_index", "prompt #", "integer"))
 THINKING = {"yes": True, "no": False}
+DROPPED = {"dropped": True, "trained": False}
 
 
 class DatabaseFilterBar(Vertical):
@@ -52,6 +54,8 @@ class DatabaseFilterBar(Vertical):
                              id="f-tool_status")
                 yield Select([("with thinking", "yes"), ("without thinking", "no")], prompt="thinking: any",
                              id="f-has_thinking")
+                yield Select([(label, key) for key, label in SAMPLING_FILTERS.items()], prompt="sampling: any",
+                             id="f-dropped")
                 yield Button("Clear (x)", id="db-filter-clear", compact=True)
 
     @staticmethod
@@ -68,8 +72,9 @@ class DatabaseFilterBar(Vertical):
                 value = getattr(f, name)
                 self.query_one(f"#f-{name}", Input).value = "" if value is None else f"{value:g}"
             thinking = None if f.has_thinking is None else ("yes" if f.has_thinking else "no")
+            dropped = None if f.dropped is None else ("dropped" if f.dropped else "trained")
             for name, value in (("finish_reason", f.finish_reason), ("tool_status", f.tool_status),
-                                ("has_thinking", thinking)):
+                                ("has_thinking", thinking), ("dropped", dropped)):
                 select = self.query_one(f"#f-{name}", Select)
                 if value is None:
                     select.clear()
@@ -87,10 +92,11 @@ class DatabaseFilterBar(Vertical):
     def read_form(self) -> tuple[GenFilter, list[str]]:
         """The filter the form and search box describe now."""
         values: dict = {name: self.query_one(f"#f-{name}", Input).value for name, _, _ in NUMBER_FIELDS}
-        for name in ("finish_reason", "tool_status", "has_thinking"):
+        for name in ("finish_reason", "tool_status", "has_thinking", "dropped"):
             value = self.query_one(f"#f-{name}", Select).value
             values[name] = None if value is Select.NULL else value
         values["has_thinking"] = THINKING.get(values["has_thinking"])
+        values["dropped"] = DROPPED.get(values["dropped"])
         values["text"] = self.query_one("#db-search", Input).value
         values["tool_name"] = self.query_one("#f-tool_name", Input).value
         return from_form(self.filter, **values)

@@ -42,6 +42,7 @@ class StepResults:
     ranks: list[RankTiming]
     slowest_rank: int | None
     all_reduce_bytes: int
+    trained_tokens: int | None = None  # dynamic sampling: the trained batch's tokens (else every completion's)
 
 
 def skipped_reasons(passes: list[PassResult]) -> list[str]:
@@ -83,7 +84,8 @@ def step_metrics(r: StepResults) -> Step:
         scoring_ms=r.scoring_s * 1000,
         training_ms=r.training_s * 1000,
         generation_tokens_per_s=sum(lengths) / max(r.generation_s, 1e-9),
-        training_tokens_per_s=tokens * len(passes) / max(r.training_s, 1e-9),
+        training_tokens_per_s=(tokens if r.trained_tokens is None else r.trained_tokens) * len(passes)
+        / max(r.training_s, 1e-9),
         grad_norm=finite(passes[-1].grad_norm),
         learning_rate=r.learning_rate,
         peak_memory_mb=r.peak_memory / MB,

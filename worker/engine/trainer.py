@@ -22,7 +22,8 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel, Phase, mean_of
 
 from ..records import EvalBatch, Generation, StepOutput
-from . import agent, checkpointing, chunked_head, data, distributed, memory_fit, model as model_io, model_source
+from . import agent, checkpointing, chunked_head, data, distributed, dynamic_sampling, memory_fit, model as model_io
+from . import model_source
 from . import plan as engine_plan, rollout, sampling, timed_calls, tools as agent_tools
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
@@ -43,6 +44,16 @@ def _masked(grpo, finish: str) -> bool:
     return (grpo.mask_truncated_completions and finish != "stop") or (
         grpo.mask_repetition_completions and finish == "repetition"
     )
+
+
+def _advantage_by_completion(selection: dynamic_sampling.Selection, trained: list[float], G: int) -> list[float]:
+    """Each generated completion's advantage: its trained slot's, 0 for a dropped group's (its
+    rewards are all equal, or it was beyond the batch)."""
+    out = [0.0] * len(selection.completions)
+    for k, g in enumerate(selection.slots):
+        if k not in selection.padding:
+            out[g * G : (g + 1) * G] = trained[k * G : (k + 1) * G]
+    return out
 
 
 def default_log(level: LogLevel, message: str) -> None:
@@ -146,14 +157,73 @@ class Trainer:
         mx.reset_peak_memory()
         self.ranks.start_step()
         epoch, _, indices = self.batch(step)
-        examples = [self.dataset[i] for i in indices]
-        mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
+        rounds = [self._sampling_round(step, 0, [self.dataset[i] for i in indices], on_phase)]
+        if cfg.grpo.dynamic_sampling:
+            used = set(indices)
+            while (dynamic_sampling.count_informative(rounds, G) < cfg.training.batch_size
+                   and len(rounds) < cfg.grpo.max_sampling_rounds):
+                more = dynamic_sampling.extra_prompts(step, len(rounds), self.dataset_size, cfg.training.batch_size,
+                                                      cfg.data.seed, used)
+                used.update(more)
+                rounds.append(self._sampling_round(step, len(rounds), [self.dataset[i] for i in more], on_phase))
+        selection = dynamic_sampling.select(rounds, G, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
+        generation_s = sum(r.generation_s for r in rounds)
+        scoring_s = sum(r.scoring_s for r in rounds)
+        # The trained batch (examples, completions; all of the step's without dynamic sampling) and
+        # what the step generated and scored in every round (generated, all_totals): the reward
+        # and length metrics are the latter's, the advantages and the loss the former's.
+        examples, completions, totals, padding = selection.trained(G)
+        generated, all_totals, per_fn, logged = selection.completions, selection.totals, selection.per_fn, selection.logged
+        owners = [selection.examples[c.prompt_index] for c in generated]
+        t0 = time.perf_counter()
+        rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
+        advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
+        stds = group_std(mx.array([t if t is not None else 0.0 for t in all_totals], dtype=mx.float32), G)
+        mx.eval(advantages, stds)
+        scoring_s += time.perf_counter() - t0
+        sampling_metrics = dynamic_sampling.metrics(selection, G) if cfg.grpo.dynamic_sampling else {}
+        if cfg.grpo.dynamic_sampling and (short := dynamic_sampling.shortfall(selection, cfg.training.batch_size)):
+            self.log("warning", f"step {step}: {short}")
 
+        on_phase("training")
+        t0 = time.perf_counter()
+        passes = self._optimize(step, examples, completions, advantages.tolist(), padding)
+        training_s = time.perf_counter() - t0
+
+        rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
+        metrics = step_metrics(StepResults(
+            step=step, epoch=epoch, completions=generated,
+            prompt_tokens=sum(len(owner.prompt_ids) for owner in owners), totals=all_totals, per_fn=per_fn,
+            advantages=advantages.tolist(), group_stds=stds.tolist()[::G], passes=passes,
+            generation_s=generation_s, scoring_s=scoring_s, training_s=training_s,
+            learning_rate=float(self.optimizer.learning_rate.item()),
+            peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
+            extra_metrics={**logged.metric_means(), **self._tool_metrics(generated),
+                           **self._cut_metrics(selection.examples), **sampling_metrics},
+            ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
+            trained_tokens=sum(len(examples[c.prompt_index].prompt_ids) + c.model_tokens for c in completions),
+        ))  # fmt: skip
+        if not metrics.gradients_applied:
+            self.log("warning", f"step {step}: {metrics.skipped_reason}")
+        generations = self._generations(owners, generated, all_totals, per_fn,
+                                        _advantage_by_completion(selection, advantages.tolist(), G), logged,
+                                        dropped=selection.dropped)
+        return StepOutput(metrics=metrics, generations=generations)
+
+    def _sampling_round(self, step: int, round_: int, examples: list[data.Example],
+                        on_phase: Callable[[Phase], None]) -> dynamic_sampling.Round:
+        """Roll out and score ``examples`` (this rank's share), then gather every rank's: one round
+        of the step (dynamic_sampling.py; the step's only round without dynamic sampling)."""
+        cfg = self.config
+        G = cfg.grpo.group_size
+        mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
         on_phase("generating")
         t0 = time.perf_counter()
         self.model.eval()  # no LoRA dropout while sampling
         prompts = [examples[i].prompt_ids for i in mine]
-        completions = self._rollout(prompts, G, keys=sampling.step_keys(cfg.training.seed, step, list(mine), G))
+        offset = round_ * cfg.training.batch_size  # a later round's rows draw with keys of their own
+        completions = self._rollout(prompts, G, keys=sampling.step_keys(cfg.training.seed, step,
+                                                                         [offset + i for i in mine], G))
         generation_s = time.perf_counter() - t0
         self._report_hung()
 
@@ -162,44 +232,19 @@ class Trainer:
         owners = [examples[mine.start + c.prompt_index] for c in completions]
         totals, per_fn, logged = self._score(owners, completions, step)
         # Every rank's scored completions (and what its reward functions logged), so what follows
-        # sees the whole batch on every rank.
+        # sees the whole round on every rank.
         completions, totals, per_fn, logged = distributed.gather_scored(
             self.ranks, completions, totals, per_fn, logged, mine.start
         )
-        owners = [examples[c.prompt_index] for c in completions]
-        rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
-        advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
-        stds = group_std(rewards, G)
-        mx.eval(advantages, stds)
         scoring_s = time.perf_counter() - t0
         self._report_hung()
-
-        on_phase("training")
-        t0 = time.perf_counter()
-        passes = self._optimize(step, examples, completions, advantages.tolist())
-        training_s = time.perf_counter() - t0
-
-        rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
-        metrics = step_metrics(StepResults(
-            step=step, epoch=epoch, completions=completions,
-            prompt_tokens=sum(len(owner.prompt_ids) for owner in owners), totals=totals, per_fn=per_fn,
-            advantages=advantages.tolist(), group_stds=stds.tolist()[::G], passes=passes,
-            generation_s=generation_s, scoring_s=scoring_s, training_s=training_s,
-            learning_rate=float(self.optimizer.learning_rate.item()),
-            peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
-            extra_metrics={**logged.metric_means(), **self._tool_metrics(completions), **self._cut_metrics(examples)},
-            ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
-        ))  # fmt: skip
-        if not metrics.gradients_applied:
-            self.log("warning", f"step {step}: {metrics.skipped_reason}")
-        generations = self._generations(owners, completions, totals, per_fn, advantages.tolist(), logged)
-        return StepOutput(metrics=metrics, generations=generations)
+        return dynamic_sampling.Round(examples, completions, totals, per_fn, logged, generation_s, scoring_s)
 
     def _optimize(self, step: int, examples: list[data.Example], completions: list[rollout.Completion],
-                  advantages: list[float]) -> list[PassResult]:
+                  advantages: list[float], padding: list[bool] | None = None) -> list[PassResult]:
         """``grpo.num_iterations`` optimiser passes over this rank's micro-batches."""
         cfg = self.config
-        batches = self._micro_batches(examples, completions, advantages)
+        batches = self._micro_batches(examples, completions, advantages, padding)
         # A pure function of the step: a resumed run continues the same sequence.
         self.optimizer.learning_rate = scheduled_lr(step, cfg.training, self.total_steps)
         self.model.train()
@@ -273,14 +318,18 @@ class Trainer:
         )
         return totals, per_fn, logged
 
-    def _micro_batches(self, examples, completions, advantages: list[float]) -> list[MicroBatch]:
+    def _micro_batches(self, examples, completions, advantages: list[float],
+                       padding: list[bool] | None = None) -> list[MicroBatch]:
+        """This rank's micro-batches; ``padding`` (dynamic sampling) marks completions whose loss
+        mask is zeroed."""
         cfg = self.config
         G, steps = cfg.grpo.group_size, cfg.training.gradient_accumulation_steps
         per = len(examples) // steps * G  # completions per micro-batch (whole groups)
         batches = []
         for k in self.ranks.micro_batches(steps):  # this rank's share (distributed.py)
             part = completions[k * per : (k + 1) * per]
-            keep = [not _masked(cfg.grpo, c.finish_reason) for c in part]
+            pads = padding[k * per : (k + 1) * per] if padding is not None else [False] * len(part)
+            keep = [not _masked(cfg.grpo, c.finish_reason) and not pad for c, pad in zip(part, pads)]
             batch = pack(
                 [examples[c.prompt_index].prompt_ids for c in part],
                 [c.token_ids for c in part],
@@ -298,7 +347,8 @@ class Trainer:
             batches.append(batch)
         return batches
 
-    def _generations(self, owners, completions, totals, per_fn, advantages, logged: StepLog) -> list[Generation]:
+    def _generations(self, owners, completions, totals, per_fn, advantages, logged: StepLog,
+                     dropped: set[int] | None = None) -> list[Generation]:
         G = self.config.grpo.group_size
         out = []
         for i, (ex, c) in enumerate(zip(owners, completions)):
@@ -319,6 +369,7 @@ class Trainer:
                     tool_calls=agent.tool_calls(c.turns) if c.turns else parse_tool_calls(answer),
                     reward_notes=logged.notes(i),
                     turns=list(c.turns),
+                    dropped=dropped is not None and c.prompt_index in dropped,
                 )
             )
         return out
