@@ -105,6 +105,9 @@ class GRPOConfig:
     importance_sampling_level: str = _key("grpo.importance_sampling_level", "token")
     mask_truncated_completions: bool = _key("grpo.mask_truncated_completions", False)
     top_entropy_quantile: float = _key("grpo.top_entropy_quantile", 1.0)
+    sync_ref_model: bool = _key("grpo.sync_ref_model", False)
+    ref_model_mixup_alpha: float = _key("grpo.ref_model_mixup_alpha", 0.6)
+    ref_model_sync_steps: int = _key("grpo.ref_model_sync_steps", 512)
     reward_weights: list[float] | None = _own(None, note="`weight` of each `[[rewards]]` table, in order")
     # optimization
     learning_rate: float = _key("training.learning_rate", 1e-6)

@@ -145,6 +145,11 @@ class GrpoConfig(_Section):
     # TRL's top_entropy_quantile ("Beyond the 80/20 rule"): the policy loss keeps only this top
     # share of each micro-batch's tokens by entropy; 1.0 keeps every token.
     top_entropy_quantile: float = 1.0
+    # TRL's TR-DPO reference sync (beta > 0): every ref_model_sync_steps steps the reference
+    # becomes ref_model_mixup_alpha * policy + (1 - alpha) * reference.
+    sync_ref_model: bool = False
+    ref_model_mixup_alpha: float = 0.6
+    ref_model_sync_steps: int = 512
 
     def __post_init__(self) -> None:
         if self.group_size < 2:
@@ -161,6 +166,13 @@ class GrpoConfig(_Section):
             raise _invalid("num_iterations", self.num_iterations, "must be at least 1")
         if self.max_sampling_rounds < 1:
             raise _invalid("max_sampling_rounds", self.max_sampling_rounds, "must be at least 1 (1 = drop groups, no extra rollout)")
+        if self.sync_ref_model and self.beta == 0:
+            raise _invalid("sync_ref_model", self.sync_ref_model, "needs grpo.beta > 0: with beta = 0 no reference model "
+                                                                  "is used, so there is nothing to synchronize (as in TRL)")
+        if not 0.0 <= self.ref_model_mixup_alpha <= 1.0:
+            raise _invalid("ref_model_mixup_alpha", self.ref_model_mixup_alpha, "must be in [0, 1]")
+        if self.ref_model_sync_steps < 1:
+            raise _invalid("ref_model_sync_steps", self.ref_model_sync_steps, "must be at least 1")
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise _invalid("top_entropy_quantile", self.top_entropy_quantile, "must be in [0, 1] (1.0 keeps every token)")
 
@@ -399,6 +411,9 @@ def parse_config(
         key, message = explain(str(exc), raw, Config)
         raise ConfigError(key, message, file) from None
     check_finite(config, [], file)
+    if config.grpo.sync_ref_model and config.model.lora is not None:
+        raise ConfigError("grpo.sync_ref_model", "is not supported with [model.lora] (as in TRL with PEFT): the "
+                          "reference is the base model; fine-tune fully or set sync_ref_model = false", file)
     names = [t.function.rsplit(":", 1)[1] for t in config.tools]
     for i, name in enumerate(names):  # the model calls a tool by its function's name
         if name in names[:i]:

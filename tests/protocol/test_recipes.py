@@ -54,3 +54,4 @@ def test_check_prints_which_keys_the_recipe_set(tmp_path, capsys):
     path.write_text(BASE)
     assert main(["check", str(path)]) == 0
     assert "recipe" not in capsys.readouterr().out
+

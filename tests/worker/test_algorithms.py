@@ -176,3 +176,58 @@ def test_dynamic_sampling_with_agent_rollouts(tmp_path):
     assert all("tools/calls_per_completion" in s.extra_metrics for s in steps)
     with_turns = query(db, "SELECT count(*) FROM generations WHERE dropped = 1 AND turns IS NOT NULL")[0][0]
     assert with_turns > 0  # dropped agent completions keep their conversation
+
+
+# ---------------------------------------------------------------- reference model sync
+
+def _weights(path) -> dict:
+    import mlx.core as mx
+    import numpy as np
+
+    return {k: np.array(v.astype(mx.float32)) for k, v in mx.load(str(path)).items()}
+
+
+def test_the_reference_after_a_sync_is_alpha_policy_plus_the_rest_of_the_old_one(tmp_path, tiny_model):
+    import numpy as np
+
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                          grpo={"group_size": 4, "beta": 0.05, "sync_ref_model": True, "ref_model_mixup_alpha": 0.6,
+                                "ref_model_sync_steps": 2},
+                          training={"max_steps": 3, "learning_rate": 5e-2}, checkpoint={"save_every": 1, "keep_last": 0})
+    worker = run_to_end(config)
+    assert all(s.kl is not None for s in worker.of(m.Step))
+    out = tmp_path / "out"
+    base = _weights(tiny_model / "model.safetensors")
+    before = _weights(out / "checkpoint-1" / "reference.safetensors")  # step 1: no sync yet
+    assert all(np.array_equal(before[k], base[k]) for k in base)
+    synced = _weights(out / "checkpoint-2" / "reference.safetensors")
+    policy = _weights(out / "checkpoint-2" / "model.safetensors")
+    moved = 0.0
+    for name, value in synced.items():
+        np.testing.assert_allclose(value, 0.6 * policy[name] + 0.4 * base[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        moved = max(moved, float(np.abs(value - base[name]).max()))
+    assert moved > 1e-3  # the policy had moved: the reference is not the base any more
+    # step 3 is no sync step: the reference stays as step 2 left it
+    after = _weights(out / "final" / "reference.safetensors")
+    assert all(np.array_equal(after[k], synced[k]) for k in synced)
+
+
+def test_a_resumed_run_keeps_the_synced_reference(tmp_path, tiny_model):
+    settings = dict(rewards=None, grpo={"group_size": 4, "beta": 0.05, "sync_ref_model": True,
+                                        "ref_model_sync_steps": 1},
+                    training={"max_steps": 4, "learning_rate": 5e-2}, checkpoint={"save_every": 2})
+    kls = {}
+    for name in ("straight", "split"):
+        folder = tmp_path / name
+        folder.mkdir()
+        settings["rewards"] = reward_config(folder, "varied")
+        config = write_config(folder, tiny_model, **settings)
+        if name == "split":
+            first = WorkerProcess(config)
+            first.wait_for(m.Checkpoint, lambda c: c.step == 2)
+            first.kill()
+        worker = run_to_end(config)
+        kls[name] = {s.step: (s.kl, s.loss) for s in worker.of(m.Step)}
+    for step in (3, 4):
+        assert kls["split"][step] == pytest.approx(kls["straight"][step], rel=1e-5, abs=1e-8)
+    assert kls["straight"][3][0] > 0

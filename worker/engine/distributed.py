@@ -237,6 +237,17 @@ def leader_value(ranks: Ranks, value: int) -> int:
     return int(round(ranks.sum_floats([float(value) if ranks.rank == 0 else 0.0])[0]))
 
 
+def broadcast_weights(ranks: Ranks, model: Any) -> None:
+    """Rank 0's weights of ``model`` (all of them, frozen ones too) on every rank: a sum where the
+    other ranks send zeros. The shapes are the same on every rank (the same model)."""
+    if ranks.size == 1:
+        return
+    items = sorted(tree_flatten(model.parameters()), key=lambda kv: kv[0])
+    outgoing = [v if ranks.rank == 0 else mx.zeros_like(v) for _, v in items]
+    model.update(tree_unflatten(list(zip([k for k, _ in items], ranks.sum_tree(outgoing)))))
+    mx.eval(model.parameters())
+
+
 def broadcast_state(ranks: Ranks, model: Any, optimizer: Any) -> None:
     """Rank 0's trainable weights and optimizer state on every rank (after rank 0 alone read a
     checkpoint; also makes a random LoRA initialisation identical). The names and shapes go first,

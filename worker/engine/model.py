@@ -117,6 +117,18 @@ def load_reference(config: ModelConfig) -> nn.Module:
     return model
 
 
+def mix_into_reference(reference: nn.Module, policy: nn.Module, alpha: float) -> None:
+    """TRL's ``SyncRefModelCallback`` (TR-DPO): every reference weight becomes
+    ``alpha * policy + (1 - alpha) * reference``, in float32, stored in the reference's dtype."""
+    current = dict(tree_flatten(policy.parameters()))
+    mixed = []
+    for name, old in tree_flatten(reference.parameters()):
+        new = alpha * current[name].astype(mx.float32) + (1.0 - alpha) * old.astype(mx.float32)
+        mixed.append((name, new.astype(old.dtype)))
+    reference.update(tree_unflatten(mixed))
+    mx.eval(reference.parameters())
+
+
 def lora_parameters(lora: LoraConfig) -> dict[str, Any]:
     """mlx-lm's LoRA config. mlx-lm scales the update by ``scale``; PEFT's ``alpha`` is scale · rank."""
     params: dict[str, Any] = {"rank": lora.rank, "scale": lora.alpha / lora.rank, "dropout": lora.dropout}

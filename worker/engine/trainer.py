@@ -39,6 +39,8 @@ from .update import PassResult, make_optimizer, optimize_pass
 
 __all__ = ["Trainer", "RewardError", "default_log"]
 
+REFERENCE_FILE = "reference.safetensors"  # grpo.sync_ref_model: the synced reference, in checkpoints
+
 def _masked(grpo, finish: str) -> bool:
     """Whether a completion is left out of the loss (``mask_*_completions``)."""
     return (grpo.mask_truncated_completions and finish != "stop") or (
@@ -188,6 +190,10 @@ class Trainer:
         on_phase("training")
         t0 = time.perf_counter()
         passes = self._optimize(step, examples, completions, advantages.tolist(), padding)
+        g = cfg.grpo
+        if self.ref_model is not None and g.sync_ref_model and step % g.ref_model_sync_steps == 0:
+            # TRL syncs at the end of every ref_model_sync_steps-th optimizer step (on each rank alike)
+            model_io.mix_into_reference(self.ref_model, self.model, g.ref_model_mixup_alpha)
         training_s = time.perf_counter() - t0
 
         rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
@@ -406,12 +412,17 @@ class Trainer:
     def sync_from_leader(self, step: int) -> int:
         """Rank 0's weights, optimizer state and step on every rank, after rank 0 resumed."""
         distributed.broadcast_state(self.ranks, self.model, self.optimizer)
+        if self.ref_model is not None and self.config.grpo.sync_ref_model:
+            distributed.broadcast_weights(self.ranks, self.ref_model)  # rank 0 read the synced reference
         return distributed.leader_value(self.ranks, step)
 
     # ------------------------------------------------------------ checkpoints
 
     def save_model(self, directory: Path) -> None:
         model_io.save(self.model, self.tokenizer, self.config.model, Path(directory))
+        if self.ref_model is not None and self.config.grpo.sync_ref_model:
+            # the synced reference is training state: a resume continues with it, not the base model
+            mx.save_safetensors(str(Path(directory) / REFERENCE_FILE), dict(tree_flatten(self.ref_model.parameters())))
 
     def save_optimizer(self, path: Path) -> None:
         state = dict(tree_flatten(self.optimizer.state))
@@ -420,6 +431,10 @@ class Trainer:
     def load_checkpoint(self, directory: Path) -> None:
         directory = Path(directory)
         model_io.load_weights(self.model, self.config.model, directory)
+        reference = directory / REFERENCE_FILE
+        if self.ref_model is not None and self.config.grpo.sync_ref_model and reference.exists():
+            self.ref_model.load_weights(str(reference))
+            mx.eval(self.ref_model.parameters())
         path = directory / "optimizer.safetensors"
         if path.exists():
             self.optimizer.state = {}  # the fresh moments go before the saved ones arrive: not both at once
