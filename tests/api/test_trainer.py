@@ -115,3 +115,37 @@ def test_mistakes_in_the_arguments_name_them(root, tmp_path, rows):
                           args=quick_args(tmp_path))
     with pytest.raises(ValueError, match="model.path: .* does not exist"):
         trainer.train()
+
+
+def test_dashboard_runs_grpo_tui_run_on_the_written_config_and_fills_the_state(root, tmp_path, rows, monkeypatch):
+    """In a terminal, train(dashboard=True) runs `grpo-tui run config.toml`; here a headless worker
+    stands in for the dashboard (same config, same run.jsonl), and the state is read from run.jsonl."""
+    import subprocess
+    import sys
+
+    import grpo_tui.trainer as api
+
+    calls = []
+
+    def dashboard(argv, env=None):
+        calls.append(argv)
+        assert argv[1:4] == ["-m", "grpo_tui.tui.cli", "run"]
+        return subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", argv[4], "--plain"],
+                              env=env, stdout=subprocess.DEVNULL).returncode
+
+    monkeypatch.setattr(api.sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(api.sys.stdout, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(api.subprocess, "call", dashboard)
+    trainer = GRPOTrainer(model=str(root / "examples" / "models" / "tiny-arith"), reward_funcs=["accuracy"],
+                          args=quick_args(tmp_path, max_steps=2), train_dataset=rows)
+    trainer.train(dashboard=True)
+    assert len(calls) == 1 and calls[0][4] == str(tmp_path / "run" / "config.toml")
+    assert trainer.state.global_step == 2
+    assert [e["step"] for e in trainer.state.log_history if "reward" in e] == [1, 2]
+
+
+def test_dashboard_without_a_terminal_falls_back_to_the_progress_bar(root, tmp_path, rows, capsys):
+    trainer = GRPOTrainer(model=str(root / "examples" / "models" / "tiny-arith"), reward_funcs=["accuracy"],
+                          args=quick_args(tmp_path, max_steps=1), train_dataset=rows)
+    trainer.train(dashboard=True)  # pytest's stdin is no terminal
+    assert "dashboard=True needs a terminal" in capsys.readouterr().err and trainer.state.global_step == 1

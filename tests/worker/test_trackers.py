@@ -118,3 +118,19 @@ def test_the_worker_stops_before_loading_when_a_tracker_is_missing(root, tmp_pat
     assert done.returncode != 0
     assert "logging.report_to names wandb, which is not installed: pip install 'grpo-tui[wandb]'" in done.stdout
     assert "steps/epoch" not in done.stdout  # it stopped before loading the model
+
+
+@pytest.mark.slow
+def test_with_two_ranks_only_rank_0_reports(root, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(root / "examples" / "quickstart.toml"), "--plain",
+         "--ranks", "2", "--set", "training.gradient_accumulation_steps=2", "--set", "training.max_steps=3",
+         "--set", f"checkpoint.output_dir='{out}'", "--set", 'logging.report_to=["tensorboard"]',
+         "--set", "eval.every=0", "--set", "eval.limit=8"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(list((out / "tensorboard").iterdir())) == 1  # one writer
+    _, scalars = tensorboard_scalars(out / "tensorboard")
+    assert [s for s, _ in scalars["train/reward"]] == [1, 2, 3]  # each step once
