@@ -72,13 +72,15 @@ class GRPOTrainer:
     """Train a model with GRPO on MLX, the way TRL's ``GRPOTrainer`` is called.
 
     Args:
-        model: a local mlx-lm model folder or a Hugging Face id (``"Qwen/Qwen3-0.6B"``).
+        model: a local mlx-lm model folder or a Hugging Face id (``"Qwen/Qwen3-0.6B"``); None takes
+            ``model.path`` of a config read with ``GRPOConfig.from_toml``.
         reward_funcs: one or a list of: a function called as TRL calls reward functions
             (``prompts``, ``completions``, every dataset column as keyword arguments; returns a list
             of floats or ``None``), defined anywhere, a notebook cell or a closure included; the name
             of a built-in (``"accuracy"``, ``"xml_format"``, ``"length"``, ``"tool_use"``,
             ``"json_schema"``); ``"file.py:func"``; or a ``[[rewards]]`` table as a dict
-            (``{"name": "json_schema", "params": {"schema": ...}}``).
+            (``{"name": "json_schema", "params": {"schema": ...}}``). None keeps the ``[[rewards]]``
+            of a config read with ``GRPOConfig.from_toml``.
         args: a ``GRPOConfig`` (its defaults when omitted).
         train_dataset: a ``datasets.Dataset``, a list of dicts (``prompt`` and any columns the
             rewards read), or a path / hub dataset id as ``data.path`` takes it.
@@ -103,21 +105,24 @@ class GRPOTrainer:
 
     def __init__(
         self,
-        model: str | os.PathLike[str],
-        reward_funcs: Any,
+        model: str | os.PathLike[str] | None,
+        reward_funcs: Any = None,
         args: GRPOConfig | None = None,
         train_dataset: Dataset = None,
         eval_dataset: Dataset = None,
         peft_config: Any = None,
         tools: Sequence[Callable[..., Any] | str] | None = None,
     ) -> None:
+        self.args = args if args is not None else GRPOConfig()
+        if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
+            model = self.args.extra["model"]["path"]
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(
                 f"model: {type(model).__name__} — pass a model folder or a Hugging Face id; the worker loads it with MLX"
             )
         self.model = str(model)
-        self.reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        self.args = args if args is not None else GRPOConfig()
+        self.reward_funcs = ([] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, (list, tuple))
+                             else [reward_funcs])
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
         self.peft_config = peft_config

@@ -149,3 +149,18 @@ def test_dashboard_without_a_terminal_falls_back_to_the_progress_bar(root, tmp_p
                           args=quick_args(tmp_path, max_steps=1), train_dataset=rows)
     trainer.train(dashboard=True)  # pytest's stdin is no terminal
     assert "dashboard=True needs a terminal" in capsys.readouterr().err and trainer.state.global_step == 1
+
+
+def test_a_toml_config_trains_through_the_api_as_it_is(root, tmp_path):
+    from grpo_tui.protocol.config import load_config
+
+    quick = root / "examples" / "quickstart.toml"
+    args = GRPOConfig.from_toml(quick, overrides=["training.max_steps=2", "eval.limit=8",
+                                                  f"checkpoint.output_dir='{tmp_path / 'q'}'"])
+    trainer = GRPOTrainer(model=None, reward_funcs=None, args=args)  # model, data, rewards: the file's
+    trainer.train()
+    entry = trainer.state.log_history[1]
+    assert entry["step"] == 1 and {"rewards/accuracy/mean", "rewards/xml_format/mean"} <= entry.keys()
+    ran, original = load_config(tmp_path / "q" / "config.toml").to_dict(), load_config(quick).to_dict()
+    for section in ("model", "data", "rewards", "grpo", "generation"):
+        assert ran[section] == original[section], section
