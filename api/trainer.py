@@ -78,7 +78,7 @@ class GRPOTrainer:
             (``prompts``, ``completions``, every dataset column as keyword arguments; returns a list
             of floats or ``None``), defined anywhere, a notebook cell or a closure included; the name
             of a built-in (``"accuracy"``, ``"xml_format"``, ``"length"``, ``"tool_use"``,
-            ``"json_schema"``); ``"file.py:func"``; or a ``[[rewards]]`` table as a dict
+            ``"json_schema"``, ``"soft_overlong"``); ``"file.py:func"``; or a ``[[rewards]]`` table as a dict
             (``{"name": "json_schema", "params": {"schema": ...}}``). None keeps the ``[[rewards]]``
             of a config read with ``GRPOConfig.from_toml``.
         args: a ``GRPOConfig`` (its defaults when omitted).
