@@ -87,17 +87,39 @@ class DataConfig(_Section):
     seed: int = 0
 
 
+class JudgeConfig(_Section):
+    """A judge model as a reward (docs/config.md, "[[rewards]]"): loaded once, never trained."""
+
+    model: str  # an mlx-lm model folder or a hub id
+    prompt: str  # the judge's input: {completion} (and {prompt}) filled in, through its chat template
+    score: Literal["yes_probability", "number"] = "yes_probability"
+    yes: str = "yes"  # score = "yes_probability": the answer whose first-token probability is the score
+    max_tokens: int = 16  # score = "number": the reply's length (greedy), its first number is the score
+    batch_size: int = 16  # judge inputs per forward pass
+
+    def __post_init__(self) -> None:
+        if "{completion}" not in self.prompt:
+            raise _invalid("prompt", self.prompt[:60], "must contain {completion} (and may contain {prompt})")
+        if not self.yes:
+            raise _invalid("yes", self.yes, "must not be empty")
+        if self.max_tokens < 1:
+            raise _invalid("max_tokens", self.max_tokens, "must be at least 1")
+        if self.batch_size < 1:
+            raise _invalid("batch_size", self.batch_size, "must be at least 1")
+
+
 class RewardConfig(_Section):
     name: str | None = None  # a built-in
     function: str | None = None  # custom: "file.py:func" or "module:func"
+    judge: JudgeConfig | None = None  # a judge model
     weight: float = 1.0
     timeout_s: float = 30.0
     on_error: Literal["raise", "skip"] = "raise"
     params: dict[str, Any] = {}
 
     def __post_init__(self) -> None:
-        if (self.name is None) == (self.function is None):
-            raise _invalid("name", self.name, "— give exactly one of `name` (a built-in) or `function`")
+        if (self.name is not None) + (self.function is not None) + (self.judge is not None) != 1:
+            raise _invalid("name", self.name, "— give exactly one of `name` (a built-in), `function` or `judge`")
         if self.name is not None and self.name not in BUILTIN_REWARDS:
             raise _invalid("name", self.name, "is not one of " + ", ".join(BUILTIN_REWARDS))
         if self.function is not None and not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.function):
@@ -110,6 +132,8 @@ class RewardConfig(_Section):
     @property
     def label(self) -> str:
         """The name shown in reward breakdowns."""
+        if self.judge is not None:
+            return "judge"
         return self.name or str(self.function).rsplit(":", 1)[1]
 
 
@@ -458,6 +482,10 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
     if config.data.tools is not None:
         config.data.tools = must_exist("data.tools", config.data.tools)
     for i, reward in enumerate(config.rewards):
+        if reward.judge is not None:
+            judge = reward.judge
+            if local(judge.model, f"rewards[{i}].judge.model").exists() or not _HUB_ID.fullmatch(judge.model):
+                judge.model = must_exist(f"rewards[{i}].judge.model", judge.model)
         if reward.function is not None:
             target, func = reward.function.rsplit(":", 1)
             if target.endswith((".py", ".pkl")):  # .pkl: functions pickled by the Python API

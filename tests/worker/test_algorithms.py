@@ -159,7 +159,7 @@ def test_dynamic_sampling_with_agent_rollouts(tmp_path):
     agent rollouts, dropped groups stored with their conversations."""
     from grpo_tui.protocol.config import load_config
     from grpo_tui.protocol.tomlout import dumps
-    from tests.worker_harness import ROOT
+    from tests.helpers.worker_harness import ROOT
 
     config = load_config(ROOT / "examples" / "agent_calculator.toml")
     config.grpo.group_size, config.training.batch_size, config.training.max_steps = 4, 4, 2
@@ -231,3 +231,26 @@ def test_a_resumed_run_keeps_the_synced_reference(tmp_path, tiny_model):
     for step in (3, 4):
         assert kls["split"][step] == pytest.approx(kls["straight"][step], rel=1e-5, abs=1e-8)
     assert kls["straight"][3][0] > 0
+
+
+# ---------------------------------------------------------------- a judge model as a reward
+
+def test_a_judge_models_verdicts_are_the_stored_rewards(tmp_path, tiny_model):
+    """The tiny judge says "yes" exactly when its input holds a digit; the policy's random bytes
+    hold one now and then. Stored scores follow the verdict; the judge's time is in the step."""
+    from tests.helpers.judge_model import build_digit_judge
+
+    judge = build_digit_judge(tmp_path / "judge")
+    rewards = (f'[[rewards]]\njudge = {{ model = "{judge}", prompt = "Answer: {{completion}}", batch_size = 3 }}\n'
+               '[[rewards]]\nname = "length"\nweight = 0.0\n')
+    config = write_config(tmp_path, tiny_model, rewards=rewards, grpo={"group_size": 4},
+                          training={"max_steps": 2, "memory_limit_gb": 8.0})
+    worker = run_to_end(config)
+    rows = query(tmp_path / "out" / "outputs.db",
+                 "SELECT raw_completion, json_extract(reward_details, '$.judge') FROM generations")
+    verdicts = [any(ch.isdigit() for ch in text) for text, _ in rows]
+    assert len(rows) == 16 and any(verdicts) and not all(verdicts)
+    assert [score for _, score in rows] == pytest.approx([1.0 if v else 0.0 for v in verdicts], abs=1e-6)
+    for step in worker.of(m.Step):
+        assert 0 < step.extra_metrics["judge/seconds"] * 1000 <= step.scoring_ms
+    assert any("memory_limit_gb = 8" in e.message for e in worker.of(m.Log))

@@ -59,9 +59,10 @@ class StepShape:
     prompt_tokens: int  # the longest prompt
     completion_tokens: int
     reference: bool
+    extra_bytes: int = 0  # what else stays in memory all run long: judge models' weights
 
     @classmethod
-    def of(cls, model: nn.Module, config: Config, prompt_tokens: int) -> "StepShape":
+    def of(cls, model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0) -> "StepShape":
         args = model.args
         params = tree_flatten(model.parameters())
         trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
@@ -80,13 +81,14 @@ class StepShape:
             prompt_tokens=prompt_tokens,
             completion_tokens=config.generation.max_completion_length,
             reference=g.beta > 0,
+            extra_bytes=extra_bytes,
         )
 
 
 def estimate(shape: StepShape, checkpointing: bool, chunk: int, logprob_rows: int) -> float:
     """The estimated peak bytes of one training step."""
     b = shape.bytes_per_value
-    static = (shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * b
+    static = (shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * b + shape.extra_bytes
     rows = min(logprob_rows or shape.rows, shape.rows)
     groups = max(1, -(-rows // shape.group))
     tokens = rows * shape.completion_tokens + groups * shape.prompt_tokens
@@ -118,10 +120,11 @@ def candidates(rows: int) -> list[tuple[bool, int, int]]:
     return out
 
 
-def choose(model: nn.Module, config: Config, prompt_tokens: int) -> Choice:
+def choose(model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0) -> Choice:
     """The first candidate (kept at least as frugal as the user's own switches) under the limit;
-    a ``ConfigError`` naming ``training.memory_limit_gb`` in one sentence when none is."""
-    return choose_for(StepShape.of(model, config, prompt_tokens), config.training)
+    a ``ConfigError`` naming ``training.memory_limit_gb`` in one sentence when none is.
+    ``extra_bytes``: judge models' weights, counted with the policy's."""
+    return choose_for(StepShape.of(model, config, prompt_tokens, extra_bytes), config.training)
 
 
 def choose_for(shape: StepShape, t: TrainingConfig) -> Choice:
@@ -135,7 +138,8 @@ def choose_for(shape: StepShape, t: TrainingConfig) -> Choice:
         if tried.estimate_gb <= t.memory_limit_gb:
             return tried
     assert tried is not None
-    static = (shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * shape.bytes_per_value / GB
+    static = ((shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * shape.bytes_per_value
+              + shape.extra_bytes) / GB
     raise ConfigError("training.memory_limit_gb", (
         f"{t.memory_limit_gb:g} GB is too little for this model: even with every memory switch a step needs about "
         f"{tried.estimate_gb:.1f} GB (the weights, gradients and AdamW state alone are {static:.1f} GB)"

@@ -286,9 +286,16 @@ class Reward:
     params: dict[str, Any]
     builtin: bool
     signature: Signature = Signature(frozenset(), True)
+    inline: bool = False  # called on the caller's thread, without a timeout (a judge model: MLX)
 
     @classmethod
     def from_config(cls, config: RewardConfig, index: int = 0) -> "Reward":
+        if config.judge is not None:
+            from .judge import Judge
+
+            judge = Judge(config.judge)
+            return cls(config.label, judge, config.weight, config.timeout_s, config.on_error, {}, True,
+                       Signature.of(judge), inline=True)
         fn = BUILTINS[config.name] if config.name else load_function(str(config.function))
         if config.name == "json_schema" and "schema" in config.params:  # a bad schema stops the start
             schema_check.compile_schema(config.params["schema"], f"rewards[{index}].params.schema")
@@ -375,7 +382,9 @@ def score(
             columns=columns, extras=extras if reward.builtin else custom_extras, log=log, params=reward.params,
         )
         try:
-            values = _validate(call_with_timeout(reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}"), n)
+            called = reward.fn(**kwargs) if reward.inline else call_with_timeout(
+                reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}")
+            values = _validate(called, n)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
             message = f"reward function {reward.label!r} failed: {describe_error(exc)}"
             if reward.on_error != "skip":

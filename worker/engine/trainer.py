@@ -23,7 +23,7 @@ from grpo_tui.protocol.messages import LogLevel, Phase, mean_of
 
 from ..records import EvalBatch, Generation, StepOutput
 from . import agent, checkpointing, chunked_head, data, distributed, dynamic_sampling, memory_fit, model as model_io
-from . import model_source
+from . import judge, model_source
 from . import plan as engine_plan, rollout, sampling, timed_calls, tools as agent_tools
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
@@ -100,8 +100,11 @@ class Trainer:
             data.check_columns(self.eval_dataset, d, config.rewards, d.eval_path or f"{d.path} ({d.eval_split})")
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
             self._fit_prompts(self.eval_dataset, d.eval_path or f"{d.path} ({d.eval_split})")
+        # Before the memory estimate: a judge model's weights live beside the policy's all run long.
+        self.rewards = load_rewards(config.rewards)
         if config.training.memory_limit_gb > 0:
-            choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset))
+            choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset),
+                                       extra_bytes=judge.weights_bytes(self.rewards))
             chunk = choice.vocab_chunk_size if chunked_head.supports(self.model) else 0
             self.plan = dataclasses.replace(self.plan, gradient_checkpointing=choice.gradient_checkpointing,
                                             vocab_chunk_size=chunk, logprob_batch_size=choice.logprob_batch_size)
@@ -118,7 +121,6 @@ class Trainer:
             log("info", f"max_steps = {t.max_steps} overrides num_epochs = {t.num_epochs} (as in TRL): "
                         f"{self.num_epochs} passes over the {self.dataset_size} prompts")
 
-        self.rewards = load_rewards(config.rewards)
         self.optimizer = make_optimizer(config)
         # AdamW's moments now rather than inside the first update: the first step's peak is then the
         # run's (what the dashboard shows and a memory limit is about), and the second step does not
@@ -159,6 +161,7 @@ class Trainer:
         mx.reset_peak_memory()
         self.ranks.start_step()
         epoch, _, indices = self.batch(step)
+        judge.take_seconds(self.rewards)  # an evaluation's judging since the last step is not this step's
         rounds = [self._sampling_round(step, 0, [self.dataset[i] for i in indices], on_phase)]
         if cfg.grpo.dynamic_sampling:
             used = set(indices)
@@ -205,7 +208,7 @@ class Trainer:
             learning_rate=float(self.optimizer.learning_rate.item()),
             peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
             extra_metrics={**logged.metric_means(), **self._tool_metrics(generated),
-                           **self._cut_metrics(selection.examples), **sampling_metrics},
+                           **self._cut_metrics(selection.examples), **sampling_metrics, **self._judge_metrics()},
             ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
             trained_tokens=sum(len(examples[c.prompt_index].prompt_ids) + c.model_tokens for c in completions),
         ))  # fmt: skip
@@ -272,6 +275,11 @@ class Trainer:
                                   greedy=greedy, plan=self.plan, decode=self.decode, keys=keys)
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
+
+    def _judge_metrics(self) -> dict[str, float]:
+        """``judge/seconds``: the judge models' time this step (part of ``scoring_ms``), when there are any."""
+        seconds = judge.take_seconds(self.rewards)
+        return {} if seconds is None else {"judge/seconds": seconds}
 
     def _cut_metrics(self, examples: list[data.Example]) -> dict[str, float]:
         """``prompts_truncated``: the step's prompts cut by ``max_prompt_length`` (only when set)."""

@@ -57,3 +57,13 @@ def test_extra_prompts_are_fresh_and_a_function_of_step_and_round():
     assert picks == ds.extra_prompts(5, 1, 20, 4, 0, used={0, 1, 2})
     assert picks != ds.extra_prompts(5, 2, 20, 4, 0, used={0, 1, 2})
     assert len(ds.extra_prompts(1, 1, 3, 4, 0, used={0, 1})) == 4  # a tiny dataset repeats prompts
+
+
+def test_the_sampling_metrics_reach_the_trackers_under_their_names():
+    from grpo_tui.protocol.messages import Step
+    from grpo_tui.protocol.trl_names import step_metrics
+
+    logged = step_metrics(Step(step=3, epoch=0, extra_metrics={"sampling/rounds": 2.0, "sampling/dropped_groups": 5.0,
+                                                               "sampling/generated_completions": 32.0}))
+    assert logged["sampling/rounds"] == 2.0 and logged["sampling/dropped_groups"] == 5.0
+    assert logged["sampling/generated_completions"] == 32.0
