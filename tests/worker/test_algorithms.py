@@ -154,6 +154,30 @@ def test_dynamic_sampling_that_runs_out_of_rounds_trains_on_what_it_has_and_says
                                "(max_sampling_rounds); training on those 0, the other 2 slots masked out")
 
 
+def test_a_resumed_dynamic_run_samples_the_same_rounds(tmp_path, tiny_model):
+    """The extra rounds' prompts and keys are functions of the step: a run killed after step 2 and
+    resumed rolls out, drops and trains on what the straight run did."""
+    runs = {}
+    for name in ("straight", "split"):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = write_config(folder, tiny_model, rewards=split_rewards(folder),
+                              grpo={"group_size": 4, "dynamic_sampling": True},
+                              training={"max_steps": 4, "batch_size": 2}, checkpoint={"save_every": 2})
+        if name == "split":
+            first = WorkerProcess(config)
+            first.wait_for(m.Checkpoint, lambda c: c.step == 2)
+            first.kill()
+        worker = run_to_end(config)
+        runs[name] = {s.step: (s.loss, s.extra_metrics) for s in worker.of(m.Step)}
+        runs[name + "-rows"] = query(folder / "out" / "outputs.db", "SELECT step, prompt_index, raw_completion, dropped "
+                                     "FROM generations WHERE step > 2 ORDER BY step, prompt_index, group_index")
+    for step in (3, 4):
+        assert runs["split"][step][1] == runs["straight"][step][1]
+        assert runs["split"][step][0] == pytest.approx(runs["straight"][step][0], rel=1e-5, abs=1e-8)
+    assert runs["split-rows"] == runs["straight-rows"]
+
+
 def test_dynamic_sampling_with_agent_rollouts(tmp_path):
     """The agent demo (tiny-agent calls the calculator in about a third of its answers): rounds of
     agent rollouts, dropped groups stored with their conversations."""
