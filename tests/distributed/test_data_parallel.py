@@ -33,6 +33,8 @@ SETTINGS = {
     "dapo-batch": 'loss_type = "dapo"\nscale_rewards = "batch"',
     # per-micro-batch token denominators, the KL to a reference, two passes with recorded old log-probs
     "bnpo-beta-iterations": 'loss_type = "bnpo"\nbeta = 0.05\nnum_iterations = 2',
+    # the reference synced after every step on each rank alike (TR-DPO): step 2's KL is to the synced one
+    "beta-sync-ref": 'loss_type = "dapo"\nbeta = 0.05\nsync_ref_model = true\nref_model_sync_steps = 1',
 }
 
 

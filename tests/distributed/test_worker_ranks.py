@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from grpo_tui.protocol import messages as m
 from tests.helpers.worker_harness import WorkerProcess, query, tiny_model, write_config  # noqa: F401 - fixture
 
@@ -98,3 +100,31 @@ def test_a_killed_rank_ends_the_run_with_one_clear_error(tmp_path, tiny_model):
     assert [s.step for s in again.of(m.Step)][:2] == [kept.step + 1, kept.step + 2]
     stored = [r[0] for r in query(tmp_path / "out" / "outputs.db", "SELECT step FROM steps ORDER BY step")]
     assert stored == list(range(1, len(stored) + 1))
+
+
+def test_a_resumed_two_rank_run_keeps_the_synced_reference_on_both_ranks(tmp_path, tiny_model):
+    """Rank 0 alone reads the checkpoint's synced reference and sends it to rank 1 (each rank's
+    KL share must be to the same reference for the resumed steps to equal the straight run's)."""
+    settings = {**SETTINGS, "grpo": {"group_size": 2, "beta": 0.05, "sync_ref_model": True, "ref_model_sync_steps": 1},
+                "training": {**SETTINGS["training"], "max_steps": 4}, "checkpoint": {"save_every": 2}}
+    kls = {}
+    for name in ("straight", "split"):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = write_config(folder, tiny_model, **settings)
+        if name == "split":
+            first = WorkerProcess(config, "--ranks", "2")
+            try:
+                first.wait_for(m.Checkpoint, lambda c: c.step == 2)
+            finally:
+                first.kill()
+        worker = WorkerProcess(config, "--ranks", "2")
+        try:
+            worker.wait_for(m.Complete)
+            assert worker.finish() == 0
+        finally:
+            worker.kill()
+        kls[name] = {s.step: (s.kl, s.loss) for s in worker.of(m.Step)}
+    for step in (3, 4):
+        assert kls["split"][step][0] == pytest.approx(kls["straight"][step][0], rel=1e-4, abs=1e-8)
+        assert kls["split"][step][1] == pytest.approx(kls["straight"][step][1], rel=1e-4, abs=1e-8)
