@@ -67,3 +67,20 @@ async def test_the_forms_sampling_select(store_path):
             rows = app.query_one(DatabaseGenerationsTable).rows_data
             assert rows and {r.step % 2 for r in rows} == {parity}
             assert words in str(app.query_one("#db-filter-summary").render())
+
+
+def test_the_detail_says_a_generation_was_dropped(store_path, conn):
+    from grpo_tui.tui.db.queries import generation
+    from grpo_tui.tui.widgets.database_generation_detail import render_detail
+    from rich.console import Console
+
+    _mark_even_steps_dropped(store_path)
+    ids = {step: gid for gid, step in conn.execute("SELECT id, step FROM generations WHERE run_id = 1")}
+
+    def text(gid: int) -> str:
+        console = Console(width=200, record=True)
+        console.print(render_detail(generation(conn, gid)))
+        return console.export_text()
+
+    assert "dropped: its group's rewards were all equal" in text(ids[2])
+    assert "dropped" not in text(ids[3])

@@ -90,6 +90,7 @@ class GenDetail:
     created_at: float
     tool_calls: list[ToolCallRow] = field(default_factory=list)
     turns: list[m.Turn] = field(default_factory=list)  # agent rollouts (store v3), else empty
+    dropped: bool = False  # dynamic sampling dropped its group: not trained on (store v6)
 
 
 def runs(conn: sqlite3.Connection) -> list[Run]:
@@ -312,7 +313,17 @@ def generation(conn: sqlite3.Connection, generation_id: int) -> GenDetail | None
         reward_details=details if isinstance(details, dict) else {}, created_at=r["created_at"],
         tool_calls=_tool_calls(conn, [generation_id]).get(generation_id, []),
         turns=_turns(conn, generation_id),
+        dropped=_dropped(conn, generation_id),
     )
+
+
+def _dropped(conn: sqlite3.Connection, generation_id: int) -> bool:
+    """Whether dynamic sampling dropped the generation's group; False in a store before version 6."""
+    try:
+        row = conn.execute("SELECT dropped FROM generations WHERE id = ?", (generation_id,)).fetchone()
+    except sqlite3.OperationalError:  # read-only and not migrated: no dynamic sampling then
+        return False
+    return bool(row and row[0])
 
 
 def _turns(conn: sqlite3.Connection, generation_id: int) -> list[m.Turn]:

@@ -41,6 +41,8 @@ def render_detail(d: GenDetail, search: str = "") -> Group:
         ("reward ", "dim"), (number(r.reward), "bold"), ("  advantage ", "dim"), signed(r.advantage),
         ("  tokens ", "dim"), str(r.num_tokens), ("  finish ", "dim"),
         (r.finish_reason, "yellow" if r.finish_reason != "stop" else ""),
+        ("  dropped: its group's rewards were all equal (dynamic sampling), not trained on" if d.dropped else "",
+         "yellow"),
     )
     parts: list = [head]
     if d.reward_details:
