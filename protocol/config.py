@@ -406,7 +406,7 @@ def load_config(path: str | Path, *, check_paths: bool = True, overrides: Sequen
     applied over the file before validation."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")  # a BOM (some Windows editors) is not TOML
     except FileNotFoundError:
         raise ConfigError("", "config file not found", str(file)) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:

@@ -13,17 +13,20 @@ from typing import Any, Literal
 import msgspec
 
 from .config_base import SEP
+from .outcome import Mistake, MistakeKind
 
 
-class ConfigError(ValueError):
-    """A config problem. ``key`` is the dotted key path (``""`` for file-level errors)."""
+class ConfigError(Mistake, ValueError):
+    """A config problem, a fixable mistake (``protocol/outcome.py``). ``key`` is the dotted key path
+    (``""`` for file-level errors); ``kind`` says what to fix when it is not the config itself
+    (``training.memory_limit_gb`` is a memory budget, ``checkpoint.resume`` names a checkpoint)."""
 
-    def __init__(self, key: str, message: str, file: str | None = None) -> None:
+    def __init__(self, key: str, message: str, file: str | None = None, *, kind: MistakeKind = "config") -> None:
         self.key = key
         self.detail = message
         self.file = file
         text = f"{key}: {message}" if key else message
-        super().__init__(f"{file}: {text}" if file else text)
+        super().__init__(kind, f"{file}: {text}" if file else text)
 
 
 def check_finite(value: Any, segments: list[str | int], file: str) -> None:

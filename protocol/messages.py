@@ -256,9 +256,16 @@ class Complete(_Message):
 
 
 class Error(_Message):
+    """``fatal``: the worker ends after this frame. ``exit_code`` (fatal only): how it ends
+    (``protocol/outcome.py``: 1 crash, 2 fixable mistake, 3 NaN stop); ``kind``: a mistake's kind
+    (``config``, ``data``, ...); ``log_path``: the run's log, where the traceback is kept."""
+
     message: str
     fatal: bool = False
     traceback: str | None = None
+    exit_code: int | None = None
+    kind: str | None = None
+    log_path: str | None = None
 
 
 Event = Union[

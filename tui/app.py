@@ -29,12 +29,14 @@ from textual.widgets import Static, TabbedContent, TabPane
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.layout import RUN_LOG_FILE
+from grpo_tui.protocol.outcome import Exit, restartable
 from grpo_tui.tui.actions import DashboardKeys
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
 from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
-from grpo_tui.tui.screens.crash import CrashScreen
+from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.state import METRICS, LogEntry, RunState, log_entry_for, refusal
 from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
@@ -101,6 +103,7 @@ class GrpoApp(DashboardKeys):
         self.display_mode = config.display.sample_display
         self.proc: WorkerProcess | None = None
         self.restarts = 0
+        self.worker_code: int | None = None  # the last worker's exit code
         self.quitting = False
         self._refused = False
         self._greeted = False
@@ -295,20 +298,35 @@ class GrpoApp(DashboardKeys):
     # ------------------------------------------------------------ crashes and restarts
 
     def _worker_exited(self, code: int) -> None:
+        """Only a crash is restarted (``outcome.restartable``); a mistake says what to fix and
+        offers a retry; every ending says why (the error frame, else the last stderr lines)."""
         s = self.state
+        self.worker_code = code
         if self.quitting or self._refused:
             return
         if s.complete is not None:
             self._add_logs([LogEntry("info", f"worker exited (code {code})", "dashboard")])
             return
         s.status, s.ended_at = "error", s.clock()
-        last = next((line for line in reversed(self._stderr_tail) if line.strip()), "")
-        s.error = f"worker exited with code {code}" + (f": {last}" if last else "")
+        fatal = s.fatal
+        tail = [line for line in self._stderr_tail if line.strip()][-3:]
+        reason = fatal.message if fatal is not None else "\n".join(tail)
+        log_path = fatal.log_path if fatal is not None and fatal.log_path else self._run_log()
+        if code == Exit.MISTAKE:
+            s.error = reason or "the worker stopped on a fixable mistake"
+            self._add_logs([LogEntry("error", s.error, "dashboard")])
+            self.push_screen(MistakeScreen(s.error, log_path), self._after_mistake)
+            self._render({"header", "bindings"})
+            return
+        last = tail[-1] if tail else ""
+        s.error = f"worker exited with code {code}" + (f": {fatal.message if fatal else last}" if fatal or last else "")
         self._add_logs([LogEntry("error", s.error, "dashboard")])
         display = self.config.display
-        if display.restart_on_crash and self.restarts < display.max_restarts:
+        if not restartable(code):
+            self._fail(f"{s.error}. Press q to quit.")
+        elif display.restart_on_crash and self.restarts < display.max_restarts:
             screen = CrashScreen(
-                code, self.restarts + 1, display.max_restarts, display.restart_delay_s, s.clock, last
+                code, self.restarts + 1, display.max_restarts, display.restart_delay_s, s.clock, reason, log_path
             )
             self.push_screen(screen, self._after_countdown)
         else:
@@ -316,13 +334,30 @@ class GrpoApp(DashboardKeys):
             self._fail(f"{s.error} — {why}. Press q to quit.")
         self._render({"header", "bindings"})
 
+    def _run_log(self) -> str:
+        """The run's log (run.jsonl), where a crash's traceback is, when the worker wrote one."""
+        path = Path(self.state.output_dir or self.config.checkpoint.output_dir) / RUN_LOG_FILE
+        return str(path) if path.is_file() else ""
+
+    async def _after_mistake(self, retry: bool | None) -> None:
+        """Retry once the user fixed the mistake: from the latest checkpoint if this run saved one."""
+        if not retry or self.quitting:
+            self.notify("fix the mistake, then press q to quit and start again", severity="warning", timeout=6)
+            return
+        s = self.state
+        resume = bool(s.checkpoints)
+        s.status, s.complete, s.error, s.fatal, s.ended_at = "restarting", None, "", None, None
+        s.phase, s.phase_message = "loading", "retrying"
+        self._render({"header", "bindings"})
+        await self._spawn(resume_latest=resume)
+
     async def _after_countdown(self, restart: bool | None) -> None:
         if not restart or self.quitting:
             self.notify("restart cancelled; press q to quit", severity="warning")
             return
         self.restarts += 1
         s = self.state
-        s.status, s.complete, s.error, s.ended_at = "restarting", None, "", None
+        s.status, s.complete, s.error, s.fatal, s.ended_at = "restarting", None, "", None, None
         s.phase, s.phase_message = "loading", f"restart {self.restarts}: resuming from the latest checkpoint"
         self._render({"header", "bindings"})
         await self._spawn(resume_latest=True)
@@ -346,7 +381,15 @@ class GrpoApp(DashboardKeys):
         self.quitting = True
         if self.proc:
             await self.proc.shutdown(timeout=2.0)
-        self.exit(1 if self.state.status == "error" else 0)
+        self.exit(self.exit_code())
+
+    def exit_code(self) -> int:
+        """``grpo-tui run``'s exit code: the worker's kind (``protocol/outcome.py``); a worker that
+        died without a word, or never started, is a crash."""
+        code = self.worker_code
+        if code is None or code not in set(Exit):
+            return Exit.CRASH if self.state.status == "error" else Exit.DONE
+        return code
 
     @work(exclusive=True, group="stop")
     async def stop_and_exit(self) -> None:
@@ -362,7 +405,7 @@ class GrpoApp(DashboardKeys):
         with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first
             await asyncio.wait_for(self._worker_gone.wait(), 10.0)
         self.flush()
-        self.exit(0)
+        self.exit(self.exit_code())
 
     async def on_unmount(self) -> None:
         if self.proc:  # last resort (ctrl+c, an exception): never leave an orphan worker

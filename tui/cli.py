@@ -14,7 +14,19 @@ from pathlib import Path
 
 from grpo_tui.protocol import __version__, distributed
 from grpo_tui.protocol.config import Config, ConfigError, load_config
-from grpo_tui.protocol.layout import STORE_FILE
+from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
+from grpo_tui.protocol.outcome import Exit
+
+EXIT_CODES = f"""\
+exit codes (the same for run, worker and a launch on several ranks; README, "When something goes wrong"):
+  {Exit.DONE}  done: the run trained to its end
+  {Exit.CRASH}  crash: a bug or the machine (the traceback is in OUTPUT_DIR/{RUN_LOG_FILE}); the dashboard
+     restarts the worker from the latest checkpoint
+  {Exit.MISTAKE}  a fixable mistake (config, model, data, reward or tool file, memory budget, ranks,
+     output folder): one sentence says what to fix; never restarted
+  {Exit.NAN_STOP}  stopped after non-finite steps (an emergency checkpoint is kept)
+  {Exit.STOPPED}  stopped by the user or a signal, after a checkpoint (--resume latest continues)
+"""
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -22,12 +34,21 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _load(path: str, overrides: list[str] | None = None) -> Config | None:
+def _load(path: str, overrides: list[str] | None = None, resume: str | None = None) -> Config | None:
     try:
-        return load_config(path, overrides=overrides or ())
+        config = load_config(path, overrides=overrides or ())
     except ConfigError as exc:
         print(f"grpo-tui: config error: {exc}", file=sys.stderr)
         return None
+    if resume is not None and resume.lower() not in ("latest", "false", "no", "none", "off") and not os.path.isdir(resume):
+        print(f"grpo-tui: --resume: {resume!r} is not a checkpoint folder; name a checkpoint-N, final or "
+              'emergency-N folder, or use "latest"', file=sys.stderr)
+        return None
+    return config
+
+
+def _resume_args(args: argparse.Namespace) -> list[str]:
+    return ["--resume", args.resume] if getattr(args, "resume", None) else []
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -46,22 +67,24 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    if _load(args.config, args.set) is None:
-        return 2
+    config = _load(args.config, args.set, args.resume)
+    if config is None:
+        return Exit.MISTAKE
+    from grpo_tui.tui.headless import run_headless
+
     argv = [sys.executable, "-m", "grpo_tui.worker", args.config] + (["--plain"] if args.plain else [])
-    argv += distributed.forwarded(args) + _sets(args)
+    argv += distributed.forwarded(args) + _sets(args) + _resume_args(args)
     sys.stdout.flush()
-    os.execv(sys.executable, argv)
-    return 0  # not reached
+    return run_headless(argv, config.checkpoint.output_dir)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = _load(args.config, args.set)
+    config = _load(args.config, args.set, args.resume)
     if config is None:
-        return 2
+        return Exit.MISTAKE
     from grpo_tui.tui.app import run_dashboard
 
-    return run_dashboard(args.config, config, distributed.forwarded(args) + _sets(args))
+    return run_dashboard(args.config, config, distributed.forwarded(args) + _sets(args) + _resume_args(args))
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
@@ -102,19 +125,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-tui",
         description="Train language models with GRPO on MLX, watched and steered from a terminal dashboard.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    resume_help = ('continue from a checkpoint: "latest" (the newest periodic or final one), a checkpoint '
+                   'folder\'s path, or "false" (overrides checkpoint.resume)')
     parser.add_argument("--version", action="version", version=f"grpo-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("run", help="open the dashboard and train (starts the worker)")
+    p = sub.add_parser("run", help="open the dashboard and train (starts the worker)", epilog=EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="path to config.toml")
+    p.add_argument("--resume", metavar="PATH|latest", help=resume_help)
     distributed.add_arguments(p)
     add_set_argument(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames")
+    p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames", epilog=EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="path to config.toml")
     p.add_argument("--plain", action="store_true", help="human-readable progress instead of frames")
+    p.add_argument("--resume", metavar="PATH|latest", help=resume_help)
     distributed.add_arguments(p)
     add_set_argument(p)
     p.set_defaults(func=cmd_worker)

@@ -95,6 +95,7 @@ class RunState:
     slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
     total_tokens: int = 0
     error: str = ""
+    fatal: m.Error | None = None  # the worker's last fatal error frame (how it ended, where its log is)
     complete: m.Complete | None = None
     started_at: float = 0.0
     ended_at: float | None = None
@@ -175,7 +176,7 @@ class RunState:
                 return self._on_complete(event)
             case m.Error():
                 if event.fatal:
-                    self.status, self.error = "error", event.message
+                    self.status, self.error, self.fatal = "error", event.message, event
                     return {"header", "bindings"}
                 return set()
             case m.Log() if event.level == "warning" and event.message.startswith(SLOW_BLAS):

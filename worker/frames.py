@@ -15,6 +15,7 @@ from typing import BinaryIO
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import encode
+from grpo_tui.protocol.outcome import Exit
 
 
 def reserve_stdout() -> int:
@@ -66,6 +67,11 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
     if isinstance(event, m.Log) and event.level != "debug":
         return f"[{event.level}] {event.message}"
     if isinstance(event, m.Error):
+        if event.exit_code == Exit.MISTAKE:  # the user's to fix: the sentence says what to do
+            return f"[mistake] {event.message}"
+        if event.exit_code == Exit.CRASH:
+            log = f" (the traceback is also in {event.log_path})" if event.log_path else ""
+            return f"[crash] {event.message}{log}"
         return f"[{'fatal' if event.fatal else 'error'}] {event.message}"
     if isinstance(event, (m.Paused, m.Resumed)):
         return f"{event.__class__.__name__.lower()} at step {event.step}"
@@ -94,32 +100,35 @@ class Emitter:
         self.plain = plain
         self.total_steps = 0
         self._jsonl: BinaryIO | None = None
+        self.jsonl_path: Path | None = None  # the run's log (run.jsonl), once the output folder is known
         self._pending: list[bytes] = []  # events sent before run.jsonl's folder is known
         self._mirror_failed = False
 
     def open_jsonl(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._jsonl = open(path, "ab", buffering=0)
+        self.jsonl_path = path
         if self._jsonl.tell() and _last_byte(path) != b"\n":  # a kill cut the last line short
             self._jsonl.write(b"\n")
         for data in self._pending:
             self._jsonl.write(data)
         self._pending.clear()
 
-    def emit(self, event: m.Event) -> None:
+    def emit(self, event: m.Event, mirror: m.Event | None = None) -> None:
         """The reader first: on a full disk the run.jsonl mirror fails, and the Error that says so
-        must still reach the dashboard."""
+        must still reach the dashboard. ``mirror``: what run.jsonl keeps instead (a mistake's
+        traceback, which the reader never sees)."""
         data = encode(event)
         if self.plain:
             line = format_plain(event, self.total_steps)
             if line is not None:
                 self._write(line.encode("utf-8", errors="replace") + b"\n")
-            if isinstance(event, m.Error) and event.traceback:  # for the person reading the CI log
+            if isinstance(event, m.Error) and event.traceback:  # a crash's, for the person reading the CI log
                 sys.stderr.write(event.traceback)
                 sys.stderr.flush()
         else:
             self._write(data)
-        self._mirror(data)
+        self._mirror(encode(mirror) if mirror is not None else data)
 
     def _mirror(self, data: bytes) -> None:
         if self._jsonl is None:

@@ -21,7 +21,7 @@ from typing import Literal
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import mean_of
-from grpo_tui.protocol.outcome import Exit
+from grpo_tui.protocol.outcome import Exit, Mistake
 
 from . import ranks
 from .checkpoint_policy import CheckpointPolicy
@@ -47,7 +47,7 @@ class TrainingLoop:
         self.plain = plain
         self.control: Control = run.control
         self.wake = asyncio.Event()
-        self.exit_code = 0
+        self.exit_code: int = Exit.DONE  # how a run that does not complete ends (a stop, a NaN stop)
         self.started = time.time()
         self.leader = ranks.is_leader()  # only rank 0 touches the output folder (ranks.py)
         self.distributed = ranks.launched()
@@ -85,20 +85,22 @@ class TrainingLoop:
     # ------------------------------------------------------------ the run
 
     async def run(self) -> int:
+        """The run, and its exit code (``protocol/outcome.py``)."""
         run = self.run_context
         try:
             if self.leader:
                 check_installed(self.config)  # before the model loads: a missing tracker is a mistake
-            if not await self.starter.start():
-                return Exit.MISTAKE
+            await self.starter.start()
             if self.leader:  # after start: a resumed run continues its tracker run
                 self.trackers = Trackers(self.config, run.output_dir, resumed=self.step > 0,
                                          warn=lambda message: self.log("warning", message))
                 self.trackers.set_total(run.trainer.total_steps)
             self.epoch_metrics = self.starter.epoch_metrics
             return await self._train()
+        except Mistake as exc:  # the user's to fix: one sentence, never restarted
+            return await self._end_badly(exc, mistake=True)
         except Exception as exc:  # noqa: BLE001 - anything else is a crash, reported once
-            return await self._crash(exc)
+            return await self._end_badly(exc, mistake=False)
         finally:
             if self.trackers is not None:
                 self.trackers.close()
@@ -222,16 +224,29 @@ class TrainingLoop:
         status: Literal["completed", "stopped"] = "completed" if completed else "stopped"
         await self.finish_store(status)
         self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
-        return 0 if completed else self.exit_code
+        if completed:
+            return Exit.DONE
+        return self.exit_code if reason == "nan" else Exit.STOPPED  # a user's stop, EOF or a signal
 
-    async def _crash(self, exc: Exception) -> int:
+    async def _end_badly(self, exc: Exception, *, mistake: bool) -> int:
+        """A fixable mistake (one sentence, its traceback in the run log only, exit 2) or a crash
+        (the exception's type and message, exit 1); either way said once, with an emergency
+        checkpoint when the weights are worth keeping."""
         run = self.run_context
-        # These say what is wrong in a sentence (a reward function, a tool, a config the model cannot
-        # run with), naming it and the config key.
-        message = (str(exc) if type(exc).__name__ in ("RewardError", "ToolError", "ConfigError", "Mistake")
-                   else f"{type(exc).__name__}: {exc}")
-        self.emit(m.Error(message=message, fatal=True, traceback=traceback.format_exc()))
-        if not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it
+        trace = traceback.format_exc()
+        where = str(self.emitter.jsonl_path) if self.emitter.jsonl_path is not None else None
+        if isinstance(exc, Mistake):
+            message, code, kind = exc.sentence, Exit.MISTAKE, exc.kind
+            shown = m.Error(message=message, fatal=True, exit_code=code, kind=kind, log_path=where)
+            self.emitter.emit(shown, mirror=m.Error(message=message, fatal=True, traceback=trace, exit_code=code, kind=kind))
+        else:
+            # A reward or a tool that failed says so in a sentence naming it; the rest are bugs.
+            message = str(exc) if type(exc).__name__ in ("RewardFailed", "ToolError") else f"{type(exc).__name__}: {exc}"
+            code = Exit.CRASH
+            self.emit(m.Error(message=message, fatal=True, traceback=trace, exit_code=code, log_path=where))
+        if self.distributed and mistake:  # the launcher says it once for all ranks (ranks.launch_and_wait)
+            print(ranks.mistake_line(message), file=sys.stderr, flush=True)
+        elif not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it
             print(f"rank {ranks.rank()}: {message}", file=sys.stderr, flush=True)
         if run.store is not None:
             run.store.queue_log(self.step, "error", message)
@@ -242,7 +257,7 @@ class TrainingLoop:
             untouched = run.phase in ("generating", "scoring") or lost
             if run.loaded is not None and untouched and self.checkpoints.steps_since():
                 await self.checkpoints.save("emergency")
-            await self.finish_store("crashed")
-        except Exception as inner:  # noqa: BLE001 - already crashing; say it, keep the first error
-            self.emitter.log("error", f"while handling the crash: {type(inner).__name__}: {inner}")
-        return Exit.CRASH
+            await self.finish_store("stopped" if mistake else "crashed")
+        except Exception as inner:  # noqa: BLE001 - already ending; say it, keep the first error
+            self.emitter.log("error", f"while handling the {'mistake' if mistake else 'crash'}: {type(inner).__name__}: {inner}")
+        return code

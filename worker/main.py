@@ -20,6 +20,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import reexec_if_needed
 from grpo_tui.protocol.codec import ProtocolError, decode_command
 from grpo_tui.protocol.config import Config, ConfigError, load_config
+from grpo_tui.protocol.outcome import Exit
 
 from . import ranks
 from .frames import Emitter, reserve_stdout
@@ -74,7 +75,7 @@ class Inputs:
         busy = run.control.stepping or run.loaded is None  # a step, or loading: can't interrupt MLX
         pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
         worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
-        run.exit_code = 128 + signum
+        run.exit_code = Exit.STOPPED
         # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
         # next collective fails at once, and the crash path names the lost rank and saves.
         if busy and not worth_waiting and not ranks.launched():
@@ -155,8 +156,9 @@ def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_tr
     emitter.emit(m.Hello(protocol_version=m.PROTOCOL_VERSION, worker_version=__version__, pid=os.getpid()))
     try:
         if config is None:
-            emitter.emit(m.Error(message=f"config error: {problem}", fatal=True))
-            return 2
+            assert problem is not None
+            emitter.emit(m.Error(message=problem.sentence, fatal=True, exit_code=Exit.MISTAKE, kind=problem.kind))
+            return Exit.MISTAKE
         return asyncio.run(run_worker(config, emitter, args.plain, make_trainer))
     finally:
         release_mlx_streams()
@@ -171,6 +173,9 @@ def resume_setting(value: str) -> str | bool:
         return "latest"
     path = os.path.abspath(value)
     if not os.path.isdir(path):
-        raise ConfigError("checkpoint.resume", f"{value!r} (from --resume) is not a checkpoint folder")
+        raise ConfigError(
+            "checkpoint.resume", f"{value!r} (from --resume) is not a checkpoint folder; name a checkpoint-N, final "
+            'or emergency-N folder, or use "latest"', kind="resume",
+        )
     return path
 

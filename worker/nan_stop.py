@@ -42,5 +42,5 @@ class NanStop:
             copy = await run.mlx(ckpt.copy_checkpoint, good[1], run.output_dir, last_good_dir_name(good[0]))
         message = ckpt.nan_stop_message(self.streak, path, copy, run.config.training.learning_rate)
         run.log("error", message)
-        run.emit(m.Error(message=message, fatal=True))
+        run.emit(m.Error(message=message, fatal=True, exit_code=Exit.NAN_STOP, log_path=str(run.emitter.jsonl_path)))
         run.control.stop("nan")

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import signal
+import subprocess
 import sys
 
 from grpo_tui.protocol.config import Config, ConfigError
 from grpo_tui.protocol.distributed import add_arguments
+from grpo_tui.protocol.outcome import Exit
 
 __all__ = ["add_arguments", "apply_arguments", "config_launch", "describe", "launch_command", "launched", "rank", "relaunch"]
 
@@ -80,24 +84,104 @@ def apply_arguments(config: Config, args: argparse.Namespace) -> None:
     d = config.distributed
     if args.ranks is not None:
         if args.ranks < 1:
-            raise ConfigError("distributed.ranks", f"{args.ranks} (from --ranks) must be at least 1")
+            raise ConfigError("distributed.ranks", f"{args.ranks} (from --ranks) must be at least 1", kind="ranks")
         d.ranks = args.ranks
     if args.hosts:
         d.hosts, d.hostfile = [h.strip() for h in args.hosts.split(",") if h.strip()], None
     if args.hostfile:
         if not os.path.isfile(args.hostfile):
-            raise ConfigError("distributed.hostfile", f"{args.hostfile!r} (from --hostfile) does not exist")
+            raise ConfigError("distributed.hostfile", f"{args.hostfile!r} (from --hostfile) does not exist", kind="ranks")
         d.hostfile, d.hosts = os.path.abspath(args.hostfile), []
     if args.backend:
         d.backend = args.backend
 
 
 def relaunch(config: Config) -> None:
-    """Replace this process with ``mlx.launch`` running this same worker command on every rank."""
+    """Run ``mlx.launch`` with this same worker command on every rank, and exit with the worst rank's code."""
     command = config_launch(config, [sys.executable, "-m", "grpo_tui.worker", *sys.argv[1:]])
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(command[0], command)
+    sys.exit(launch_and_wait(command))
+
+
+# A rank that stopped on a fixable mistake says so on stderr with this mark; the launch shows each
+# sentence once (rank 0's already reached the reader as a frame or a plain line).
+MISTAKE_MARK = "grpo-tui: a fixable mistake on rank "
+_MISTAKE = re.compile(re.escape(MISTAKE_MARK) + r"(\d+): (.*)$")
+_NODE = re.compile(r"Node with rank (\d+) (?:exited with code (-?\d+)|was killed)")
+# Which rank's ending explains the launch's: a mistake on any rank explains the others' lost ranks.
+_SEVERITY = {Exit.MISTAKE: 4, Exit.CRASH: 3, Exit.NAN_STOP: 2, Exit.STOPPED: 1, Exit.DONE: 0}
+
+
+def mistake_line(sentence: str) -> str:
+    return f"{MISTAKE_MARK}{rank()}: {sentence}"
+
+
+def worst(codes: list[int]) -> int:
+    """The launch's exit code from its ranks': a code that is no kind (a silent death) is a crash."""
+    kinds = [Exit(c) if c in _SEVERITY else Exit.CRASH for c in codes]
+    return max(kinds, key=_SEVERITY.__getitem__, default=Exit.DONE)
+
+
+def launch_and_wait(command: list[str]) -> int:
+    """``mlx.launch`` as a child (stdin and stdout pass through: rank 0's frames), its stderr read
+    line by line: each rank's exit code from its warnings (it exits 0 even when a rank fails), a
+    mistake said once however many ranks made it. Returns the worst rank's code."""
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE)
+    stopped = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopped
+        stopped = True
+        proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ctrl+c reaches every rank itself
+    codes: dict[int, int] = {}
+    killed: set[int] = set()
+    mistakes: dict[int, str] = {}
+    held: list[bytes] = []
+    assert proc.stderr is not None
+    for raw in iter(proc.stderr.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip()
+        if said_mistake := _MISTAKE.search(plain):
+            mistakes.setdefault(int(said_mistake.group(1)), said_mistake.group(2))
+            continue
+        if node := _NODE.search(plain):
+            if node.group(2) is None:
+                killed.add(int(node.group(1)))
+                held.append(raw)  # ended by the launcher after another rank: noise unless nothing else says why
+                continue
+            codes[int(node.group(1))] = int(node.group(2))
+            if int(node.group(2)) in (Exit.MISTAKE, Exit.STOPPED, Exit.NAN_STOP) or int(node.group(2)) < 0:
+                held.append(raw)  # a frame, a plain line or the sentence below says it
+                continue
+        _write_stderr(raw)
+    code = proc.wait()
+    said = {mistakes.get(0)}
+    for r, sentence in sorted(mistakes.items()):
+        codes.setdefault(r, Exit.MISTAKE)
+        if sentence not in said:  # a mistake rank 0 did not make (a file missing on that host)
+            said.add(sentence)
+            _write_stderr(f"rank {r}: {sentence}\n".encode())
+    # mlx.launch's own status says only that some rank failed: the ranks' codes say how. A rank
+    # ended by a signal was most often ended by the launcher after another rank's end.
+    found = [c for c in codes.values() if c >= 0] or ([code] if code else [])
+    if not found and (killed or codes):
+        found = [Exit.STOPPED if stopped else Exit.CRASH]
+    result = worst(found) if found else (Exit.STOPPED if stopped else Exit.DONE)
+    if result == Exit.CRASH:
+        for raw in held:
+            _write_stderr(raw)
+    return result
+
+
+def _write_stderr(data: bytes) -> None:
+    try:
+        os.write(2, data)
+    except OSError:
+        pass
 
 
 def describe(trainer: object) -> tuple[int, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import active_blas
@@ -15,6 +15,7 @@ from grpo_tui.protocol.blas import describe as describe_blas
 from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE
+from grpo_tui.protocol.outcome import Mistake
 
 from . import checkpoint as ckpt
 from . import ranks
@@ -39,19 +40,19 @@ class Start:
         self.lock: IO[Any] | None = None
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # the resumed epoch's steps so far
 
-    async def start(self) -> bool:
-        """Load the run; False when it cannot start (already reported with a fatal ``error``)."""
+    async def start(self) -> None:
+        """Load the run; a run that cannot start raises a ``Mistake`` that says why."""
         run, cfg = self.run, self.run.config
         if not self.leader:
             return await self._follow()
         run.emit(m.Status(phase="loading", message="preparing the output folder"))
         self.lock = ckpt.lock_output_dir(run.output_dir)
         if self.lock is None:
-            run.emit(m.Error(message=f"another worker is already training in {run.output_dir}", fatal=True))
-            return False
+            raise Mistake(
+                "output", f"another worker is already training in {run.output_dir}; stop it first, or set "
+                "checkpoint.output_dir to another folder",
+            )
         resume = await find_resume(run)
-        if resume is False:
-            return False
         run.emitter.open_jsonl(run.output_dir / RUN_LOG_FILE)
         if cfg.store.enabled:
             # A checkpoint from another output folder belongs to another store: record a new run.
@@ -84,14 +85,12 @@ class Start:
                 ranks=ranks.describe(trainer)[0], backend=ranks.describe(trainer)[1],
             )
         )  # fmt: skip
-        return True
 
-    async def _follow(self) -> bool:
+    async def _follow(self) -> None:
         """A rank > 0 starts: no lock, store or run log; rank 0's weights and step."""
         run = self.run
         run.loaded = trainer = await run.mlx(self.make_trainer, run.config, lambda level, message: None)
         run.control.step = await run.mlx(trainer.sync_from_leader, 0)
-        return True
 
     async def _open_store(self, state: ckpt.TrainingState | None) -> None:
         run, cfg = self.run, self.run.config
@@ -138,9 +137,9 @@ class Start:
         run.log("info", f"resumed from {path} at step {state.step}")
 
 
-async def find_resume(run: RunContext) -> Resume | None | Literal[False]:
-    """The checkpoint to resume from (``checkpoint.resume``), None for a fresh start, False for a bad
-    resume path (reported with an ``error`` frame). Runs the file work on the MLX thread."""
+async def find_resume(run: RunContext) -> Resume | None:
+    """The checkpoint to resume from (``checkpoint.resume``), None for a fresh start; a resume path
+    that is not a checkpoint is a ``Mistake``. Runs the file work on the MLX thread."""
     resume, output_dir = run.config.checkpoint.resume, run.output_dir
     await run.mlx(ckpt.recover_interrupted, output_dir)
     if resume is False:
@@ -156,9 +155,10 @@ async def find_resume(run: RunContext) -> Resume | None | Literal[False]:
         return found
     state = ckpt.read_state(Path(str(resume)))
     if state is None:
-        message = f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE})"
-        run.emit(m.Error(message=message, fatal=True))
-        return False
+        raise Mistake(
+            "resume", f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE}); "
+            'name a checkpoint-N, final or emergency-N folder, or use "latest"',
+        )
     return Path(str(resume)), state
 
 

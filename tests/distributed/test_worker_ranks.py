@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,7 +62,7 @@ def test_two_ranks_one_writer_and_commands_on_both(tmp_path, tiny_model):
         worker.send(m.Stop())
         done = worker.wait_for(m.Complete)
         assert done.status == "stopped"
-        assert worker.finish() == 0
+        assert worker.finish() == 4  # stopped by the user
     finally:
         worker.kill()
     assert len(worker.of(m.Hello)) == 1 and not worker.bad_lines  # rank 1 wrote nothing on stdout
@@ -128,3 +130,22 @@ def test_a_resumed_two_rank_run_keeps_the_synced_reference_on_both_ranks(tmp_pat
     for step in (3, 4):
         assert kls["split"][step][0] == pytest.approx(kls["straight"][step][0], rel=1e-4, abs=1e-8)
         assert kls["split"][step][1] == pytest.approx(kls["straight"][step][1], rel=1e-4, abs=1e-8)
+
+
+def test_a_batch_that_cannot_be_dealt_out_is_one_mistake_and_exit_code_2(tmp_path, tiny_model):
+    """Every rank makes the same mistake; the launch says it once, without a traceback, and exits 2
+    (mlx.launch itself exits 0 whatever its ranks do)."""
+    training = {**SETTINGS["training"], "gradient_accumulation_steps": 1}
+    config = write_config(tmp_path, tiny_model, **{**SETTINGS, "training": training})
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain", "--ranks", "2"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    sentence = (
+        "training.gradient_accumulation_steps: 1 micro-batches cannot be dealt out evenly to 2 ranks (the "
+        "micro-batch is the unit of distribution; use a multiple of the rank count)"
+    )
+    both = done.stdout + done.stderr
+    assert done.returncode == 2, both
+    assert both.count(sentence) == 1 and f"[mistake] {sentence}" in done.stdout, both
+    assert "Traceback" not in both and "Node with rank" not in both

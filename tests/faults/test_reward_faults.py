@@ -15,7 +15,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import RewardConfig
-from grpo_tui.worker.engine.rewards import RewardError, load_rewards, score
+from grpo_tui.worker.engine.rewards import RewardError, RewardFailed, load_rewards, score
 from tests.helpers.worker_harness import WorkerProcess, query, tiny_model, write_config
 
 __all__ = ["tiny_model"]
@@ -61,24 +61,27 @@ async def async_hangs(prompts, completions, **kw):
     await asyncio.sleep(60)
 '''
 
-# function -> words the error must contain (besides the function's name)
+# function -> words the error must contain (besides the function's name). A function that raises
+# fails (a crash, restarted); one that returns what is not one number per completion is a mistake
+# in its file (``RewardError``, never restarted).
 KINDS = {
-    "raises": "ValueError: the reward service is down",
-    "hangs": "timed out after 0.5s",
-    "async_hangs": "timed out after 0.5s",
-    "short": "returned 1 scores for 2 completions",
-    "nan": "score 0 is nan",
-    "inf": "score 0 is inf",
-    "string": "returned str",
-    "strings": "not a number",
-    "none": "returned NoneType",
-    "generator": "returned generator",
-    "exits": "SystemExit: 3",  # used to escape score() and kill the worker without a word
-    "interrupt": "KeyboardInterrupt",
-    "recursion": "RecursionError",
-    "huge_int": "OverflowError",
-    "unprintable": "_Unprintable",  # used to escape as the RuntimeError from its __str__
+    "raises": "failed: ValueError: the reward service is down",
+    "hangs": "failed: TimeoutError: timed out after 0.5s",
+    "async_hangs": "failed: TimeoutError: timed out after 0.5s",
+    "short": "returned 1 scores for 2 completions; return one number (or None) per completion",
+    "nan": "returned nan for completion 0; return finite numbers (or None)",
+    "inf": "returned inf for completion 0; return finite numbers (or None)",
+    "string": "returned a str, not a list of 2 numbers (one per completion)",
+    "strings": "returned '0.5' for completion 0; return numbers (or None), not str",
+    "none": "returned a NoneType, not a list of 2 numbers",
+    "generator": "returned a generator, not a list of 2 numbers",
+    "exits": "failed: SystemExit: 3",  # used to escape score() and kill the worker without a word
+    "interrupt": "failed: KeyboardInterrupt",
+    "recursion": "failed: RecursionError",
+    "huge_int": "returned an integer of 401 digits for completion 0, which overflows float32",
+    "unprintable": "failed: _Unprintable",  # used to escape as the RuntimeError from its __str__
 }
+FAILS = {name for name, words in KINDS.items() if words.startswith("failed")}
 
 
 def write_rewards(folder: Path) -> Path:
@@ -100,10 +103,10 @@ def call(rewards, warn=lambda message: None):
 def test_a_bad_reward_is_one_error_naming_it(tmp_path, name):
     rewards = load_rewards(configs(write_rewards(tmp_path), name))
     start = time.monotonic()
-    with pytest.raises(RewardError) as info:
+    with pytest.raises(RewardFailed if name in FAILS else RewardError) as info:
         call(rewards)
     message = str(info.value)
-    assert f"reward function {name!r} failed" in message and KINDS[name] in message
+    assert f"reward function {name!r} {KINDS[name]}" in message
     assert "\n" not in message
     assert time.monotonic() - start < 5  # a hung function costs its timeout, not the run
 
@@ -148,12 +151,14 @@ def test_a_bad_reward_stops_the_worker_cleanly(tmp_path, tiny_model, name):
     config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"save_every": 1, "keep_last": 0})
     worker = WorkerProcess(config, env={"FAIL_AT_CALL": "3"})  # steps 1 and 2 are fine, step 3 fails
     error = worker.wait_for(m.Error)
-    assert worker.finish() == 1, worker.stderr.decode()[-3000:]
+    mistake = name not in FAILS  # nan: a mistake in the reward file (exit 2, never restarted)
+    assert worker.finish() == (2 if mistake else 1), worker.stderr.decode()[-3000:]
     assert error.fatal and name in error.message and KINDS[name] in error.message
+    assert error.exit_code == (2 if mistake else 1) and (error.kind == "reward") == mistake
     assert worker.bad_lines == [] and not worker.of(m.Complete)
 
     db = tmp_path / "out" / "outputs.db"
-    assert query(db, "SELECT status, ended_at IS NOT NULL FROM runs") == [("crashed", 1)]
+    assert query(db, "SELECT status, ended_at IS NOT NULL FROM runs") == [("stopped" if mistake else "crashed", 1)]
     assert query(db, "SELECT step FROM steps ORDER BY step") == [(1,), (2,)]
     assert query(db, "SELECT DISTINCT step FROM generations ORDER BY step") == [(1,), (2,)]
     assert query(db, "SELECT count(*) FROM logs WHERE level = 'error' AND message LIKE ?", f"%{name}%") == [(1,)]

@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--completion-chars", type=int, default=60)
     p.add_argument("--protocol-version", type=int, default=m.PROTOCOL_VERSION)
-    p.add_argument("--crash-at", type=int, default=0, help="exit 3 after this step (first run only)")
+    p.add_argument("--crash-at", type=int, default=0, help="exit 7 after this step (first run only)")
+    p.add_argument("--mistake-at", type=int, default=0, help="a fixable mistake after this step: an error frame, exit 2")
     p.add_argument("--hold", action="store_true", help="after the last step, wait for stop instead of completing")
     p.add_argument("--ignore-stop", action="store_true", help="never answer stop (tests the kill timeout)")
     p.add_argument("--zero-std-from", type=int, default=0, help="from this step on every group ties")
@@ -239,11 +240,14 @@ def run(args: argparse.Namespace) -> int:
             fake.send(eval_frame(step))
         if args.save_every and step % args.save_every == 0:
             fake.checkpoint(step, "periodic")
+        if args.mistake_at and step == args.mistake_at:
+            fake.send(m.Error(message=MISTAKE, fatal=True, exit_code=2, kind="reward"))
+            return 2
         if args.crash_at and step == args.crash_at and not restarted:
             marker.write_text(str(fake.last_checkpoint or step))
             boom = "[/bold] [link=x]boom\x1b[2J" if args.hostile else "boom"
             print(f"fake worker: Traceback (most recent call last): {boom}", file=sys.stderr, flush=True)
-            return 3
+            return 7  # dies without a frame, like os._exit(7) in a reward: a crash
         if fake.drain(step, block=False):
             return 0
     if args.hold:
@@ -253,6 +257,9 @@ def run(args: argparse.Namespace) -> int:
     fake.checkpoint(args.steps, "final")
     fake.send(m.Complete(total_steps=args.steps, seconds=time.monotonic() - fake.start, status="completed"))
     return 0
+
+
+MISTAKE = "reward function 'correct' returned 2 scores for 4 completions; return one number (or None) per completion"
 
 
 def agent_turns(step: int, i: int) -> list[m.Turn]:

@@ -8,7 +8,8 @@ from textual.command import CommandPalette
 from textual.widgets import DataTable, RichLog, Static
 
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
-from grpo_tui.tui.screens.crash import CrashScreen
+from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
+from tests.fakes.fake_worker import MISTAKE
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
@@ -257,11 +258,39 @@ async def test_crash_counts_down_and_resumes_with_history(make_app):
     app = make_app("--steps", "8", "--hold", "--crash-at", "5", "--save-every", "2", delay=2.0, clock=time.monotonic)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
-        assert app.state.status == "error" and "code 3" in app.state.error
+        assert app.state.status == "error" and "code 7" in app.state.error
         assert "Traceback" in str(app.screen.query_one("#crash-text", Static).render())
         await wait_until(pilot, lambda: app.state.step == 8)  # the countdown ran out, restarted, resumed
         assert app.restarts == 1 and app.state.status == "running"
         assert list(app.state.history_steps) == list(range(1, 9))  # 1-4 from resume_state, 5-8 live
+
+
+async def test_a_crash_says_why_and_where_the_log_is(make_app):
+    app = make_app("--steps", "6", "--hold", "--crash-at", "2", delay=30)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
+        text = str(app.screen.query_one("#crash-text", Static).render())
+        assert "The worker crashed (exited with code 7)." in text
+        assert "fake worker: Traceback (most recent call last): boom" in text  # its last stderr line
+        await pilot.press("escape")
+
+
+async def test_a_mistake_shows_its_sentence_is_never_restarted_and_retries_on_enter(make_app):
+    app = make_app("--steps", "6", "--hold", "--mistake-at", "2", delay=0.1)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, MistakeScreen))
+        text = str(app.screen.query_one("#mistake-text", Static).render())
+        assert MISTAKE in text and "Traceback" not in text
+        await pilot.pause(0.5)  # a crash's countdown (0.1 s here) would have restarted it by now
+        assert isinstance(app.screen, MistakeScreen) and app.restarts == 0 and app.worker_code == 2
+        assert app.state.status == "error" and app.state.error == MISTAKE and "✗ error" in header(app)
+        await pilot.press("enter")  # retry: the (fixed) worker starts again
+        await wait_until(pilot, lambda: isinstance(app.screen, MistakeScreen))  # this fake makes it again
+        assert app.restarts == 0
+        await pilot.press("escape")
+        await pilot.press("q")
+        await wait_until(pilot, lambda: not app.is_running)
+    assert app.return_value == 2
 
 
 async def test_crash_restart_now_and_cancel(make_app):

@@ -103,7 +103,7 @@ def test_live_control_pause_resume_save_display_stop(tmp_path, tiny_model):
 
     worker.send(m.Stop())
     done = worker.wait_for(m.Complete)
-    assert worker.finish() == 0
+    assert worker.finish() == 4  # stopped by the user
     final = [c for c in worker.of(m.Checkpoint) if c.kind == "final"]
     assert done.status == "stopped" and final and final[0].step == done.total_steps
     assert mlx_lm.load(final[0].path)[0] is not None
@@ -156,7 +156,7 @@ def test_closing_stdin_checkpoints_and_exits(tmp_path, tiny_model):
     assert "another worker is already training" in second.events[-1].message
     worker.proc.stdin.close()
     done = worker.wait_for(m.Complete)
-    assert worker.finish() == 0
+    assert worker.finish() == 4  # stopped: the dashboard is gone
     assert done.status == "stopped"
     assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("emergency", done.total_steps)]
     assert query(tmp_path / "out" / "outputs.db", "SELECT status FROM runs") == [("stopped",)]
@@ -171,7 +171,7 @@ def test_sigterm_saves_an_emergency_checkpoint_when_the_last_one_is_old(tmp_path
     worker.wait_for(m.Step, lambda e: e.step >= 5)
     worker.proc.send_signal(signal.SIGTERM)
     done = worker.wait_for(m.Complete)
-    assert worker.finish() == 128 + signal.SIGTERM
+    assert worker.finish() == 4  # stopped by a signal
     kinds = [(c.kind, c.step) for c in worker.of(m.Checkpoint)]
     assert kinds == [("emergency", done.total_steps)] and done.total_steps >= 5
     assert mlx_lm.load(worker.of(m.Checkpoint)[0].path)[0] is not None
@@ -184,7 +184,7 @@ def test_sigterm_soon_after_a_checkpoint_exits_without_waiting_for_the_running_s
     worker.wait_for(m.Status, lambda e: e.phase == "scoring")  # step 2 sleeps 5 s in its reward
     sent = time.monotonic()
     worker.proc.send_signal(signal.SIGTERM)
-    assert worker.finish() == 128 + signal.SIGTERM
+    assert worker.finish() == 4  # stopped by a signal
     assert time.monotonic() - sent < 3
     assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", 1)]
     assert worker.of(m.Complete)[0].status == "stopped"

@@ -1,4 +1,7 @@
-"""The worker crashed: count down to a restart that resumes from the latest checkpoint."""
+"""How the worker ended, when it did not finish: a crash counts down to a restart from the latest
+checkpoint (``CrashScreen``); a fixable mistake is never restarted, it says what to fix and offers a
+retry (``MistakeScreen``). Both say why (the worker's error frame, else its last stderr lines) and
+where the full log is (``protocol/outcome.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,16 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from grpo_tui.protocol.outcome import describe
 from grpo_tui.tui.inert import clean
+
+
+def _reason(text: Text, reason: str, log_path: str) -> None:
+    for line in reason.splitlines()[-4:]:
+        text.append(clean(line, single_line=True)[:300] + "\n", "red")
+    if log_path:
+        text.append("Full log: ", "dim")
+        text.append(clean(log_path, single_line=True) + "\n")
 
 
 class CrashScreen(ModalScreen[bool]):
@@ -22,11 +34,11 @@ class CrashScreen(ModalScreen[bool]):
 
     def __init__(
         self, code: int, attempt: int, max_restarts: int, delay_s: float, clock: Callable[[], float],
-        last_error: str = "",
+        last_error: str = "", log_path: str = "",
     ) -> None:
         super().__init__()
         self.code, self.attempt, self.max_restarts = code, attempt, max_restarts
-        self.clock, self.deadline, self.last_error = clock, clock() + delay_s, last_error
+        self.clock, self.deadline, self.last_error, self.log_path = clock, clock() + delay_s, last_error, log_path
 
     @property
     def remaining(self) -> float:
@@ -45,9 +57,9 @@ class CrashScreen(ModalScreen[bool]):
 
     def _render_text(self) -> None:
         text = Text()
-        text.append(f"✗ The worker exited with code {self.code}.\n", "bold red")
-        if self.last_error:
-            text.append(clean(self.last_error, single_line=True)[:300] + "\n", "red")
+        how = describe(self.code) if self.code < 0 or self.code > 128 else f"exited with code {self.code}"
+        text.append(f"✗ The worker crashed ({how}).\n", "bold red")
+        _reason(text, self.last_error or "It reported nothing before it ended.", self.log_path)
         text.append(f"\nRestarting from the latest checkpoint in {math.ceil(self.remaining)} s ")
         text.append(f"(attempt {self.attempt} of {self.max_restarts}).", "dim")
         self.query_one("#crash-text", Static).update(text)
@@ -65,3 +77,31 @@ class CrashScreen(ModalScreen[bool]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.action_answer(event.button.id == "restart")
+
+
+class MistakeScreen(ModalScreen[bool]):
+    """A fixable mistake: the sentence, no countdown. True: retry (the worker reads the config and
+    its files anew); False: close, the dashboard stays with the error in its header."""
+
+    BINDINGS = [Binding("enter,R", "answer(True)", "retry"), Binding("escape,c", "answer(False)", "close")]
+
+    def __init__(self, sentence: str, log_path: str = "") -> None:
+        super().__init__()
+        self.sentence, self.log_path = sentence, log_path
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        text.append("✗ The run stopped on a mistake you can fix:\n\n", "bold red")
+        text.append(clean(self.sentence, single_line=True)[:1000] + "\n\n", "bold")
+        text.append("Fix it, then retry: the worker starts again and reads the config and its files anew.", "dim")
+        with Vertical(id="mistake-box", classes="dialog"):
+            yield Static(text, id="mistake-text")
+            with Horizontal(classes="buttons"):
+                yield Button("Retry (enter)", id="retry", variant="primary")
+                yield Button("Close (esc)", id="close")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.action_answer(event.button.id == "retry")

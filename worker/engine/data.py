@@ -31,8 +31,11 @@ ROLES = ("system", "user", "assistant", "tool")
 REWARD_COLUMNS = {"accuracy": "answer"}
 
 
-class DataError(ValueError):
-    """A dataset problem; the message names the file and line."""
+class DataError(Mistake, ValueError):
+    """A dataset problem, a fixable mistake; the message names the file and line."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__("data", sentence)
 
 
 @dataclass

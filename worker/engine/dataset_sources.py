@@ -15,12 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_tui.protocol.outcome import Mistake
+
 TOOLS_COLUMN = "tools"
 _BUILDERS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
-class DatasetSourceError(ValueError):
-    """A dataset that cannot be read; the message names the file (and row and column)."""
+class DatasetSourceError(Mistake, ValueError):
+    """A dataset that cannot be read, a fixable mistake; the message names the file (and row and column)."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__("data", sentence)
 
 
 @dataclass

@@ -66,6 +66,7 @@ class Ranks:
                 "training.gradient_accumulation_steps",
                 f"{accumulation} micro-batches cannot be dealt out evenly to {self.size} ranks "
                 "(the micro-batch is the unit of distribution; use a multiple of the rank count)",
+                kind="ranks",
             )
 
     def micro_batches(self, accumulation: int) -> range:

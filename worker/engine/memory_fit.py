@@ -143,7 +143,7 @@ def choose_for(shape: StepShape, t: TrainingConfig) -> Choice:
     raise ConfigError("training.memory_limit_gb", (
         f"{t.memory_limit_gb:g} GB is too little for this model: even with every memory switch a step needs about "
         f"{tried.estimate_gb:.1f} GB (the weights, gradients and AdamW state alone are {static:.1f} GB)"
-    ))
+    ), kind="memory")
 
 
 def evaluation_limit(limit_gb: float) -> int:

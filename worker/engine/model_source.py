@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_tui.protocol.config import ConfigError, ModelConfig
+from grpo_tui.protocol.outcome import Mistake
 
 from . import gguf
 
@@ -29,8 +30,11 @@ HUB_ID_HELP = "a local model folder, a GGUF file or a Hugging Face id like Qwen/
 NOTES: dict[str, str] = {}
 
 
-class ModelSourceError(RuntimeError):
-    """The model cannot be found or loaded; the message is one sentence naming it."""
+class ModelSourceError(Mistake, RuntimeError):
+    """The model cannot be found or loaded, a fixable mistake; the message is one sentence naming it."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__("model", sentence)
 
 
 def _offline() -> bool:

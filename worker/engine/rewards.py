@@ -15,11 +15,12 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from grpo_tui.protocol.config import RewardConfig
+from grpo_tui.protocol.outcome import Mistake
 
 from . import schema_check, timed_calls
 from .parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
@@ -28,8 +29,22 @@ from .reward_call import EXTRAS, Signature, StepLog, TrainerState, call_argument
 RewardFn = Callable[..., Any]
 
 
-class RewardError(RuntimeError):
-    """A reward function failed; the message names it."""
+class RewardError(Mistake, RuntimeError):
+    """A reward that cannot be used as configured (its file does not import, no such function, a
+    signature TRL's arguments do not fit, values that are not one number per completion): a fixable
+    mistake whose message names it."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__("reward", sentence)
+
+
+class RewardFailed(RuntimeError):
+    """A reward function raised while scoring (a service down, a bug on one input): a crash, which
+    the dashboard restarts from the latest checkpoint; the message names the function."""
+
+
+# Training computes in float32: a score beyond its range becomes inf in the advantages.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 # ---------------------------------------------------------------- built-ins
@@ -287,6 +302,7 @@ class Reward:
     builtin: bool
     signature: Signature = Signature(frozenset(), True)
     inline: bool = False  # called on the caller's thread, without a timeout (a judge model: MLX)
+    fits: set[frozenset[str]] = field(default_factory=set)  # argument names that bind (``_check_call``)
 
     @classmethod
     def from_config(cls, config: RewardConfig, index: int = 0) -> "Reward":
@@ -330,21 +346,54 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _validate(values: Any, n: int) -> list[float | None]:
+    """One float (or None) per completion; what is wrong otherwise, as the end of a sentence."""
     if not isinstance(values, (list, tuple)):
-        raise TypeError(f"returned {type(values).__name__}, expected a list of {n} numbers")
+        raise ValueError(f"returned a {type(values).__name__}, not a list of {n} numbers (one per completion)")
     if len(values) != n:
-        raise ValueError(f"returned {len(values)} scores for {n} completions")
+        raise ValueError(f"returned {len(values)} scores for {n} completions; return one number (or None) per completion")
     out: list[float | None] = []
     for i, v in enumerate(values):
         if v is None:
             out.append(None)
-        elif not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
-            raise TypeError(f"score {i} is {v!r}, not a number or None")
-        elif not math.isfinite(float(v)):
-            raise ValueError(f"score {i} is {float(v)}")
-        else:
-            out.append(float(v))
+            continue
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        if isinstance(v, (str, bytes)) or (not isinstance(v, (int, float)) and not hasattr(v, "__float__")):
+            raise ValueError(f"returned {shown} for completion {i}; return numbers (or None), not {type(v).__name__}")
+        try:
+            value, shown = float(v), format(float(v), "g")
+        except OverflowError:  # an int beyond any float
+            value, shown = math.inf, f"an integer of {len(str(abs(v)))} digits"
+        except (TypeError, ValueError):
+            raise ValueError(f"returned {shown} for completion {i}, which is not a number") from None
+        if not math.isfinite(value) and not shown.startswith("an integer"):
+            raise ValueError(f"returned {value} for completion {i}; return finite numbers (or None)")
+        if abs(value) > FLOAT32_MAX:
+            raise ValueError(
+                f"returned {shown} for completion {i}, which overflows float32 (the training's precision, "
+                "at most 3.4e38); scale the reward down"
+            )
+        out.append(value)
     return out
+
+
+def _check_call(reward: Reward, kwargs: dict[str, Any]) -> None:
+    """A user function whose parameters cannot take TRL's arguments is a mistake in its file, said
+    before the call (its TypeError would look like a failure inside it). Checked once per set of names."""
+    names = frozenset(kwargs)
+    if reward.builtin or names in reward.fits:
+        return
+    try:
+        parameters = inspect.signature(reward.fn)
+    except (TypeError, ValueError):  # a builtin or C function: let the call say
+        return
+    try:
+        parameters.bind(**kwargs)
+    except TypeError as exc:
+        raise RewardError(
+            f"reward function {reward.label!r} cannot take the arguments TRL passes ({exc}); give it the "
+            f"parameters it uses and **kwargs, e.g. def {getattr(reward.fn, '__name__', 'reward')}(completions, **kwargs)"
+        ) from None
+    reward.fits.add(names)
 
 
 def score(
@@ -381,14 +430,22 @@ def score(
             completions=completions if reward.builtin else trl_shaped, completion_ids=ids, trainer_state=state,
             columns=columns, extras=extras if reward.builtin else custom_extras, log=log, params=reward.params,
         )
+        _check_call(reward, kwargs)
         try:
-            called = reward.fn(**kwargs) if reward.inline else call_with_timeout(
+            returned = reward.fn(**kwargs) if reward.inline else call_with_timeout(
                 reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}")
-            values = _validate(called, n)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
             message = f"reward function {reward.label!r} failed: {describe_error(exc)}"
             if reward.on_error != "skip":
-                raise RewardError(message) from exc
+                raise RewardFailed(message) from exc
+            warn(message + " (on_error = skip: scored None)")
+            returned = [None] * n
+        try:
+            values = _validate(returned, n)
+        except ValueError as exc:
+            message = f"reward function {reward.label!r} {exc}"
+            if reward.on_error != "skip":
+                raise RewardError(message) from None
             warn(message + " (on_error = skip: scored None)")
             values = [None] * n
         per_fn[reward.label] = values

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
+from grpo_tui.protocol.outcome import Mistake
 
 from .rewards import RewardError, call_with_timeout, describe_error, load_function
 from .timed_calls import StillHung
@@ -33,8 +34,11 @@ from .tool_schema import SchemaError, function_schema
 MAX_RESULT_CHARS = 2000
 
 
-class ToolError(RuntimeError):
-    """A configured tool that cannot be used; the message names its config key."""
+class ToolError(Mistake, RuntimeError):
+    """A configured tool that cannot be used, a fixable mistake; the message names its config key."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__("tool", sentence)
 
 
 @dataclass

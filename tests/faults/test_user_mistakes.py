@@ -1,0 +1,85 @@
+"""The mistakes a user makes on a first run, each through the real program, as the user meets them.
+
+The CLI half runs ``grpo-tui worker CONFIG --plain`` and asserts the exact sentence (once), the exit
+code (2: a fixable mistake, ``protocol/outcome.py``) and no traceback anywhere on the terminal. The
+dashboard half runs the real dashboard with the real worker (Pilot) and asserts that the mistake's
+modal shows the sentence and that nothing restarts. The cases are in tests/mistake_cases.py; most
+are caught before the model loads, so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_tui.protocol.config import ConfigError, load_config
+from tests.mistake_cases import CASES, ROOT, Case, Setup, custom_reward, write_run
+
+PREFIXES = ("[mistake] ", "grpo-tui: config error: ", "grpo-tui: ")
+READY = [c for c in CASES if c.sentence(Path("/x"))]
+
+
+def grpo_tui(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``grpo-tui ARGS`` as a user types it (the console script's entry point, this interpreter)."""
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_tui.tui.cli", *args], capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=ROOT,
+    )  # fmt: skip
+
+
+def said(output: str) -> list[str]:
+    """The lines of the terminal, each without the prefix that says who speaks."""
+    lines = []
+    for line in output.splitlines():
+        for prefix in PREFIXES:
+            if line.startswith(prefix):
+                line = line[len(prefix):]
+                break
+        lines.append(line)
+    return lines
+
+
+def _setup(case: Case, folder: Path) -> Setup:
+    return case.build(folder)
+
+
+@pytest.mark.parametrize("case", READY, ids=[c.id for c in READY])
+def test_a_mistake_is_one_sentence_exit_2_and_no_traceback(tmp_path, case):
+    setup = _setup(case, tmp_path)
+    done = grpo_tui("worker", str(setup.config), "--plain", *setup.args, env=setup.env)
+    both = done.stdout + done.stderr
+    sentence = case.sentence(tmp_path)
+    assert done.returncode == case.code, both[-3000:]
+    assert said(both).count(sentence) == 1, both[-3000:]
+    assert "Traceback" not in both and 'File "' not in both
+
+
+def test_a_worker_that_dies_through_os_exit_says_why_and_where_the_log_is(tmp_path):
+    body = "import os, sys\ndef score(completions, **kw):\n    print('reward: giving up', file=sys.stderr, flush=True)\n    os._exit(7)\n"
+    config = write_run(tmp_path, rewards=custom_reward(tmp_path, body))
+    done = grpo_tui("worker", str(config), "--plain")
+    assert done.returncode == 1  # a silent death is a crash (restarted by the dashboard)
+    log = tmp_path / "out" / "run.jsonl"
+    assert said(done.stderr)[-1] == (
+        "the worker exited with code 7 during step 1 (scoring) without reporting why (a reward or tool function may "
+        f"have called os._exit(), or native code crashed). Its last output: reward: giving up. The run's log: {log}"
+    )
+
+
+def test_a_config_saved_with_a_bom_loads(tmp_path):
+    config = write_run(tmp_path)
+    config.write_bytes(b"\xef\xbb\xbf" + config.read_bytes())
+    done = grpo_tui("check", str(config))
+    assert done.returncode == 0 and done.stdout.startswith(f"# {config}: valid."), done.stderr
+
+
+def _loads(case: Case, folder: Path) -> bool:
+    try:
+        load_config(case.build(folder).config)
+        return True
+    except ConfigError:
+        return False
