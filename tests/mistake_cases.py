@@ -185,7 +185,8 @@ CASES: list[Case] = [
     Case("quantized-full-finetune", "model",
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, quantization={"group_size": 64, "bits": 4}))})),
          lambda f: f"model.lora: '{f / 'model'}' is a 4-bit quantized model, and full fine-tuning would train only its few "
-                   "unquantized tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA)"),
+                   "unquantized tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA), or set "
+                   "model.dequantize = true to fine-tune all of it in float32"),
     # ---- data
     Case("empty-data-file", "data", lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", ""))})),
          lambda f: f"{f / 'd.jsonl'}: the dataset is empty"),

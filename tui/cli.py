@@ -60,7 +60,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from grpo_tui.protocol.recipes import report
 
     print(f"# {args.config}: valid. Resolved config:")
-    for line in report(Path(args.config).read_text(encoding="utf-8")):
+    for line in report(Path(args.config).read_text(encoding="utf-8-sig")):
         print(f"# {line}")
     print(dumps(config.to_dict()), end="")
     return 0
@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `grpo-tui check cfg.toml | head -1`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 if __name__ == "__main__":

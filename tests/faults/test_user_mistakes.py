@@ -83,3 +83,14 @@ def _loads(case: Case, folder: Path) -> bool:
         return True
     except ConfigError:
         return False
+
+
+def test_check_piped_into_head_ends_quietly(tmp_path):
+    config = write_run(tmp_path)
+    done = subprocess.run(f"{sys.executable} -m grpo_tui.tui.cli check {config} | head -1", shell=True,
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.stdout == f"# {config}: valid. Resolved config:\n"
+    assert done.stderr == ""  # no BrokenPipeError traceback
+    gone = subprocess.run(f"{sys.executable} -m grpo_tui.tui.cli check {config} | true", shell=True,
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)  # a reader gone before the first line
+    assert gone.stderr == "" and gone.returncode == 0
