@@ -14,6 +14,7 @@ import gc
 import sys
 import time
 from collections import deque
+from functools import partial
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import assert_never
@@ -29,10 +30,10 @@ from textual.widgets import Static, TabbedContent, TabPane
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.layout import RUN_LOG_FILE
-from grpo_tui.protocol.outcome import Exit, restartable
+from grpo_tui.protocol.outcome import restartable
 from grpo_tui.tui.actions import DashboardKeys
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
+from grpo_tui.tui.ending import read_ending, run_exit_code
 from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
@@ -298,8 +299,7 @@ class GrpoApp(DashboardKeys):
     # ------------------------------------------------------------ crashes and restarts
 
     def _worker_exited(self, code: int) -> None:
-        """Only a crash is restarted (``outcome.restartable``); a mistake says what to fix and
-        offers a retry; every ending says why (the error frame, else the last stderr lines)."""
+        """Only a crash is restarted (``outcome.restartable``); a mistake offers a retry (``ending``)."""
         s = self.state
         self.worker_code = code
         if self.quitting or self._refused:
@@ -307,60 +307,34 @@ class GrpoApp(DashboardKeys):
         if s.complete is not None:
             self._add_logs([LogEntry("info", f"worker exited (code {code})", "dashboard")])
             return
-        s.status, s.ended_at = "error", s.clock()
-        fatal = s.fatal
-        tail = [line for line in self._stderr_tail if line.strip()][-3:]
-        reason = fatal.message if fatal is not None else "\n".join(tail)
-        log_path = fatal.log_path if fatal is not None and fatal.log_path else self._run_log()
-        if code == Exit.MISTAKE:
-            s.error = reason or "the worker stopped on a fixable mistake"
-            self._add_logs([LogEntry("error", s.error, "dashboard")])
-            self.push_screen(MistakeScreen(s.error, log_path), self._after_mistake)
-            self._render({"header", "bindings"})
-            return
-        last = tail[-1] if tail else ""
-        s.error = f"worker exited with code {code}" + (f": {fatal.message if fatal else last}" if fatal or last else "")
+        end = read_ending(code, s.fatal, self._stderr_tail, s.output_dir or self.config.checkpoint.output_dir)
+        s.status, s.ended_at, s.error = "error", s.clock(), end.error
         self._add_logs([LogEntry("error", s.error, "dashboard")])
         display = self.config.display
-        if not restartable(code):
+        if end.mistake:
+            self.push_screen(MistakeScreen(s.error, end.log_path), partial(self._after_countdown, retry=True))
+        elif not restartable(code):
             self._fail(f"{s.error}. Press q to quit.")
         elif display.restart_on_crash and self.restarts < display.max_restarts:
-            screen = CrashScreen(
-                code, self.restarts + 1, display.max_restarts, display.restart_delay_s, s.clock, reason, log_path
-            )
+            screen = CrashScreen(code, self.restarts + 1, display.max_restarts, display.restart_delay_s, s.clock,
+                                 end.reason, end.log_path)
             self.push_screen(screen, self._after_countdown)
         else:
             why = f"gave up after {self.restarts} restarts" if display.restart_on_crash else "restart_on_crash is off"
             self._fail(f"{s.error} — {why}. Press q to quit.")
         self._render({"header", "bindings"})
 
-    def _run_log(self) -> str:
-        """The run's log (run.jsonl), where a crash's traceback is, when the worker wrote one."""
-        path = Path(self.state.output_dir or self.config.checkpoint.output_dir) / RUN_LOG_FILE
-        return str(path) if path.is_file() else ""
-
-    async def _after_mistake(self, retry: bool | None) -> None:
-        """Retry once the user fixed the mistake: from the latest checkpoint if this run saved one."""
-        if not retry or self.quitting:
-            self.notify("fix the mistake, then press q to quit and start again", severity="warning", timeout=6)
-            return
-        s = self.state
-        resume = bool(s.checkpoints)
-        s.status, s.complete, s.error, s.fatal, s.ended_at = "restarting", None, "", None, None
-        s.phase, s.phase_message = "loading", "retrying"
-        self._render({"header", "bindings"})
-        await self._spawn(resume_latest=resume)
-
-    async def _after_countdown(self, restart: bool | None) -> None:
+    async def _after_countdown(self, restart: bool | None, retry: bool = False) -> None:
+        """A crash's restart resumes from the latest checkpoint; a mistake's retry if this run saved one."""
         if not restart or self.quitting:
-            self.notify("restart cancelled; press q to quit", severity="warning")
+            self.notify("fix the mistake first; q quits" if retry else "restart cancelled; press q to quit", severity="warning")
             return
-        self.restarts += 1
+        self.restarts += 0 if retry else 1
         s = self.state
         s.status, s.complete, s.error, s.fatal, s.ended_at = "restarting", None, "", None, None
-        s.phase, s.phase_message = "loading", f"restart {self.restarts}: resuming from the latest checkpoint"
+        s.phase, s.phase_message = "loading", "retrying" if retry else f"restart {self.restarts}: resuming from the latest checkpoint"
         self._render({"header", "bindings"})
-        await self._spawn(resume_latest=True)
+        await self._spawn(resume_latest=not retry or bool(s.checkpoints))
 
     # ------------------------------------------------------------ quitting
 
@@ -381,15 +355,7 @@ class GrpoApp(DashboardKeys):
         self.quitting = True
         if self.proc:
             await self.proc.shutdown(timeout=2.0)
-        self.exit(self.exit_code())
-
-    def exit_code(self) -> int:
-        """``grpo-tui run``'s exit code: the worker's kind (``protocol/outcome.py``); a worker that
-        died without a word, or never started, is a crash."""
-        code = self.worker_code
-        if code is None or code not in set(Exit):
-            return Exit.CRASH if self.state.status == "error" else Exit.DONE
-        return code
+        self.exit(run_exit_code(self.worker_code, self.state.status == "error"))
 
     @work(exclusive=True, group="stop")
     async def stop_and_exit(self) -> None:
@@ -405,7 +371,7 @@ class GrpoApp(DashboardKeys):
         with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first
             await asyncio.wait_for(self._worker_gone.wait(), 10.0)
         self.flush()
-        self.exit(self.exit_code())
+        self.exit(run_exit_code(self.worker_code, self.state.status == "error"))
 
     async def on_unmount(self) -> None:
         if self.proc:  # last resort (ctrl+c, an exception): never leave an orphan worker

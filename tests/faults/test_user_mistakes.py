@@ -3,7 +3,7 @@
 The CLI half runs ``grpo-tui worker CONFIG --plain`` and asserts the exact sentence (once), the exit
 code (2: a fixable mistake, ``protocol/outcome.py``) and no traceback anywhere on the terminal. The
 dashboard half runs the real dashboard with the real worker (Pilot) and asserts that the mistake's
-modal shows the sentence and that nothing restarts. The cases are in tests/mistake_cases.py; most
+modal shows the sentence and that nothing restarts. The cases are in tests/helpers/mistake_cases.py; most
 are caught before the model loads, so the suite stays fast.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, load_config
-from tests.mistake_cases import CASES, ROOT, Case, Setup, custom_reward, write_run
+from tests.helpers.mistake_cases import CASES, ROOT, Case, Setup, custom_reward, write_run
 
 PREFIXES = ("[mistake] ", "grpo-tui: config error: ", "grpo-tui: ")
 READY = [c for c in CASES if c.sentence(Path("/x"))]

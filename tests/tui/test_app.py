@@ -9,7 +9,7 @@ from textual.widgets import DataTable, RichLog, Static
 
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
-from tests.fakes.fake_worker import MISTAKE
+from tests.helpers.fake_worker import MISTAKE
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen

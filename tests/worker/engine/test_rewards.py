@@ -112,7 +112,7 @@ def test_module_function_and_duplicate_labels(tmp_path):
     [
         ("boom", "KeyError"),
         ("short", "returned 1 scores for 2"),
-        ("text", "not a number"),
+        ("text", "return numbers (or None), not str"),
         ("nan", "nan"),
         ("hang", "timed out after 0.3s"),
     ],
