@@ -25,6 +25,12 @@ from .config_overrides import apply_override as apply_override
 from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
 
 BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema", "soft_overlong")
+# The params each built-in takes (its keyword parameters that no column or extra fills; a test holds
+# them to the functions' signatures): any other would be silently ignored.
+BUILTIN_REWARD_PARAMS: dict[str, tuple[str, ...]] = {
+    "accuracy": (), "xml_format": ("tags",), "length": ("target", "max_completion_length"), "tool_use": ("required",),
+    "json_schema": ("schema", "tag"), "soft_overlong": ("max_completion_length", "soft_punish_cache"),
+}
 
 
 def _whole(value: Any) -> bool:
@@ -128,6 +134,9 @@ class RewardConfig(_Section):
             raise _invalid("timeout_s", self.timeout_s, "must be > 0")
         if self.name == "soft_overlong":
             _check_soft_overlong(self.params)
+        elif self.name is not None and (unknown := sorted(set(self.params) - set(BUILTIN_REWARD_PARAMS[self.name]))):
+            takes = ", ".join(BUILTIN_REWARD_PARAMS[self.name]) or "none"
+            raise _invalid("params", unknown[0], f"is not a parameter of the built-in reward {self.name!r} (it takes: {takes})")
 
     @property
     def label(self) -> str:

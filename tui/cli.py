@@ -57,7 +57,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = _load(args.config, args.set)
     if config is None:
         return 2
+    from grpo_tui.protocol.preflight import folder_problems
     from grpo_tui.protocol.recipes import report
+
+    if problems := folder_problems(config):  # what the worker would stop on before loading anything
+        for problem in problems:
+            print(f"grpo-tui: {problem}", file=sys.stderr)
+        return Exit.MISTAKE
 
     print(f"# {args.config}: valid. Resolved config:")
     for line in report(Path(args.config).read_text(encoding="utf-8-sig")):

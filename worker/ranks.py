@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,11 @@ def apply_arguments(config: Config, args: argparse.Namespace) -> None:
         d.hostfile, d.hosts = os.path.abspath(args.hostfile), []
     if args.backend:
         d.backend = args.backend
+    if wanted(config) and d.backend == "mpi" and shutil.which("mpirun") is None:
+        raise ConfigError(
+            "distributed.backend", "'mpi' needs mpirun (Open MPI), which is not installed here; use the ring backend "
+            "(the default) or install Open MPI", kind="ranks",
+        )
 
 
 def relaunch(config: Config) -> None:

@@ -16,6 +16,7 @@ from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE
 from grpo_tui.protocol.outcome import Mistake
+from grpo_tui.protocol.preflight import folder_problems
 
 from . import checkpoint as ckpt
 from . import ranks
@@ -46,7 +47,13 @@ class Start:
         if not self.leader:
             return await self._follow()
         run.emit(m.Status(phase="loading", message="preparing the output folder"))
-        self.lock = ckpt.lock_output_dir(run.output_dir)
+        for problem in folder_problems(cfg):  # before anything is created or moved aside
+            raise Mistake("output", problem)
+        try:
+            self.lock = ckpt.lock_output_dir(run.output_dir)
+        except OSError as exc:  # a read-only file system, a full disk, ...
+            raise Mistake("output", f"checkpoint.output_dir: {run.output_dir} cannot be written ({exc.strerror}); "
+                          "choose a folder you can write to") from exc
         if self.lock is None:
             raise Mistake(
                 "output", f"another worker is already training in {run.output_dir}; stop it first, or set "

@@ -204,7 +204,7 @@ def test_syntax_garbage(text):
 @given(st.dictionaries(odd_text, values, max_size=5), odd_text, odd_text)
 def test_valid_configs_with_odd_text_print_back(params, name, system_prompt):
     doc = json.loads(json.dumps(QUICK))
-    doc["rewards"][1]["params"] = params
+    doc["rewards"][1]["params"] = {"tags": params}  # a built-in's own key (another is a config error)
     doc["name"], doc["data"]["system_prompt"] = name, system_prompt
     assert check(to_toml(doc)) is not None
 
@@ -283,6 +283,6 @@ def test_load_config_on_odd_files(tmp_path):
 
 def test_check_output_quotes_odd_params_keys_and_del():
     # `grpo-tui check` used to print `{ a b = 1 }` and a raw DEL, which TOML readers reject.
-    text = Q.replace("weight = 0.2", 'weight = 0.2\nparams = {"a b" = 1, "x.y" = {"" = ["\\u007f"]}}')
+    text = Q.replace("weight = 0.2", 'weight = 0.2\nparams = {tags = {"a b" = 1, "x.y" = {"" = ["\\u007f"]}}}')
     config = check(text)
-    assert config is not None and config.rewards[1].params == {"a b": 1, "x.y": {"": ["\x7f"]}}
+    assert config is not None and config.rewards[1].params == {"tags": {"a b": 1, "x.y": {"": ["\x7f"]}}}

@@ -49,6 +49,8 @@ def _setup(case: Case, folder: Path) -> Setup:
 
 @pytest.mark.parametrize("case", READY, ids=[c.id for c in READY])
 def test_a_mistake_is_one_sentence_exit_2_and_no_traceback(tmp_path, case):
+    if case.root_can and os.geteuid() == 0:
+        pytest.skip("root writes read-only folders")
     setup = _setup(case, tmp_path)
     done = grpo_tui("worker", str(setup.config), "--plain", *setup.args, env=setup.env)
     both = done.stdout + done.stderr
@@ -94,3 +96,14 @@ def test_check_piped_into_head_ends_quietly(tmp_path):
     gone = subprocess.run(f"{sys.executable} -m grpo_tui.tui.cli check {config} | true", shell=True,
                           capture_output=True, text=True, timeout=60, cwd=ROOT)  # a reader gone before the first line
     assert gone.stderr == "" and gone.returncode == 0
+
+
+@pytest.mark.parametrize("case", [c for c in READY if c.kind == "output" and c.id != "output-locked"],
+                         ids=lambda c: c.id)
+def test_check_says_what_the_worker_would_stop_on_before_training(tmp_path, case):
+    if case.root_can and os.geteuid() == 0:
+        pytest.skip("root writes read-only folders")
+    setup = case.build(tmp_path)
+    done = grpo_tui("check", str(setup.config))
+    assert done.returncode == 2 and said(done.stderr) == [case.sentence(tmp_path)], done.stderr
+    assert not (tmp_path / "out").is_dir() or list((tmp_path / "out").iterdir())  # nothing created or moved

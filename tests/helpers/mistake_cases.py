@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,7 @@ class Case:
     sentence: Callable[[Path], str]
     code: int = 2
     dashboard: bool = True  # also through the dashboard (the config loads; the worker says it)
+    root_can: bool = False  # root may do it anyway (writing a read-only folder): skipped as root
 
 
 def cfg(**kw: Any) -> Callable[[Path], Setup]:
@@ -146,8 +148,7 @@ def _a_file(f: Path) -> Setup:
 def _model_in_output(f: Path) -> Setup:
     out = f / "out"
     out.mkdir()
-    (out / "checkpoint-2").mkdir()  # an earlier run's checkpoint, which resume = false sets aside
-    model = shutil.copytree(TINY, out / "base-model")
+    model = shutil.copytree(TINY, out / "final")  # an earlier run's final weights, trained on afresh
     return Setup(write_run(f, model={"path": str(model)}, checkpoint={"output_dir": str(out), "resume": False}))
 
 
@@ -173,7 +174,8 @@ CASES: list[Case] = [
          lambda f: _config_error(f, "model.path: '/nonexistent/models/x' does not exist (looked at /nonexistent/models/x)")),
     Case("model-folder-empty", "model", lambda f: Setup(write_run(f, model={"path": str(_mkdir(f / "empty"))})),
          lambda f: f"model folder '{f / 'empty'}' has no config.json, so it is not a model"),
-    Case("model-no-weights", "model", lambda f: Setup(write_run(f, model={"path": str(_no_weights(f))})), lambda f: ""),
+    Case("model-no-weights", "model", lambda f: Setup(write_run(f, model={"path": str(_no_weights(f))})),
+         lambda f: f"model folder '{f / 'model'}' has no weights (no *.safetensors file); copy the model's weight files into it"),
     Case("unsupported-architecture", "model",
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, model_type="zebra_lm"))})),
          lambda f: f"model type 'zebra_lm' ({f / 'model' / 'config.json'}) is not supported by mlx-lm {_mlx_lm()}, which "
@@ -203,9 +205,11 @@ CASES: list[Case] = [
         "path": str(jsonl(f / "d.jsonl", [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in ROWS])),
         "eval_path": str(jsonl(f / "e.jsonl", ROWS))}, eval={"every": 1, "limit": 2})), lambda f: ""),
     Case("latin1-byte", "data", lambda f: Setup(write_run(f, data={"path": str(_bytes(f / "d.jsonl",
-        (json.dumps(ROWS[0]) + "\n").encode() + b'{"prompt": "caf\xe9", "answer": "1"}\n'))})), lambda f: ""),
+        (json.dumps(ROWS[0]) + "\n").encode() + b'{"prompt": "caf\xe9", "answer": "1"}\n'))})),
+         lambda f: f"{f / 'd.jsonl'}:2: not UTF-8 (byte 0xe9 at column 16); save the file as UTF-8"),
     Case("null-prompt", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl",
-        ROWS + [{"prompt": None, "answer": "1"}]))})), lambda f: ""),
+        ROWS + [{"prompt": None, "answer": "1"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is null; give every row a prompt (or remove the row)"),
     # ---- rewards
     Case("reward-file-missing", "reward", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nfunction = "{f}/nope.py:score"\n')),
          lambda f: _config_error(f, f"rewards[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)")),
@@ -222,7 +226,9 @@ CASES: list[Case] = [
     Case("reward-overflow", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw):\n    return [1e300] * len(completions)\n"))),
          lambda f: "reward function 'score' returned 1e+300 for completion 0, which overflows float32 (the training's precision, "
                    "at most 3.4e38); scale the reward down"),
-    Case("builtin-reward-unknown-param", "reward", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "length"\nparams = {target_len = 5}\n')), lambda f: ""),
+    Case("builtin-reward-unknown-param", "reward", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "length"\nparams = {target_len = 5}\n')),
+         lambda f: _config_error(f, "rewards[0].params: 'target_len' is not a parameter of the built-in reward 'length' (it "
+                                    "takes: target, max_completion_length)")),
     # ---- tools
     Case("tool-file-missing", "tool", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nname = "length"\n[[tools]]\nfunction = "{f}/nope.py:add"\n')),
          lambda f: _config_error(f, f"tools[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)")),
@@ -234,18 +240,31 @@ CASES: list[Case] = [
     # ---- output folder
     Case("output-locked", "output", _locked,
          lambda f: f"another worker is already training in {f / 'out'}; stop it first, or set checkpoint.output_dir to another folder"),
-    Case("output-read-only", "output", _read_only, lambda f: ""),
-    Case("output-is-a-file", "output", _a_file, lambda f: ""),
-    Case("output-under-proc", "output", cfg(checkpoint={"output_dir": "/proc/grpo-tui-run"}), lambda f: ""),
-    Case("model-inside-output-fresh-start", "output", _model_in_output, lambda f: ""),
+    Case("output-read-only", "output", _read_only,
+         lambda f: f"checkpoint.output_dir: {f / 'out'} cannot be written ({f / 'out'} is read-only for this user); choose a "
+                   "folder you can write to", root_can=True),
+    Case("output-is-a-file", "output", _a_file,
+         lambda f: f"checkpoint.output_dir: {f / 'out'} is a file, not a folder; name a folder (it is created if missing)"),
+    Case("output-under-proc", "output", cfg(checkpoint={"output_dir": "/proc/grpo-tui-run"}),
+         lambda f: "checkpoint.output_dir: /proc/grpo-tui-run is under /proc, which cannot hold files; choose another folder"),
+    Case("model-inside-output-fresh-start", "output", _model_in_output,
+         lambda f: f"model.path {f / 'out' / 'final'} is inside checkpoint.output_dir {f / 'out'}, whose checkpoints "
+                   "resume = false moves aside into previous-.../; copy the model out of it, or set checkpoint.output_dir "
+                   "to another folder"),
     # ---- ranks, memory, LoRA
     Case("ranks-zero", "ranks", lambda f: Setup(write_run(f), args=["--ranks", "0"]),
          lambda f: "distributed.ranks: 0 (from --ranks) must be at least 1"),
-    Case("backend-not-installed", "ranks", lambda f: Setup(write_run(f), args=["--ranks", "2", "--backend", "mpi"]), lambda f: ""),
+    Case("backend-not-installed", "ranks", lambda f: Setup(write_run(f), args=["--ranks", "2", "--backend", "mpi"],
+                                                            env={"PATH": str(Path(sys.executable).parent)}),
+         lambda f: "distributed.backend: 'mpi' needs mpirun (Open MPI), which is not installed here; use the ring backend "
+                   "(the default) or install Open MPI"),
     Case("memory-budget-too-small", "memory", cfg(training={"memory_limit_gb": 0.001}),
          lambda f: "training.memory_limit_gb: 0.001 GB is too little for this model: even with every memory switch a step "
                    "needs about 1.0 GB (the weights, gradients and AdamW state alone are 0.0 GB)"),
-    Case("lora-keys-match-nothing", "config", cfg(model={"lora": {"keys": ["self_attn.nothing"]}}), lambda f: ""),
+    Case("lora-keys-match-nothing", "config", cfg(model={"lora": {"keys": ["self_attn.nothing"]}}),
+         lambda f: "model.lora.keys: ['self_attn.nothing'] match no linear module of the last 2 blocks, so nothing would "
+                   "train; use names like 'mlp.down_proj', 'mlp.gate_proj', 'mlp.up_proj', 'self_attn.k_proj', "
+                   "'self_attn.o_proj', 'self_attn.q_proj'"),
     # ---- resume
     Case("resume-not-a-checkpoint", "resume", _not_a_checkpoint,
          lambda f: f"checkpoint.resume: {f / 'somewhere'} is not a complete checkpoint (no valid training_state.json); "

@@ -77,7 +77,9 @@ def read_dataset(path: str, config: DataConfig, split: str | None = None,
 
 def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:
     column = config.prompt_column
-    if column not in row or row[column] is None:
+    if column in row and row[column] is None:
+        raise DataError(f"{where}: the {column!r} column is null; give every row a {column} (or remove the row)")
+    if column not in row:
         raise DataError(f"{where}: no {column!r} column (the row has {', '.join(map(repr, row)) or 'no columns'})")
     prompt = row[column]
     if isinstance(prompt, str):

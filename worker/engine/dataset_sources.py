@@ -66,8 +66,15 @@ def _file_hash(path: Path) -> str:
 
 def _jsonl(path: Path) -> Rows:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetSourceError(
+                    f"{path}:{line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); save the file "
+                    "as UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -139,3 +139,18 @@ def test_a_missing_function_is_a_clear_error(tmp_path):
     path = _write(tmp_path, CUSTOM)
     with pytest.raises(RewardError, match="'missing' is not a function"):
         load_rewards([RewardConfig(function=f"{path}:missing")])
+
+
+def test_the_config_knows_each_builtin_rewards_parameters():
+    """protocol.config.BUILTIN_REWARD_PARAMS (checked when the config is read, so that ``grpo-tui
+    check`` names an unknown one) against the functions: every keyword a built-in takes that no
+    TRL argument, column or extra fills."""
+    import inspect
+
+    from grpo_tui.protocol.config import BUILTIN_REWARD_PARAMS
+    from grpo_tui.worker.engine.rewards import BUILTINS
+
+    filled = {"prompts", "completions", "completion_ids", "answer", "num_tokens", "tools", "log_extra", "_"}
+    for name, fn in BUILTINS.items():
+        params = [p for p in inspect.signature(fn).parameters if p not in filled]
+        assert sorted(params) == sorted(BUILTIN_REWARD_PARAMS[name]), name
