@@ -33,8 +33,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))  # eval_arith.render_prompt
+sys.path.insert(0, str(ROOT))  # tests.helpers.plans
 
 from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
+from tests.helpers.plans import stock_plan  # noqa: E402
 
 reexec_if_needed()
 
@@ -62,7 +64,7 @@ def multiply(a: int, b: int) -> int:
     return a * b
 
 
-def rounds(model, tokenizer, prompts, n, gen, tools, keys, parallel: bool, decode) -> list[rollout.Completion]:
+def rounds(model, tokenizer, prompts, n, gen, tools, keys, parallel: bool, decode, plan) -> list[rollout.Completion]:
     """The rounds design: each round generates every live row to the end of its turn; the round's
     calls run (one by one, or all at once); the rows that called go on in the next round."""
     by_name = {t.name: t for t in tools}
@@ -76,7 +78,7 @@ def rounds(model, tokenizer, prompts, n, gen, tools, keys, parallel: bool, decod
             budget = max(gen.max_completion_length - len(tokens[i]) for i in live)
             outs = rollout.generate(model, tokenizer, [contexts[i] + tokens[i] for i in live], 1,
                                     GenerationConfig(max_completion_length=budget, temperature=gen.temperature),
-                                    logprobs=False, keys=[keys[i] for i in live], decode=decode)
+                                    logprobs=False, keys=[keys[i] for i in live], decode=decode, plan=plan)
             pending = []
             for i, out in zip(live, outs):
                 ids = out.token_ids[: gen.max_completion_length - len(tokens[i])]
@@ -124,15 +126,16 @@ def main() -> None:
     tools = [Tool("multiply", multiply, 10.0, function_schema(multiply))]
     n = args.group
     decode = fastgen.DecodeStep(model)  # one compiled step for every way, as the trainer keeps it
+    plan = stock_plan(model, gen)  # the compiled loop with MLX's own kernels, for every way
     ways = {
-        "rounds, calls one by one": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, False, decode),
+        "rounds, calls one by one": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, False, decode, plan),
         "rounds, a round's calls at once": lambda keys: rounds(model, tokenizer, prompts, n, gen, tools, keys, True,
-                                                               decode),
-        "continuous": lambda keys: agent.generate(model, tokenizer, prompts, n, gen, tools, keys=keys, decode=decode),
+                                                               decode, plan),
+        "continuous": lambda keys: agent.generate(model, tokenizer, prompts, n, gen, tools, keys=keys, decode=decode, plan=plan),
         "plain compiled rollout (no tools)": lambda keys: rollout.generate(model, tokenizer, prompts, n, gen,
-                                                                          logprobs=False, keys=keys, decode=decode),
+                                                                          logprobs=False, keys=keys, decode=decode, plan=plan),
         "continuous, no call run": lambda keys: agent.generate(model, tokenizer, prompts, n, no_calls, [], keys=keys,
-                                                               decode=decode),
+                                                               decode=decode, plan=plan),
     }
     for way in ways.values():  # warm-up: compile every shape once
         way(sampling.step_keys(0, 0, list(range(len(prompts))), n))

@@ -13,20 +13,23 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers.evaluation
+
 from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
 
 reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imported
 
 from grpo_tui.protocol.config import load_config  # noqa: E402
 from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
+from tests.helpers.evaluation import reward_means  # noqa: E402
 
 
 def held_out(trainer: Trainer, n: int) -> str:
     import mlx.core as mx
 
-    greedy = trainer.evaluate(limit=n, greedy=True)
+    greedy = reward_means(trainer, n, greedy=True)
     mx.random.seed(12345)
-    sampled = trainer.evaluate(limit=n, greedy=False)
+    sampled = reward_means(trainer, n, greedy=False)
     return " ".join(f"{k}: greedy {greedy[k]:.3f} sampled {sampled[k]:.3f}" for k in greedy if greedy[k] is not None)
 
 

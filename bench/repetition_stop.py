@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers.tiny_model
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers: the tiny model, the stock plan
 
 from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
 
@@ -29,13 +29,14 @@ from mlx_lm import load  # noqa: E402
 from grpo_tui.protocol.config import GenerationConfig  # noqa: E402
 from grpo_tui.worker.engine import rollout  # noqa: E402
 from grpo_tui.worker.engine.accel import fastgen  # noqa: E402
+from tests.helpers.plans import stock_plan  # noqa: E402
 from tests.helpers.tiny_model import build_tiny_model  # noqa: E402
 
 
 def run(model, tokenizer, prompts, group: int, gen: GenerationConfig) -> tuple[int, float, Counter]:
     mx.random.seed(0)
     t0 = time.perf_counter()
-    out = rollout.generate(model, tokenizer, prompts, group, gen, logprobs=False)
+    out = rollout.generate(model, tokenizer, prompts, group, gen, logprobs=False, plan=stock_plan(model, gen))
     seconds = time.perf_counter() - t0
     return sum(len(c.token_ids) for c in out), seconds, Counter(c.finish_reason for c in out)
 

@@ -43,7 +43,7 @@ from mlx_lm.utils import save_model  # noqa: E402
 
 from grpo_tui.protocol.config import GenerationConfig, ToolConfig  # noqa: E402
 from grpo_tui.protocol.messages import Turn  # noqa: E402
-from grpo_tui.worker.engine import agent  # noqa: E402
+from grpo_tui.worker.engine import agent, plan as engine_plan  # noqa: E402
 from grpo_tui.worker.engine.tools import load_tools  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -120,8 +120,9 @@ def evaluate(model_dir: Path, data: Path, n: int, temperature: float, seed: int)
     tools = load_tools([ToolConfig(function=TOOL)])
     gen = GenerationConfig(max_completion_length=128, temperature=temperature or 1.0, max_tool_calls=2)
     mx.random.seed(seed)
+    plan = engine_plan.for_generation(model)  # the compiled rollout with MLX's own kernels (not patched)
     completions = agent.generate(model, tokenizer, [render_prompt(tokenizer, r["prompt"]) for r in rows], 1, gen,
-                                 tools, greedy=temperature == 0)
+                                 tools, greedy=temperature == 0, plan=plan)
     correct = sum(is_correct(c.text, r["answer"]) for c, r in zip(completions, rows))
     called = sum(any(t.role == "tool" for t in c.turns) for c in completions)
     return correct / len(rows), called / len(rows)

@@ -22,7 +22,9 @@ from . import recipes
 from .config_base import Section as _Section, invalid as _invalid
 from .config_errors import ConfigError as ConfigError, check_finite, explain
 from .config_overrides import apply_override as apply_override
-from .config_eval import EvalConfig, SchedulerType, check_schedule, check_stops
+from .config_eval import EvalConfig
+
+SchedulerType = Literal["constant", "linear", "cosine", "constant_with_warmup", "cosine_with_min_lr"]
 
 BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema", "soft_overlong")
 # The params each built-in takes (its keyword parameters that no column or extra fills; a test holds
@@ -241,7 +243,19 @@ class GenerationConfig(_Section):
             raise _invalid("min_p", self.min_p, "must be in [0, 1)")
         if self.repetition_penalty <= 0:
             raise _invalid("repetition_penalty", self.repetition_penalty, "must be > 0")
-        check_stops(self)
+        if any(not s for s in self.stop):
+            raise _invalid("stop", self.stop, "must not contain an empty string")
+        if self.repetition_stop_ngram < 0:
+            raise _invalid("repetition_stop_ngram", self.repetition_stop_ngram, "must be >= 0 (0 = off)")
+        count = self.repetition_stop_count
+        if count < 0 or count == 1:
+            raise _invalid("repetition_stop_count", count, "must be 0 (off) or at least 2")
+        if (self.repetition_stop_ngram > 0) != (count > 0):
+            raise _invalid(
+                "repetition_stop_count" if count == 0 else "repetition_stop_ngram",
+                count if count == 0 else self.repetition_stop_ngram,
+                "— set both repetition_stop_ngram and repetition_stop_count (or neither)",
+            )
         if self.max_tool_calls < 0:
             raise _invalid("max_tool_calls", self.max_tool_calls, "must be >= 0 (0 = no tool is ever run)")
 
@@ -289,7 +303,12 @@ class TrainingConfig(_Section):
             raise _invalid("weight_decay", self.weight_decay, "must be >= 0")
         if self.nan_patience < 1:
             raise _invalid("nan_patience", self.nan_patience, "must be at least 1")
-        check_schedule(self)
+        if self.warmup_steps < 0:
+            raise _invalid("warmup_steps", self.warmup_steps, "must be >= 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise _invalid("warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
+        if not 0.0 <= self.min_lr_rate <= 1.0:
+            raise _invalid("min_lr_rate", self.min_lr_rate, "must be in [0, 1]")
         if self.vocab_chunk_size < 0:
             raise _invalid("vocab_chunk_size", self.vocab_chunk_size, "must be >= 0 (0 = the whole vocabulary pass at once)")
         if self.logprob_batch_size < 0:

@@ -148,7 +148,7 @@ CLASS_LINES, FUNCTION_LINES = 300, 80
 STILL_LONG: dict[str, str] = {
     "grpo_tui.tui.widgets.database_view.DatabaseView": "the Database tab's four panes and their queries",
     "grpo_tui.worker.engine.grpo.policy_loss": "one formula per loss type, TRL's, kept side by side",
-    "grpo_tui.worker.engine.trainer.Trainer": "the step's generations move out with the plan's change",
+    "grpo_tui.worker.engine.trainer.Trainer": "378 lines with dynamic sampling, judges and prompt cuts: to split by concern",
 }
 
 

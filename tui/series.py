@@ -59,10 +59,6 @@ class SeriesBook:
         values = self._columns.get(key)
         return list(values) if values is not None else [None] * len(self.steps)
 
-    def has_data(self, key: str) -> bool:
-        values = self._columns.get(key)
-        return values is not None and any(v is not None for v in values)
-
     def latest(self, key: str) -> float | None:
         for value in reversed(self._columns.get(key, ())):
             if value is not None:

@@ -113,10 +113,6 @@ class RunState:
     # ------------------------------------------------------------ derived values
 
     @property
-    def worker_alive(self) -> bool:
-        return self.status in ("starting", "running", "paused", "stopping", "restarting")
-
-    @property
     def zero_std(self) -> bool:
         """Every group had equal rewards, so every advantage (and the loss) is 0."""
         return self.last_step is not None and self.last_step.frac_reward_zero_std == 1.0

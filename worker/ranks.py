@@ -35,7 +35,8 @@ def rank() -> int:
 
 
 def launched() -> bool:
-    """Started by ``mlx.launch``: one of several ranks."""
+    """Started by ``mlx.launch`` (it sets ``MLX_RANK`` for every backend it starts): one of several
+    ranks. The engine asks too (``engine.distributed``)."""
     return "MLX_RANK" in os.environ
 
 

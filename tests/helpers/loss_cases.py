@@ -10,9 +10,10 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
 
 from grpo_tui.protocol.config import LoraConfig, parse_config
-from grpo_tui.worker.engine import chunked_head, loss as loss_step, model as model_io
+from grpo_tui.worker.engine import chunked_head, loss as loss_step, model as model_io, tied_embedding
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.grpo import LossSettings
+from grpo_tui.worker.engine.plan import Head
 from grpo_tui.worker.engine.update import optimize_pass
 
 G = 4
@@ -111,7 +112,7 @@ def switch_batch(seed: int, groups: int, group: int = G):
 
 
 def grads(model, batch, config, compiled=False, **options):
-    (loss, logps, metrics), grads = loss_step.loss_and_grad(
+    (loss, logps, metrics), grads = loss_and_grad(
         model, batch, LossSettings.from_config(config), config.generation.temperature, 37.0, 2, compiled=compiled,
         **options)
     mx.eval(loss, logps, metrics, grads)
@@ -157,3 +158,15 @@ def head_gradient_peak(in_place: bool, limit_above_inputs: int | None = None) ->
         if previous is not None:
             mx.set_memory_limit(previous)
     return mx.get_peak_memory() - base
+
+
+def loss_and_grad(*args, **kwargs):
+    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, a tied embedding's
+    lookup gradient folded in: ``loss.loss_grad_parts`` as one call (arguments as its)."""
+    value, gradients, lookup = loss_step.loss_grad_parts(*args, **kwargs)
+    return value, gradients if lookup is None else tied_embedding.fold(gradients, [lookup])
+
+
+def host_head_of(model) -> Head:
+    """The plan's numpy head for ``model``: the head too when it is a plain one."""
+    return Head.HOST_HEAD if chunked_head.plain_weight(model) is not None else Head.HOST_VOCAB

@@ -109,7 +109,7 @@ def test_the_worker_renders_dataset_prompts_with_this_template(qwen_tok, tmp_pat
             {"prompt": [{"role": "user", "content": "héllo"}, {"role": "assistant", "content": "hi"},
                         {"role": "user", "content": "again"}]}]  # fmt: skip
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    examples = data.read_jsonl(path, DataConfig(path=str(path), system_prompt="Be kind."))
+    examples = data.read_dataset(str(path), DataConfig(path=str(path), system_prompt="Be kind."))[0]
     for thinking in (False, True):
         data.render(examples, qwen_tok, thinking)
         for ex in examples:

@@ -11,8 +11,8 @@ from grpo_tui.tui.db import GenRow
 from grpo_tui.tui.db.format import tools
 from grpo_tui.tui.format import number, signed
 from grpo_tui.tui.inert import inert
+from grpo_tui.tui.status_style import status_style
 
-FINISH_STYLE = {"stop": "", "length": "yellow", "repetition": "red"}
 COMPLETION_CHARS = 60
 
 
@@ -49,7 +49,7 @@ class DatabaseGenerationsTable(DataTable):
             self.add_row(
                 str(r.step), str(r.prompt_index), str(r.group_index), number(r.reward), signed(r.advantage),
                 inert(r.first_line, single_line=True, limit=COMPLETION_CHARS),
-                Text(r.finish_reason, style=FINISH_STYLE.get(r.finish_reason, "")), str(r.num_tokens),
+                Text(r.finish_reason, style=status_style(r.finish_reason)), str(r.num_tokens),
                 Text(statuses, style="red" if any(s != "ok" for s in r.tool_statuses) else "green"),
                 "✓" if r.has_thinking else "", key=str(r.id),
             )

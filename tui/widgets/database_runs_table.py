@@ -9,8 +9,7 @@ from textual.widgets import DataTable
 from grpo_tui.tui.db import Run
 from grpo_tui.tui.format import MISSING, clock, duration, number
 from grpo_tui.tui.inert import inert
-
-STATUS_STYLE = {"running": "bold green", "completed": "cyan", "stopped": "yellow", "crashed": "bold red"}
+from grpo_tui.tui.status_style import status_style
 
 
 class DatabaseRunsTable(DataTable):
@@ -40,7 +39,7 @@ class DatabaseRunsTable(DataTable):
             steps = f"{run.steps}/{run.total_steps}" if run.total_steps else str(run.steps)
             self.add_row(
                 str(run.id), inert(run.name, single_line=True, limit=40),
-                Text(run.status, style=STATUS_STYLE.get(run.status, "")), steps,
+                Text(run.status, style=status_style(run.status)), steps,
                 number(run.best_reward), number(run.last_reward), clock(run.started_at),
                 duration(run.duration_s), inert(run.model or MISSING, single_line=True, limit=30), key=str(run.id),
             )

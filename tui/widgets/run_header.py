@@ -9,12 +9,7 @@ from grpo_tui.tui.format import MISSING, format_duration
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.state import STATUS_GLYPHS, RunState
-
-_STATUS_STYLE = {
-    "running": "bold green", "paused": "bold yellow", "done": "bold cyan", "error": "bold red",
-    "restarting": "bold magenta", "stopping": "bold yellow", "starting": "bold",
-}
-
+from grpo_tui.tui.status_style import status_style
 
 class RunHeader(Static):
     _shown: Text | None = None
@@ -29,7 +24,7 @@ class RunHeader(Static):
         if state.ranks > 1:
             text.append(f" · {state.ranks} ranks ({clean(state.backend, single_line=True)})")
         text.append(" · ")
-        text.append(STATUS_GLYPHS[state.status], _STATUS_STYLE[state.status])
+        text.append(STATUS_GLYPHS[state.status], status_style(state.status))
         if state.status in ("starting", "restarting") or (state.status == "running" and state.phase != "training"):
             phase = state.phase + (f": {clean(state.phase_message, single_line=True)}" if state.phase_message else "")
             text.append(f" ({phase})", "dim")

@@ -58,7 +58,7 @@ import msgspec
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
 
-from . import architectures, rollout
+from . import rollout
 from .accel import fastgen
 from .accel.rowgen import CompiledRows
 from .generator_rows import GeneratorRows
@@ -147,14 +147,13 @@ class _Picker:
 
 
 def decoder(model: Any, prompts: list[list[int]], n: int, gen: GenerationConfig, stop_ids: set[int],
-            pick: _Picker, plan: EnginePlan | None, decode: fastgen.DecodeStep | None) -> Any:
-    """The continuous decoder for this model (see the module docstring)."""
-    if plan.fast_rollout if plan is not None else fastgen.supports(model, gen.repetition_penalty):
+            pick: _Picker, plan: EnginePlan, decode: fastgen.DecodeStep | None) -> Any:
+    """The continuous decoder the plan picks (see the module docstring)."""
+    if plan.fast_rollout:
         return CompiledRows(model, prompts, n, gen.max_completion_length, pick, decode)
-    one_row = plan.one_row_rollout if plan is not None else architectures.one_row_rollout(model)
     sampler, processors = rollout.make_sampling(gen, pick.greedy)
     return GeneratorRows(model, prompts, n, gen.max_completion_length, stop_ids, sampler, processors,
-                         bool(one_row), pick.row if pick.keyed is not None else None)
+                         bool(plan.one_row_rollout), pick.row if pick.keyed is not None else None)
 
 
 def generate(
@@ -166,7 +165,7 @@ def generate(
     tools: list[Tool],
     *,
     greedy: bool = False,
-    plan: EnginePlan | None = None,
+    plan: EnginePlan,
     decode: fastgen.DecodeStep | None = None,
     keys: list[int] | None = None,
     rows_decoder: Any = None,
@@ -178,7 +177,7 @@ def generate(
     stop_ids = set(tokenizer.eos_token_ids)
     rows = [_Row() for _ in range(len(prompts) * n)]
     rules = make_row_stops(len(rows), tokenizer, gen)
-    pick = _Picker(gen, greedy, keys, host=plan is not None and plan.host_sampling)
+    pick = _Picker(gen, greedy, keys, host=plan.host_sampling)
     rows_decoder = rows_decoder or decoder(model, prompts, n, gen, stop_ids, pick, plan, decode)
     running: dict[int, Future[list[Turn]]] = {}
     with ThreadPoolExecutor(max_workers=len(rows), thread_name_prefix="tool") as pool:

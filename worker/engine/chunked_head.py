@@ -33,6 +33,7 @@ import mlx.nn as nn
 
 from .accel import cpu_fast
 from .accel.llama_family import is_llama_family
+from .accel.temperature import tempered
 
 
 Quantization = tuple[int, int, str] | None  # (group_size, bits, mode) of a quantized head, None if plain
@@ -148,7 +149,7 @@ def logits_gradient(logits: mx.array, lse: mx.array, targets: mx.array, cotangen
 
 def _logits(hidden: mx.array, head: HeadArrays, quantization: Quantization, temperature: float) -> mx.array:
     logits = _project(hidden, head, quantization).astype(mx.float32)
-    return logits if temperature == 1.0 else logits / temperature  # a division by 1 is a pass of its own
+    return tempered(logits, temperature)
 
 
 def _head_gradient(head: HeadArrays, d_weight: mx.array | None) -> tuple[mx.array, ...]:
@@ -207,7 +208,7 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
     def _vjp(primals, cotangents, outputs):
         hidden, head, targets = primals
         lse = outputs[2]
-        cotangent = cotangents[0].astype(mx.float32) / temperature  # the entropy is a metric
+        cotangent = tempered(cotangents[0].astype(mx.float32), temperature)  # the entropy is a metric
         d_hidden: list[mx.array] = []
         d_weight: mx.array | None = None  # the running sum over chunks (in place with ``in_place``)
         # Fewer positions than the hidden size: all the logits' gradients take less memory than one

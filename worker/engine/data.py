@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,11 +46,6 @@ class Example:
     prompt_ids: list[int] = field(default_factory=list)
     prompt_text: str = ""
     cut: int = 0  # tokens cut from the prompt's left (generation.max_prompt_length)
-
-
-def read_jsonl(path: str | Path, config: DataConfig) -> list[Example]:
-    """The examples of one dataset file, whatever its format (the name predates the others)."""
-    return read_dataset(str(path), config)[0]
 
 
 def read_dataset(path: str, config: DataConfig, split: str | None = None,

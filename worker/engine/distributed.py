@@ -16,7 +16,6 @@ collective here is the identity, so the one-rank path does not change.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +27,11 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import ConfigError
 from grpo_tui.protocol.messages import RankTiming
 
+from ..ranks import launched
 from .reward_call import StepLog
 from .rollout import Completion
 
 ALL_REDUCE_CHUNK = 32 * 1024 * 1024  # bytes per all_sum call, as mlx.nn.average_gradients groups them
-
-
-def launched() -> bool:
-    """Started by ``mlx.launch`` (it sets ``MLX_RANK`` for every backend it starts)."""
-    return "MLX_RANK" in os.environ
 
 
 @dataclass

@@ -26,7 +26,7 @@ from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import GenerationConfig, JudgeConfig
 
-from . import model as model_io
+from . import model as model_io, plan as engine_plan
 from .accel.llama_family import head_logits, is_llama_family
 
 NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
@@ -51,6 +51,7 @@ class Judge:
     def __init__(self, config: JudgeConfig) -> None:
         self.config = config
         self.model, self.tokenizer = model_io._load(config.model)
+        self.plan = engine_plan.for_generation(self.model)  # greedy replies: MLX's own kernels
         self.model.freeze()
         self.model.eval()
         mx.eval(self.model.parameters())
@@ -124,7 +125,7 @@ class Judge:
         from . import rollout
 
         gen = GenerationConfig(max_completion_length=self.config.max_tokens)
-        done = rollout.generate(self.model, self.tokenizer, rows, 1, gen, greedy=True, logprobs=False)
+        done = rollout.generate(self.model, self.tokenizer, rows, 1, gen, greedy=True, logprobs=False, plan=self.plan)
         return [c.text for c in sorted(done, key=lambda c: c.prompt_index)]
 
 

@@ -16,7 +16,9 @@ import mlx.nn as nn
 from . import chunked_head, tied_embedding
 from .accel import host_head, host_vocab, shared_prompt, two_cores
 from .accel.llama_family import head_logits, is_llama_family
+from .accel.temperature import tempered
 from .batch import MicroBatch
+from .plan import Head
 
 
 def completion_logits(model: nn.Module, inputs: mx.array, start: int, embedded: mx.array | None = None) -> mx.array:
@@ -65,30 +67,29 @@ def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.ar
     return picked - lse, entropy
 
 
-def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, split_rows: bool = True,
-                host: bool = False, vocab_chunk: int = 0, fused_head: bool = False,
+def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, head: Head = Head.MLX,
+                vocab_chunk: int = 0, split_rows: bool = True,
                 embedding_offset: mx.array | None = None) -> tuple[mx.array, mx.array]:
-    """(log-probs of the targets, entropy) on logits / temperature, both (B, T).
-
-    ``vocab_chunk`` (the plan's ``vocab_chunk_size``; eager graphs only): the head and log-softmax
-    run ``chunked_head``'s way, that many positions at a time (MLX's log-softmax, lazily). ``host``
-    (the plan's ``host_vocab``; eager graphs only): otherwise, on a plain head, the head and the
-    log-softmax run in numpy a block of vocabulary at a time (``accel.host_head``: the logits never
-    exist whole), on any other head the log-softmax alone (float32 logits, any number,
-    ``accel.host_vocab``'s chunks of positions). Else ``fused_head`` (the plan's; eager graphs
-    only): head and log-softmax as ``chunked_head``'s custom function, ``fused_chunk`` positions
-    at a time, one vocabulary-wide exp forward and one backward. Else, with ``split_rows``, the vocabulary-wide reductions run on
-    half the rows per CPU stream. ``embedding_offset``: ``tied_embedding``'s lookup offset."""
-    if vocab_chunk > 0 or (fused_head and not host):
-        chunk = vocab_chunk or chunked_head.fused_chunk(int(model.args.vocab_size))
+    """(log-probs of the targets, entropy) on logits / temperature, both (B, T), with the plan's
+    ``head`` (eager graphs only, but ``MLX``): ``CHUNKED`` runs ``chunked_head``'s way,
+    ``vocab_chunk`` positions at a time (MLX's log-softmax, lazily); ``FUSED`` the same custom
+    function, ``fused_chunk`` positions at a time, one vocabulary-wide exp forward and one
+    backward; ``HOST_HEAD`` the plain head and the log-softmax in numpy a block of vocabulary at a
+    time (``accel.host_head``: the logits never exist whole); ``HOST_VOCAB`` the log-softmax alone
+    in numpy (float32 logits, ``accel.host_vocab``'s chunks of positions) when they fit its buffer.
+    Else, with ``split_rows``, the vocabulary-wide reductions run on half the rows per CPU stream.
+    ``embedding_offset``: ``tied_embedding``'s lookup offset."""
+    if head in (Head.CHUNKED, Head.FUSED):
+        chunk = vocab_chunk if head is Head.CHUNKED else chunked_head.fused_chunk(int(model.args.vocab_size))
         return chunked_head.logps_entropy(model, batch_hidden(model, batch, embedding_offset), batch.targets, temperature,
-                                          chunk, in_place=not vocab_chunk)
-    weight = chunked_head.plain_weight(model) if host else None
-    if weight is not None:
+                                          chunk, in_place=head is Head.FUSED)
+    if head is Head.HOST_HEAD:
+        weight = chunked_head.plain_weight(model)
+        assert weight is not None, "the plan picks the host head only for a plain head"
         return host_head.logps_entropy(batch_hidden(model, batch, embedding_offset), weight, batch.targets, temperature,
                                        chunked_head.head_trainable(model))
-    logits = batch_logits(model, batch, embedding_offset).astype(mx.float32) / temperature
-    if host and host_vocab.fits(logits):
+    logits = tempered(batch_logits(model, batch, embedding_offset).astype(mx.float32), temperature)
+    if head is Head.HOST_VOCAB and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape
         logps, entropy = host_vocab.logps_entropy(logits.reshape(rows * steps, vocabulary), batch.targets.reshape(-1))
         return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)

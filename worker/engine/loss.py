@@ -19,9 +19,7 @@ from .tied_embedding import LookupGradient
 from .batch import MicroBatch
 from .grpo import LossSettings, PartOf, policy_loss
 from .logps import lookup_ids, token_logps
-
-LossOutput = tuple[tuple[mx.array, mx.array, dict[str, mx.array]], Any]  # ((loss, logps, metrics), grads)
-
+from .plan import Head
 
 class LossFunctions:
     """The loss-and-gradient functions of one model, by everything their trace bakes in. Owned by
@@ -41,16 +39,13 @@ def _micro_batch(arrays: dict[str, mx.array], start: int, group: int) -> MicroBa
 
 
 def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumulation_steps: int, start: int,
-          group: int, batch_rows: int | None, compiled: bool, host: bool, vocab_chunk: int,
-          fused_head: bool) -> Callable:
+          group: int, batch_rows: int | None, compiled: bool, head: Head, vocab_chunk: int) -> Callable:
     def loss_fn(arrays: dict[str, mx.array], embedding_offset: mx.array | None = None
                 ) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
         batch = _micro_batch(arrays, start, group)
         # A part of a micro-batch already has a stream to itself: no further split of its rows.
-        # A trace cannot hand the vocabulary to numpy (host_vocab evaluates mid-graph).
-        logps, entropy = token_logps(model, batch, temperature, split_rows=batch_rows is None,
-                                     host=host and not compiled, vocab_chunk=vocab_chunk,
-                                     fused_head=fused_head and not compiled, embedding_offset=embedding_offset)
+        logps, entropy = token_logps(model, batch, temperature, head, vocab_chunk, split_rows=batch_rows is None,
+                                     embedding_offset=embedding_offset)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
         part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"])
         loss, metrics = policy_loss(
@@ -65,12 +60,19 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
 
 
 def loss_grad_parts(model: nn.Module, batch: MicroBatch, settings: LossSettings, temperature: float, num_items: float,
-                    accumulation_steps: int, *, compiled: bool, host: bool = False, whole: MicroBatch | None = None,
-                    functions: LossFunctions | None = None, vocab_chunk: int = 0, fused_head: bool = False
+                    accumulation_steps: int, *, compiled: bool, head: Head = Head.MLX, vocab_chunk: int = 0,
+                    whole: MicroBatch | None = None, functions: LossFunctions | None = None
                     ) -> tuple[Any, Any, LookupGradient | None]:
-    """``loss_and_grad``'s (value, gradients) and, for a tied embedding (``tied_embedding``), its
-    lookup's gradient apart: the gradients then hold the head's part alone, for
-    ``tied_embedding.fold`` once they are evaluated."""
+    """((loss, stop_gradient(logps), metrics), gradients, lookup gradient) of one micro-batch, or of a
+    part of the micro-batch ``whole`` (normalised as a part of it), on the current default stream.
+    ``head`` and ``vocab_chunk``: the plan's (``logps.token_logps``); a compiled trace runs MLX's
+    head unless the memory switch's chunks are asked for (the numpy paths evaluate mid-graph, and
+    the fused head is for eager losses). For a tied embedding (``tied_embedding``) the lookup's
+    gradient comes apart: the gradients then hold the head's part alone, for
+    ``tied_embedding.fold`` once they are evaluated. ``functions`` keeps the built functions
+    between calls (a fresh set without it)."""
+    if compiled and head is not Head.CHUNKED:
+        head = Head.MLX
     arrays = batch_layout.arrays(batch)
     arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
     batch_rows = None
@@ -80,13 +82,13 @@ def loss_grad_parts(model: nn.Module, batch: MicroBatch, settings: LossSettings,
     # Everything the trace bakes in (which arrays exist, Python values, the settings, the stream
     # its ops run on) is in the key.
     stream = str(mx.default_stream(mx.default_device()))
-    key = (settings, temperature, tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, host,
-           model.training, batch_rows, stream, vocab_chunk, fused_head)
+    key = (settings, temperature, tuple(sorted(arrays)), batch.start, batch.group, accumulation_steps, compiled, head,
+           model.training, batch_rows, stream, vocab_chunk)
     tied = tied_embedding.applies(model)
 
     def build() -> Callable:
         loss = _loss(model, settings, temperature, accumulation_steps, batch.start, batch.group, batch_rows, compiled,
-                     host, vocab_chunk, fused_head)
+                     head, vocab_chunk)
         if tied:
             fn = tied_embedding.value_and_grad(
                 model, loss, lambda arrays: lookup_ids(_micro_batch(arrays, batch.start, batch.group)))
@@ -106,13 +108,3 @@ def loss_grad_parts(model: nn.Module, batch: MicroBatch, settings: LossSettings,
     value, grads, (ids, gradient) = results
     return value, grads, LookupGradient(ids, gradient)
 
-
-def loss_and_grad(*args: Any, **kwargs: Any) -> LossOutput:
-    """((loss, stop_gradient(logps), metrics), gradients) of one micro-batch, or of a part of the
-    micro-batch ``whole`` (normalised as a part of it). Runs on the current default stream.
-    ``host``: the plan's host-vocabulary log-softmax (eager only); ``vocab_chunk``: the plan's
-    vocabulary chunk (eager only); ``fused_head``: the plan's one-exp head (eager only).
-    ``functions`` keeps the built functions between calls (a fresh set without it). Arguments as
-    ``loss_grad_parts``'s."""
-    value, grads, lookup = loss_grad_parts(*args, **kwargs)
-    return value, grads if lookup is None else tied_embedding.fold(grads, [lookup])

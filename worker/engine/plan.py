@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -18,8 +19,7 @@ from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import Config
 
-from . import architectures
-from . import chunked_head
+from . import architectures, chunked_head, memory_fit
 from .accel import cpu_fast, fastgen, host_head, host_vocab, memory, patches, shared_prompt, two_cores
 
 # Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs
@@ -57,18 +57,25 @@ def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: 
     """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
     order for a small model (``parameters``, from the weight files' headers: at most
     ``SMALL_MODEL_PARAMETERS``, or unknown), where it lets the two CPU streams' halves interleave;
-    a user's own ``MLX_BFS_MAX_WIDTH`` wins. A larger model keeps MLX's default: there the wider
-    order held about 0.5 GiB more at the end of the backward pass (the 0.5B bench step: 9.28
-    against 9.12 GiB) at about the same speed (prompt-heavy: ~5 % of the training phase in one pair
-    of runs, for 330 MiB less resident memory; bench/README.md, "Width 20 for large models"); so does a
-    run with a memory switch on (0.8 GiB more peak and 5 % slower on the 8-layer 0.6B memory step).
-    And malloc keeping freed memory. Returns whether malloc keeps freed memory (glibc only, so the
-    answer comes from trying)."""
+    a user's own ``MLX_BFS_MAX_WIDTH`` wins. A larger model, or a run with a memory switch on,
+    keeps MLX's default: there the wider order holds more memory at the end of the backward pass
+    for no speed (bench/README.md, "Width 20 for large models"). And malloc keeping freed memory.
+    Returns whether malloc keeps freed memory (glibc only, so the answer comes from trying)."""
     env = os.environ if environ is None else environ
     small = parameters is None or parameters <= SMALL_MODEL_PARAMETERS
     if environ is None and not saving_memory and small:
         os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)
     return _on(env, "keep_freed_memory") and memory.keep_freed_memory()
+
+
+class Head(Enum):
+    """How the LM head and the vocabulary log-softmax run in the loss (``logps.token_logps``)."""
+
+    MLX = "mlx"  # MLX's logits and log-softmax, the rows split over the CPU streams
+    HOST_VOCAB = "host_vocab"  # accel.host_vocab: MLX's logits, the log-softmax in numpy by positions
+    HOST_HEAD = "host_head"  # accel.host_head: a plain head and the log-softmax in numpy by vocabulary blocks
+    FUSED = "fused"  # chunked_head, unchunked: head + log-softmax with one vocabulary-wide exp
+    CHUNKED = "chunked"  # chunked_head, vocab_chunk_size positions at a time (a memory switch)
 
 
 @dataclass(frozen=True)
@@ -81,20 +88,19 @@ class EnginePlan:
     fast_rollout: bool  # accel.fastgen: compiled decode loop, one prefill per prompt
     shared_prompt: bool  # accel.shared_prompt: each group's prompt once in the training forward
     compiled_loss: bool  # loss.py under mx.compile (small models, shared-prompt layout)
-    host_vocab: bool  # accel.host_vocab: eager vocabulary log-softmax in numpy, in chunks of positions
+    head: Head  # the loss's LM head and log-softmax
     two_streams: bool  # accel.two_cores: each micro-batch's halves on two CPU streams
     cpu_kernels: bool  # accel.cpu_fast via accel.patches: x86 exp/SwiGLU/attention/RoPE
     keep_freed_memory: bool  # accel.memory: malloc keeps freed memory
     evaluation_width: str | None  # MLX_BFS_MAX_WIDTH as MLX reads it
-    host_head: bool = False  # accel.host_head: host_vocab on a plain head runs the head too (logps.token_logps)
     host_sampling: bool = False  # accel.host_sampling: the keyed draw in numpy (else MLX's Gumbel-max)
-    fused_head: bool = False  # chunked_head, unchunked: head + log-softmax with one vocabulary-wide exp
     speed_paths_off: str | None = None  # architectures.speed_paths_off: why this architecture runs stock
     one_row_rollout: str | None = None  # architectures.one_row_rollout: why rows are generated one by one
-    # The memory switches of [training] (docs/config.md, "Memory"); 0 / False = off.
+    # The memory switches of [training] (docs/config.md, "Memory"), or memory_limit_gb's choice; 0 / False = off.
     gradient_checkpointing: bool = False  # engine.checkpointing: blocks recomputed backward
-    vocab_chunk_size: int = 0  # engine.chunked_head: positions per head/log-softmax chunk
+    vocab_chunk_size: int = 0  # engine.chunked_head: positions per head/log-softmax chunk (head CHUNKED)
     logprob_batch_size: int = 0  # batch.row_parts: completions per forward/backward
+    memory_fit: str | None = None  # memory_limit_gb: what memory_fit chose, and why
 
     def pack_group(self, group_size: int) -> int:
         """The ``group`` to pack micro-batches with: the shared-prompt layout, or plain rows."""
@@ -112,15 +118,15 @@ class EnginePlan:
         if self.compiled_loss:
             paths.append("compiled loss")
         # The speed paths' own memory, said with them (docs/config.md, "Memory").
-        if self.host_head and not self.vocab_chunk_size:  # the chunked head runs MLX's, lazily
+        if self.head is Head.HOST_HEAD:
             paths.append(f"LM head and vocabulary log-softmax in numpy, {host_head.BLOCK} vocabulary entries at a "
                          f"time (the logits never exist whole; {8 * host_head.BLOCK // 1024} KB of host buffers "
                          "per position)")
-        elif self.host_vocab and not self.vocab_chunk_size:
+        elif self.head is Head.HOST_VOCAB:
             rows = host_vocab.chunk_rows(self.vocabulary)
             paths.append(f"vocabulary log-softmax in numpy, {rows} positions at a time "
                          f"(a {rows * self.vocabulary * 4 / 2**20:.0f} MB host buffer)")
-        if self.fused_head and not self.vocab_chunk_size:
+        elif self.head is Head.FUSED:
             paths.append(f"LM head and log-softmax fused, {chunked_head.fused_chunk(self.vocabulary)} positions at a time "
                          "(one exp over the vocabulary forward, one backward)")
         if self.two_streams:
@@ -137,7 +143,7 @@ class EnginePlan:
             paths.append(self.speed_paths_off)
         if self.gradient_checkpointing:
             paths.append("gradient checkpointing (blocks recomputed in the backward pass)")
-        if self.vocab_chunk_size:
+        if self.head is Head.CHUNKED:
             paths.append(f"LM head and log-softmax in chunks of {self.vocab_chunk_size} positions")
         if self.logprob_batch_size:
             paths.append(f"log-prob/loss passes of at most {self.logprob_batch_size} completions")
@@ -145,9 +151,11 @@ class EnginePlan:
         return "; ".join(paths)
 
 
-def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False,
-           environ: Mapping[str, str] | None = None) -> EnginePlan:
-    """The plan for ``model`` (loaded, LoRA added, not yet patched) trained with ``config``."""
+def decide(model: nn.Module, config: Config, *, prompt_tokens: int = 0, extra_bytes: int = 0,
+           keeps_freed_memory: bool = False, environ: Mapping[str, str] | None = None) -> EnginePlan:
+    """The plan for ``model`` (loaded, LoRA added, not yet patched) trained with ``config``;
+    ``prompt_tokens`` (the longest prompt) and ``extra_bytes`` (judge models' weights) are for
+    ``memory_limit_gb``'s fit (a ``ConfigError`` when nothing fits)."""
     env = os.environ if environ is None else environ
     cpu = mx.default_device() == mx.cpu
     parameters = sum(v.size for _, v in tree_flatten(model.parameters()))
@@ -155,21 +163,24 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
     small = parameters <= SMALL_MODEL_PARAMETERS
     shared = _on(env, "shared_prompt") and shared_prompt.supports(model) and config.grpo.group_size >= 2
     training = config.training
-    vocab_chunk = training.vocab_chunk_size if chunked_head.supports(model) else 0
+    checkpointing, chunk, rows = training.gradient_checkpointing, training.vocab_chunk_size, training.logprob_batch_size
+    fit = None
+    if training.memory_limit_gb > 0:  # the switches whose estimated step fits, the user's own kept
+        choice = memory_fit.choose(model, config, prompt_tokens, extra_bytes=extra_bytes)
+        checkpointing, chunk, rows = choice.gradient_checkpointing, choice.vocab_chunk_size, choice.logprob_batch_size
+        fit = choice.describe(training.memory_limit_gb)
+    chunk = chunk if chunked_head.supports(model) else 0
     # The numpy log-softmax evaluates mid-graph, so a compiled loss cannot use it. On the CPU a
     # large vocabulary's log-softmax is most of a small model's step, and numpy's exp beats MLX's
     # inside the trace (bench/README.md, real-vocab-tiny): there the loss stays eager.
     # Small models only: evaluating the logits mid-graph keeps every block's intermediates of the
-    # gradient transform alive (with the x86 CPU kernels, ~0.3 GiB per layer of the 0.5B bench step:
-    # 6.3 vs 5.1 GiB at 4 layers, and the 24-layer default step no longer fit in 24 GiB), for ~10% of
-    # a large model's training time (bench/README.md, "Memory").
+    # gradient transform alive, which a large model's step cannot afford (bench/README.md, "Memory").
     host = _on(env, "host_vocab") and cpu and small and vocabulary >= host_vocab.MIN_VOCABULARY
     # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
     # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
     compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config) and not host
     # Where the numpy log-softmax is not for (large models, GPUs) and the loss is eager: MLX's own
-    # logsumexp, softmax and logsumexp gradient each take an exp over the vocabulary, one is enough
-    # (on the 0.6B prompt-heavy step, 1.9 s each on x86 for 512 positions, bench/README.md).
+    # logsumexp, softmax and logsumexp gradient each take an exp over the vocabulary, one is enough.
     fused = _on(env, "fused_head") and chunked_head.supports(model) and not host and not compiled
     two = _on(env, "two_streams") and (os.cpu_count() or 1) >= 2 and len(two_cores.streams()) >= 2 and small
     return EnginePlan(
@@ -179,17 +190,40 @@ def decide(model: nn.Module, config: Config, *, keeps_freed_memory: bool = False
         fast_rollout=_on(env, "fast_rollout") and fastgen.supports(model, config.generation.repetition_penalty),
         shared_prompt=shared,
         compiled_loss=compiled,
-        host_vocab=host,
-        host_head=host and chunked_head.plain_weight(model) is not None,
+        head=_head(model, chunk, host, fused),
         two_streams=two,
         cpu_kernels=_on(env, "cpu_kernels") and cpu_fast.enabled() and patches.can_patch(model),
         keep_freed_memory=keeps_freed_memory,
         evaluation_width=env.get(BFS_WIDTH_VARIABLE),
         host_sampling=_on(env, "host_sampling") and cpu and vocabulary >= host_vocab.MIN_VOCABULARY,
-        fused_head=fused,
         speed_paths_off=architectures.speed_paths_off(model),
         one_row_rollout=architectures.one_row_rollout(model),
-        gradient_checkpointing=training.gradient_checkpointing,
-        vocab_chunk_size=vocab_chunk,
-        logprob_batch_size=training.logprob_batch_size,
+        gradient_checkpointing=checkpointing,
+        vocab_chunk_size=chunk,
+        logprob_batch_size=rows,
+        memory_fit=fit,
     )
+
+
+
+def for_generation(model: nn.Module, repetition_penalty: float = 1.0) -> EnginePlan:
+    """The plan of a model that only generates (a reward's judge model): the compiled loop where
+    ``fastgen`` takes the model, else mlx-lm's BatchGenerator (one row at a time where the
+    architecture needs it), with MLX's own kernels and sampler (the model is not patched)."""
+    return EnginePlan(
+        device="cpu" if mx.default_device() == mx.cpu else "gpu",
+        parameters=sum(v.size for _, v in tree_flatten(model.parameters())),
+        vocabulary=int(getattr(getattr(model, "args", None), "vocab_size", 0) or 0),
+        fast_rollout=fastgen.supports(model, repetition_penalty), shared_prompt=False, compiled_loss=False,
+        head=Head.MLX, two_streams=False, cpu_kernels=False, keep_freed_memory=False, evaluation_width=None,
+        speed_paths_off=architectures.speed_paths_off(model), one_row_rollout=architectures.one_row_rollout(model),
+    )
+
+def _head(model: nn.Module, chunk: int, host: bool, fused: bool) -> Head:
+    """The loss's head: a memory switch's chunks first, then the numpy paths (the head too when it
+    is a plain one), then the fused head."""
+    if chunk:
+        return Head.CHUNKED
+    if host:
+        return Head.HOST_HEAD if chunked_head.plain_weight(model) is not None else Head.HOST_VOCAB
+    return Head.FUSED if fused else Head.MLX

@@ -24,7 +24,6 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import Turn
 
-from . import architectures
 from .accel import fastgen
 from .plan import EnginePlan
 from .stopping import cut_at_stop, make_row_stops
@@ -100,14 +99,14 @@ def generate(
     *,
     greedy: bool = False,
     logprobs: bool = True,
-    plan: EnginePlan | None = None,
+    plan: EnginePlan,
     decode: fastgen.DecodeStep | None = None,
     keys: list[int] | None = None,
 ) -> list[Completion]:
     """``n`` completions for each prompt (token ids), ordered prompt by prompt: result[i * n + j].
     ``logprobs=False`` leaves ``sampling_logprobs`` empty (the trainer does not need them). The
-    trainer passes its ``plan`` and compiled ``decode`` step; without a plan (tests, benchmarks)
-    the compiled loop runs wherever it can, with MLX's own kernels. ``keys`` (one
+    ``plan`` picks the path (the compiled loop, mlx-lm's BatchGenerator, one row at a time) and
+    the sampler; ``decode`` is the trainer's compiled decode step (built here without it). ``keys`` (one
     ``sampling.row_key`` per row): the compiled loop draws each row from its own keyed stream, so
     the tokens do not depend on the batch a row is in (ranks, resume). mlx-lm's BatchGenerator
     drops finished rows from its batch, so its sampler cannot tell the rows apart: it ignores
@@ -117,21 +116,20 @@ def generate(
     sampler, processors = make_sampling(gen, greedy)
     stop_ids = set(tokenizer.eos_token_ids)
     rules = make_row_stops(len(prompts) * n, tokenizer, gen)
-    fast = plan.fast_rollout if plan is not None else fastgen.supports(model, gen.repetition_penalty)
-    if fast:
+    if plan.fast_rollout:
         # top-p and min-p read probabilities off the log-probs; greedy, top-k and temperature
         # sampling do not care about a constant shift of the logits.
         normalized = not greedy and (gen.top_p < 1.0 or gen.min_p > 0.0)
-        host = plan is not None and plan.host_sampling
+        host = plan.host_sampling
         if keys is None and host and not greedy:  # no rank to agree with: keys from mx.random's stream
             keys = mx.random.randint(0, 2**31, (len(prompts) * n,)).tolist()
         if keys is not None and not greedy:
             sampler = KeyedSampler(gen, keys, host=host)
         tokens, stopped, sampled = fastgen.generate_tokens(
             model, prompts, n, gen.max_completion_length, stop_ids, sampler, logprobs=logprobs, normalized=normalized,
-            fast_exp=plan is not None and plan.cpu_kernels, decode=decode, row_stops=rules,
+            fast_exp=plan.cpu_kernels, decode=decode, row_stops=rules,
         )
-    elif (plan.one_row_rollout if plan is not None else architectures.one_row_rollout(model)):
+    elif plan.one_row_rollout:
         tokens, stopped, sampled = [], [], []
         for prompt in (p for p in prompts for _ in range(n)):  # one row per BatchGenerator: no padding mask
             t, s, lp = _batch_generator(model, [prompt], 1, gen, stop_ids, sampler, processors, logprobs)

@@ -30,6 +30,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 from grpo_tui.protocol.config import GenerationConfig
 
 from .accel import host_sampling
+from .accel.temperature import inverse
 
 _MASK64 = (1 << 64) - 1
 
@@ -125,7 +126,7 @@ class KeyedSampler:
             return self.sample_logits(logprobs, False, keys, positions)[0]
         for method in self.filters:
             logprobs = method(logprobs)
-        return _draw(logprobs, keys.astype(mx.uint32), positions.astype(mx.uint32), 1.0 / self.temperature)
+        return _draw(logprobs, keys.astype(mx.uint32), positions.astype(mx.uint32), inverse(self.temperature))
 
     def sample_logits(self, logits: mx.array, logprobs: bool, keys: mx.array | None = None,
                       positions: mx.array | None = None) -> tuple[mx.array, mx.array | None]:

@@ -15,7 +15,7 @@ import math
 import typing
 
 from grpo_tui.protocol.config import TrainingConfig
-from grpo_tui.protocol.config_eval import SchedulerType
+from grpo_tui.protocol.config import SchedulerType
 
 SCHEDULER_TYPES: tuple[str, ...] = typing.get_args(SchedulerType)
 

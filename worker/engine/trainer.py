@@ -8,7 +8,6 @@ functions, and ``train_step`` returns a ``StepOutput`` with every ``protocol.mes
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -19,10 +18,10 @@ import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.messages import LogLevel, Phase, mean_of
+from grpo_tui.protocol.messages import LogLevel, Phase
 
 from ..records import EvalBatch, Generation, StepOutput
-from . import agent, checkpointing, chunked_head, data, distributed, dynamic_sampling, memory_fit, model as model_io
+from . import agent, checkpointing, data, distributed, dynamic_sampling, memory_fit, model as model_io
 from . import judge, model_source
 from . import plan as engine_plan, rollout, sampling, timed_calls, tools as agent_tools
 from .schedule import scheduled_lr
@@ -34,7 +33,7 @@ from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
 from .reward_call import StepLog, TrainerState, tool_conversation
 from .rewards import RewardError, load_rewards, score
-from .step_metrics import StepResults, step_metrics
+from .step_output import StepResults, step_metrics
 from .update import PassResult, make_optimizer, optimize_pass
 
 __all__ = ["Trainer", "RewardError", "default_log"]
@@ -76,15 +75,6 @@ class Trainer:
         if note := model_source.NOTES.get(config.model.path):  # where a GGUF file's mlx-lm folder is
             log("info", note)
         self.model, self.tokenizer = model_io.load(config.model)
-        self.plan = engine_plan.decide(self.model, config, keeps_freed_memory=keeps_freed_memory)
-        self.ref_model = model_io.load_reference(config.model) if config.grpo.beta > 0 else None
-        for model in (self.model, self.ref_model):
-            if model is not None and self.plan.cpu_kernels:
-                patches.patch_model(model)
-        # Compiled functions live as long as the model they were traced for.
-        self.losses = LossFunctions()
-        self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
-
         # Tools the model calls during rollouts: their schemas reach the chat template of every row
         # without a ``tools`` column of its own.
         self.tools = agent_tools.load_tools(config.tools)
@@ -100,16 +90,21 @@ class Trainer:
             data.check_columns(self.eval_dataset, d, config.rewards, d.eval_path or f"{d.path} ({d.eval_split})")
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
             self._fit_prompts(self.eval_dataset, d.eval_path or f"{d.path} ({d.eval_split})")
-        # Before the memory estimate: a judge model's weights live beside the policy's all run long.
+        # Before the plan's memory estimate: a judge model's weights live beside the policy's all run long.
         self.rewards = load_rewards(config.rewards)
-        if config.training.memory_limit_gb > 0:
-            choice = memory_fit.choose(self.model, config, max(len(e.prompt_ids) for e in self.dataset),
-                                       extra_bytes=judge.weights_bytes(self.rewards))
-            chunk = choice.vocab_chunk_size if chunked_head.supports(self.model) else 0
-            self.plan = dataclasses.replace(self.plan, gradient_checkpointing=choice.gradient_checkpointing,
-                                            vocab_chunk_size=chunk, logprob_batch_size=choice.logprob_batch_size)
+        self.plan = engine_plan.decide(self.model, config, prompt_tokens=max(len(e.prompt_ids) for e in self.dataset),
+                                       extra_bytes=judge.weights_bytes(self.rewards),
+                                       keeps_freed_memory=keeps_freed_memory)
+        self.ref_model = model_io.load_reference(config.model) if config.grpo.beta > 0 else None
+        for model in (self.model, self.ref_model):
+            if model is not None and self.plan.cpu_kernels:
+                patches.patch_model(model)
+        # Compiled functions live as long as the model they were traced for.
+        self.losses = LossFunctions()
+        self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
+        if self.plan.memory_fit is not None:
             mx.set_memory_limit(memory_fit.evaluation_limit(config.training.memory_limit_gb))
-            log("info", f"{choice.describe(config.training.memory_limit_gb)}; MLX's evaluation waits for queued work "
+            log("info", f"{self.plan.memory_fit}; MLX's evaluation waits for queued work "
                         f"past {mx.get_memory_limit() / memory_fit.GB:.1f} GB of arrays")
         if self.plan.gradient_checkpointing:
             checkpointing.checkpoint_blocks(self.model)
@@ -353,9 +348,9 @@ class Trainer:
                 token_masks=[c.mask for c in part],
             )
             if self.ref_model is not None:
-                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, host=self.plan.host_vocab,
-                                       vocab_chunk=self.plan.vocab_chunk_size,
-                                       fused_head=self.plan.fused_head and chunked_head.supports(self.ref_model))
+                # The reference is the policy's architecture without LoRA: the plan's head fits it.
+                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, self.plan.head,
+                                       self.plan.vocab_chunk_size)
                 batch.ref_logps = mx.stop_gradient(logps)
                 mx.eval(batch.ref_logps)
             batches.append(batch)
@@ -405,11 +400,6 @@ class Trainer:
         completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy)
         totals, per_fn, _ = self._score([examples[c.prompt_index] for c in completions], completions)
         return EvalBatch(per_fn, totals, [c.model_tokens for c in completions], [c.finish_reason for c in completions])
-
-    def evaluate(self, limit: int | None = None, greedy: bool = True) -> dict[str, float | None]:
-        """Mean score of each reward function on the first ``limit`` eval prompts, one completion each."""
-        result = self.evaluate_batch(list(range(self.eval_size))[:limit], greedy=greedy, num_samples=1, seed=None)
-        return {label: mean_of(values) for label, values in result.per_fn.items()}
 
     # ------------------------------------------------------------ several ranks (distributed.py)
 

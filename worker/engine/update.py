@@ -138,8 +138,7 @@ def _entropy_mask(model: nn.Module, batch: MicroBatch, pieces: list[MicroBatch],
     ``logprob_batch_size``) while the quantile is the whole micro-batch's."""
     entropies = []
     for piece in pieces:
-        _, entropy = token_logps(model, piece, config.generation.temperature, host=plan.host_vocab,
-                                 vocab_chunk=plan.vocab_chunk_size, fused_head=plan.fused_head)
+        _, entropy = token_logps(model, piece, config.generation.temperature, plan.head, plan.vocab_chunk_size)
         mx.eval(entropy)
         entropies.append(entropy)
     entropy = entropies[0] if len(entropies) == 1 else mx.concatenate(entropies)
@@ -188,9 +187,8 @@ def optimize_pass(
                 with mx.stream(stream):
                     value, part_grads, lookup = loss_grad_parts(
                         model, part, settings, config.generation.temperature, num_items, accumulation,
-                        compiled=compiled, host=plan.host_vocab,
-                        whole=batch if len(parts) > 1 or len(pieces) > 1 else None,
-                        functions=functions, vocab_chunk=plan.vocab_chunk_size, fused_head=plan.fused_head,
+                        compiled=compiled, head=plan.head, vocab_chunk=plan.vocab_chunk_size,
+                        whole=batch if len(parts) > 1 or len(pieces) > 1 else None, functions=functions,
                     )
                 results.append((value, part_grads))
                 lookups += [lookup] if lookup is not None else []

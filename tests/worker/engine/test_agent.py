@@ -17,11 +17,12 @@ from grpo_tui.worker.engine import agent, rollout, sampling
 from grpo_tui.worker.engine.accel import fastgen
 from grpo_tui.worker.engine.batch import MicroBatch, pack
 from grpo_tui.worker.engine.grpo import LossSettings
-from grpo_tui.worker.engine.loss import loss_and_grad
+from tests.helpers.loss_cases import loss_and_grad
 from grpo_tui.worker.engine.reward_call import tool_conversation
 from grpo_tui.worker.engine.tool_schema import function_schema
 from grpo_tui.worker.engine.tools import Tool
 from tests.helpers.worker_harness import PLAIN_TEXT, SECOND_CALL_TEXT, TOOL_CALL_TEXT, build_tool_calling_model
+from tests.helpers.plans import stock_plan
 
 DEMO_MODEL = Path(__file__).resolve().parents[3] / "examples" / "models" / "tiny-agent"
 
@@ -64,7 +65,7 @@ def _prompt(tokenizer) -> list[int]:
 def _generate(model, tokenizer, max_tool_calls=2, length=120, tools=(ADD,), **kwargs):
     gen = GenerationConfig(max_completion_length=length, max_tool_calls=max_tool_calls)
     prompt = _prompt(tokenizer)
-    return prompt, agent.generate(model, tokenizer, [prompt], 2, gen, list(tools), **kwargs)
+    return prompt, agent.generate(model, tokenizer, [prompt], 2, gen, list(tools), **kwargs, plan=stock_plan(model, gen))
 
 
 def _glue(tokenizer, *results: str) -> list[int]:
@@ -120,7 +121,7 @@ def test_every_call_of_a_turn_runs_in_order_and_their_results_follow_in_order(tw
     assert sorted(seen) == [(1, 2), (1, 2), (3, 4), (3, 4)]  # two rows' turns, which may overlap
     seen.clear()
     gen = GenerationConfig(max_completion_length=120, max_tool_calls=3)
-    agent.generate(model, tokenizer, [_prompt(tokenizer)], 1, gen, tools)
+    agent.generate(model, tokenizer, [_prompt(tokenizer)], 1, gen, tools, plan=stock_plan(model, gen))
     assert seen == [(1, 2), (3, 4)]  # one row's calls one after the other, first call first
     stored = agent.tool_calls(completions[0].turns)
     assert [(s.index, s.arguments) for s in stored] == [(0, {"a": 1, "b": 2}), (1, {"a": 3, "b": 4}),
@@ -193,7 +194,7 @@ def test_a_slow_tool_runs_while_the_other_rows_decode_and_delays_none_of_them(to
         return "waited" if plain_done.wait(timeout=20) else "the other rows stalled"
 
     completions = agent.generate(model, tokenizer, prompts, 1, gen, [Tool("add", slow, 30.0, function_schema(add))],
-                                 greedy=True, rows_decoder=counting)
+                                 greedy=True, rows_decoder=counting, plan=stock_plan(model, gen))
     assert completions[0].turns[1].content == "waited"
     assert counting.paused == [(0, 2)]  # the call went out as soon as its turn ended: the call, the end of turn
     # row 1 got a token at every step until its 60 tokens, exactly as without a tool call beside it
@@ -213,7 +214,7 @@ def _rounds(model, tokenizer, prompts, gen, tools):
     while live:
         budget = max(gen.max_completion_length - len(tokens[i]) for i in live)
         outs = rollout.generate(model, tokenizer, [prompts[i] + tokens[i] for i in live], 1,
-                                GenerationConfig(max_completion_length=budget), greedy=True, logprobs=False)
+                                GenerationConfig(max_completion_length=budget), greedy=True, logprobs=False, plan=stock_plan(model, GenerationConfig(max_completion_length=budget)))
         again = []
         for i, out in zip(live, outs):
             ids = out.token_ids[: gen.max_completion_length - len(tokens[i])]
@@ -234,7 +235,7 @@ def test_the_continuous_rollout_gives_each_row_the_conversation_rounds_would(too
     gen = GenerationConfig(max_completion_length=100, max_tool_calls=2)
     plain = _prompt(tokenizer) + tokenizer.encode(PLAIN_TEXT, add_special_tokens=False)
     prompts = [_prompt(tokenizer), plain, _prompt(tokenizer)]
-    continuous = agent.generate(model, tokenizer, prompts, 1, gen, [ADD], greedy=True)
+    continuous = agent.generate(model, tokenizer, prompts, 1, gen, [ADD], greedy=True, plan=stock_plan(model, gen))
     assert [c.token_ids for c in continuous] == _rounds(model, tokenizer, prompts, gen, [ADD])
 
 
@@ -265,13 +266,13 @@ def test_keyed_agent_rows_do_not_depend_on_the_rows_beside_them(demo_model, deco
     tools = [Tool("multiply", _multiply, 5.0, function_schema(_multiply))]
     prompts = _demo_prompts(tokenizer, 3)
     keys = sampling.step_keys(0, 3, [0, 1, 2], 4)
-    together = agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=keys)
+    together = agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=keys, plan=stock_plan(model, gen))
     called = [any(t.role == "tool" for t in c.turns) for c in together]
     assert any(called) and not all(called)  # a mix: rows that call and rows that do not
     for p in range(3):  # each prompt's rows alone, with their own keys: the same tokens
-        alone = agent.generate(model, tokenizer, [prompts[p]], 4, gen, tools, keys=keys[4 * p : 4 * p + 4])
+        alone = agent.generate(model, tokenizer, [prompts[p]], 4, gen, tools, keys=keys[4 * p : 4 * p + 4], plan=stock_plan(model, gen))
         assert [c.token_ids for c in alone] == [c.token_ids for c in together[4 * p : 4 * p + 4]]
-    other = agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=sampling.step_keys(1, 3, [0, 1, 2], 4))
+    other = agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=sampling.step_keys(1, 3, [0, 1, 2], 4), plan=stock_plan(model, gen))
     assert [c.token_ids for c in other] != [c.token_ids for c in together]
 
 
@@ -280,9 +281,9 @@ def test_rows_that_call_no_tool_get_exactly_the_plain_rollout_s_tokens(demo_mode
     gen = GenerationConfig(max_completion_length=128, max_tool_calls=2, temperature=1.0)
     prompts = _demo_prompts(tokenizer, 2)
     keys = sampling.step_keys(0, 1, [0, 1], 4)
-    plain = rollout.generate(model, tokenizer, prompts, 4, gen, logprobs=False, keys=keys)
+    plain = rollout.generate(model, tokenizer, prompts, 4, gen, logprobs=False, keys=keys, plan=stock_plan(model, gen))
     tools = [Tool("multiply", _multiply, 5.0, function_schema(_multiply))]
-    agentic = agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=keys)
+    agentic = agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=keys, plan=stock_plan(model, gen))
     untouched = [(a.token_ids, p.token_ids) for a, p in zip(agentic, plain) if len(a.turns) == 1]
     assert untouched and len(untouched) < len(plain)  # rows beside them did call the tool
     assert all(a == p for a, p in untouched)
@@ -299,7 +300,7 @@ def test_the_cpu_kernels_model_gives_the_same_agent_rollout():
         model, tokenizer = mlx_lm.load(str(DEMO_MODEL))
         assert not patched or patches.patch_model(model)
         prompts = _demo_prompts(tokenizer, 3)
-        outs.append(agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=sampling.step_keys(0, 3, [0, 1, 2], 4)))
+        outs.append(agent.generate(model, tokenizer, prompts, 4, gen, tools, keys=sampling.step_keys(0, 3, [0, 1, 2], 4), plan=stock_plan(model, gen)))
     assert [c.token_ids for c in outs[0]] == [c.token_ids for c in outs[1]]
     assert any(len(c.turns) > 1 for c in outs[0])
 

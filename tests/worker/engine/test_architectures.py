@@ -17,6 +17,7 @@ from mlx_lm.sample_utils import make_sampler
 from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.helpers.arch_models import ARCHITECTURES, LORA, build, quantize, step_config
+from tests.helpers.plans import stock_plan
 
 FAST = ("qwen2", "qwen3", "llama", "mistral")  # the llama family: every speed path applies
 MODES = ("full", "lora", "4-bit lora")
@@ -120,9 +121,9 @@ def test_compiled_rollout_equals_mlx_lm_batch_generation(arch, precision, fast_m
                for q in ("What is 82+57?", "What is 3+4?")]
     gen = GenerationConfig(max_completion_length=10)
     assert fastgen.supports(engine, 1.0)
-    fast = rollout.generate(engine, tokenizer, prompts, 2, gen, greedy=True)
+    fast = rollout.generate(engine, tokenizer, prompts, 2, gen, greedy=True, plan=stock_plan(engine, gen))
     monkeypatch.setattr(fastgen, "supports", lambda *a: False)
-    plain = rollout.generate(stock, tokenizer, prompts, 2, gen, greedy=True)
+    plain = rollout.generate(stock, tokenizer, prompts, 2, gen, greedy=True, plan=stock_plan(stock, gen))
     assert [c.token_ids for c in fast] == [c.token_ids for c in plain]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from grpo_tui.protocol.config import load_config
 from tests.conftest import EXAMPLES
+from tests.helpers.evaluation import reward_means
 
 MODEL = EXAMPLES / "models" / "tiny-arith"
 STEPS = 30  # GRPO steps with the quickstart's settings
@@ -20,9 +21,9 @@ SAMPLED_MARGIN = 0.08
 
 def held_out_accuracy(trainer) -> tuple[float, float]:
     """(greedy, sampled at the training temperature with a fixed seed) accuracy on the eval split."""
-    greedy = trainer.evaluate(limit=EVAL_ROWS, greedy=True)["accuracy"]
+    greedy = reward_means(trainer, EVAL_ROWS, greedy=True)["accuracy"]
     mx.random.seed(1234)
-    return greedy, trainer.evaluate(limit=EVAL_ROWS, greedy=False)["accuracy"]
+    return greedy, reward_means(trainer, EVAL_ROWS, greedy=False)["accuracy"]
 
 
 @pytest.mark.slow

@@ -6,10 +6,10 @@ import pytest
 from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig, parse_config
-from grpo_tui.worker.engine import batch as batch_layout, loss as loss_step, model as model_io, plan as engine_plan
+from grpo_tui.worker.engine import batch as batch_layout, model as model_io, plan as engine_plan
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.grpo import LossSettings
-from tests.helpers.loss_cases import LOSS_CONFIG
+from tests.helpers.loss_cases import LOSS_CONFIG, loss_and_grad
 from tests.helpers.tiny_model import build_tiny_model
 
 G = 4
@@ -29,7 +29,7 @@ def _batch(vocab: int, seed: int):
 
 
 def _run(model, batch, config, compiled):
-    (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, LossSettings.from_config(config), config.generation.temperature,
+    (loss, logps, metrics), grads = loss_and_grad(model, batch, LossSettings.from_config(config), config.generation.temperature,
                                                             float(mx.sum(batch.mask).item()), 1, compiled=compiled)
     mx.eval(loss, logps, metrics, grads)
     return loss.item(), np.array(logps), {k: v.item() for k, v in metrics.items()}, dict(tree_flatten(grads))

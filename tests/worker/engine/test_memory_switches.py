@@ -12,9 +12,10 @@ from mlx_lm.models import qwen3
 
 from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan
 from grpo_tui.worker.engine.batch import pack, row_parts
+from grpo_tui.worker.engine.plan import Head
 from tests.helpers.same_update import assert_same_update
 from tests.helpers.loss_cases import (
-    G, VOCAB, add_lora, assert_same, grads, head_gradient_peak, sgd_update, small_model, switch_batch, switch_config,
+    G, VOCAB, add_lora, assert_same, grads, head_gradient_peak, host_head_of, sgd_update, small_model, switch_batch, switch_config,
 )
 
 
@@ -24,8 +25,8 @@ from tests.helpers.loss_cases import (
 def test_the_chunked_head_equals_the_whole_vocabulary(lora, group, host):
     model, config = small_model(lora), switch_config("bnpo")
     batch = switch_batch(0, 2, group)
-    whole = grads(model, batch, config, host=host)
-    chunked = grads(model, batch, config, host=host, vocab_chunk=7)  # 7 does not divide the positions
+    whole = grads(model, batch, config, head=host_head_of(model) if host else Head.MLX)
+    chunked = grads(model, batch, config, head=Head.CHUNKED, vocab_chunk=7)  # 7 does not divide the positions
     assert_same(chunked, whole)
     if lora:
         assert not any("embed" in name for name in chunked[3])
@@ -38,7 +39,7 @@ def test_the_fused_head_equals_mlx_s_log_softmax(lora, tie):
     computes MLX's own log-softmax path's loss, log-probs, entropy and gradients."""
     model, config = small_model(lora, tie=tie), switch_config("bnpo")
     batch = switch_batch(2, 2)
-    fused = grads(model, batch, config, fused_head=True)
+    fused = grads(model, batch, config, head=Head.FUSED)
     assert_same(fused, grads(model, batch, config))
     assert fused[2]["entropy"] > 1.0  # a near-uniform random model: the metric is really computed
 
@@ -53,15 +54,15 @@ def test_a_4_bit_head_is_fused_and_chunked_like_mlx_s_ops(tie):
     assert chunked_head.supports(model) and chunked_head.head_of(model)[1] == (32, 4, "affine")
     config, batch = switch_config("dapo"), switch_batch(4, 2)
     whole = grads(model, batch, config)
-    assert_same(grads(model, batch, config, fused_head=True), whole)
-    assert_same(grads(model, batch, config, vocab_chunk=6), whole)
+    assert_same(grads(model, batch, config, head=Head.FUSED), whole)
+    assert_same(grads(model, batch, config, head=Head.CHUNKED, vocab_chunk=6), whole)
 
 
 def test_an_untied_head_chunks_too():
     model, config = small_model(False, tie=False), switch_config("grpo")
     assert chunked_head.supports(model)
     batch = switch_batch(1, 2)
-    assert_same(grads(model, batch, config, vocab_chunk=5), grads(model, batch, config))
+    assert_same(grads(model, batch, config, head=Head.CHUNKED, vocab_chunk=5), grads(model, batch, config))
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -100,7 +101,8 @@ def test_every_switch_together_trains_like_none(loss_type, lora):
         plan = engine_plan.decide(model, config)
         plan = dataclasses.replace(plan, compiled_loss=False, two_streams=False)
         if on:
-            plan = dataclasses.replace(plan, gradient_checkpointing=True, vocab_chunk_size=6, logprob_batch_size=3)
+            plan = dataclasses.replace(plan, gradient_checkpointing=True, head=Head.CHUNKED, vocab_chunk_size=6,
+                                       logprob_batch_size=3)
             checkpointing.checkpoint_blocks(model)
         batches = [switch_batch(seed, 2) for seed in (4, 5)]
         results[on] = sgd_update(model, config, plan, batches)
@@ -136,7 +138,7 @@ def test_the_chunked_head_lowers_the_peak(monkeypatch):
     # The fused head's chunks are 128 MB of logits, here the whole batch: make them 16 positions.
     monkeypatch.setattr(chunked_head, "FUSED_CHUNK_BYTES", 16 * 4 * 100_000)
     peaks = {}
-    for name, options in {"mlx": {}, "chunks of 16": {"vocab_chunk": 16}, "fused": {"fused_head": True}}.items():
+    for name, options in {"mlx": {}, "chunks of 16": {"head": Head.CHUNKED, "vocab_chunk": 16}, "fused": {"head": Head.FUSED}}.items():
         mx.synchronize()
         mx.reset_peak_memory()
         grads(model, batch, config, **options)

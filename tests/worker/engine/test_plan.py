@@ -9,6 +9,7 @@ from grpo_tui.protocol.config import GenerationConfig, ModelConfig, parse_config
 from grpo_tui.worker.engine import model as model_io, plan as engine_plan, rollout, update
 from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_sampling, host_vocab, memory
 from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.plan import Head
 from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.loss_cases import STREAMS_CONFIG, stream_batch
@@ -38,18 +39,18 @@ def test_each_switch_turns_its_path_off_and_the_log_says_so(loaded, name):
 def test_the_host_vocabulary_switch(loaded, monkeypatch):
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
     on, off = _plan(loaded[0], off=["compiled_loss"]), _plan(loaded[0], off=["compiled_loss", "host_vocab"])
-    assert on.host_vocab and not off.host_vocab
-    assert on.host_head and not off.host_head  # a plain head: the head goes to numpy with the log-softmax
+    # A plain head: the head goes to numpy with the log-softmax.
+    assert on.head is Head.HOST_HEAD and off.head not in (Head.HOST_HEAD, Head.HOST_VOCAB)
     assert "LM head and vocabulary log-softmax in numpy" in on.describe() and "vocabulary entries at a time" in on.describe()
     assert "log-softmax in numpy" not in off.describe()
-    quantized = dataclasses.replace(on, host_head=False)  # what a head the host head cannot take gets
+    quantized = dataclasses.replace(on, head=Head.HOST_VOCAB)  # what a head the host head cannot take gets
     assert "vocabulary log-softmax in numpy" in quantized.describe() and "positions at a time" in quantized.describe()
 
 
 def test_a_large_vocabulary_on_the_cpu_keeps_the_loss_eager_for_the_numpy_log_softmax(loaded, monkeypatch):
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary counts as large
     plan = _plan(loaded[0])
-    assert plan.host_vocab and not plan.compiled_loss
+    assert plan.head is Head.HOST_HEAD and not plan.compiled_loss
     assert _plan(loaded[0], off=["host_vocab"]).compiled_loss
 
 
@@ -57,21 +58,21 @@ def test_a_large_model_keeps_mlx_s_log_softmax(loaded, monkeypatch):
     """The numpy log-softmax evaluates the logits inside the gradient transform, which keeps every
     block's intermediates alive: a large model (here: every model above 0 parameters) does without."""
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
-    assert _plan(loaded[0], off=["compiled_loss"]).host_vocab
+    assert _plan(loaded[0], off=["compiled_loss"]).head is Head.HOST_HEAD
     monkeypatch.setattr(engine_plan, "SMALL_MODEL_PARAMETERS", 0)
     plan = _plan(loaded[0], off=["compiled_loss"])
-    assert not plan.host_vocab and "numpy," not in plan.describe()
+    assert "numpy," not in plan.describe()
     # Its log-softmax is the fused head's single exp instead, unless switched off.
-    assert plan.fused_head and "LM head and log-softmax fused" in plan.describe()
-    assert not _plan(loaded[0], off=["compiled_loss", "fused_head"]).fused_head
+    assert plan.head is Head.FUSED and "LM head and log-softmax fused" in plan.describe()
+    assert _plan(loaded[0], off=["compiled_loss", "fused_head"]).head is Head.MLX
 
 
 def test_the_fused_head_is_for_eager_losses_without_the_numpy_log_softmax(loaded, monkeypatch):
     plan = _plan(loaded[0])  # a small vocabulary: the compiled loss, whose trace keeps MLX's own ops
-    assert plan.compiled_loss and not plan.fused_head
-    assert _plan(loaded[0], off=["compiled_loss"]).fused_head  # eager: fused
+    assert plan.compiled_loss and plan.head is Head.MLX
+    assert _plan(loaded[0], off=["compiled_loss"]).head is Head.FUSED  # eager: fused
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
-    assert not _plan(loaded[0], off=["compiled_loss"]).fused_head  # the numpy log-softmax runs
+    assert _plan(loaded[0], off=["compiled_loss"]).head is Head.HOST_HEAD  # the numpy log-softmax runs
 
 
 def test_the_host_sampling_switch_and_the_rollout_draws_where_planned(loaded, monkeypatch):
@@ -120,10 +121,11 @@ def test_the_update_takes_the_planned_path(loaded, monkeypatch, off):
     config = parse_config(CONFIG_DAPO, check_paths=False)
     seen = []
     real = update.loss_grad_parts
-    monkeypatch.setattr(update, "loss_grad_parts", lambda *a, **k: seen.append((k["compiled"], k["host"], k["whole"] is not None)) or real(*a, **k))
+    monkeypatch.setattr(update, "loss_grad_parts", lambda *a, **k: seen.append((k["compiled"], k["head"], k["whole"] is not None)) or real(*a, **k))
     optimize_pass(model, make_optimizer(config), [stream_batch(model.args.vocab_size, 3, 2)], config, plan, record_old=False)
     assert {s[0] for s in seen} == {False}
-    assert {s[1] for s in seen} == {plan.host_vocab} == {"host_vocab" not in off}
+    assert {s[1] for s in seen} == {plan.head}
+    assert (plan.head is Head.HOST_HEAD) == ("host_vocab" not in off)
     assert {s[2] for s in seen} == {plan.two_streams} == {"two_streams" not in off}
 
 
@@ -155,3 +157,16 @@ def test_switches_are_read_only_by_the_plan(root):
         environ = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "environ"]
         # ranks, distributed: MLX_RANK (set by mlx.launch)
         assert not environ or file.name in ("ranks.py", "distributed.py"), file
+
+
+def test_the_memory_fit_is_part_of_the_decision(loaded):
+    """``memory_limit_gb`` picks the switches inside ``decide``: the plan says what runs, and the
+    trainer applies it as it is."""
+    model = loaded[0]
+    config = parse_config(CONFIG_DAPO + "memory_limit_gb = 0.0001\n", check_paths=False)
+    with pytest.raises(Exception, match="memory_limit_gb"):
+        engine_plan.decide(model, config, prompt_tokens=8)
+    roomy = parse_config(CONFIG_DAPO + "memory_limit_gb = 64\n", check_paths=False)
+    plan = engine_plan.decide(model, roomy, prompt_tokens=8)
+    assert plan.memory_fit is not None and plan.memory_fit.startswith("memory_limit_gb = 64")
+    assert not plan.compiled_loss  # a memory budget keeps the loss eager

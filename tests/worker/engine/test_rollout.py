@@ -9,9 +9,10 @@ from mlx_lm import load
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import completion_logits, token_logps
-from grpo_tui.worker.engine.plan import EnginePlan
+from grpo_tui.worker.engine.plan import EnginePlan, Head
 from grpo_tui.worker.engine.rollout import finish_reason, generate, repetition_period
 from tests.helpers.tiny_model import build_tiny_model
+from tests.helpers.plans import stock_plan
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ class EosBiased(nn.Module):
 
 def test_n_completions_per_prompt_in_prompt_order(tiny):
     model, tokenizer, prompts = tiny
-    out = generate(model, tokenizer, prompts, 3, GenerationConfig(max_completion_length=6))
+    out = generate(model, tokenizer, prompts, 3, GenerationConfig(max_completion_length=6), plan=stock_plan(model, GenerationConfig(max_completion_length=6)))
     assert [c.prompt_index for c in out] == [0, 0, 0, 1, 1, 1]
     assert all(len(c.token_ids) == 6 and c.finish_reason in ("length", "repetition") for c in out)
     assert all(c.text == tokenizer.decode(c.token_ids) for c in out)
@@ -52,7 +53,7 @@ def test_sampling_logprobs_match_the_training_forward_pass(tiny):
     """Token ids and positions line up: the trainer's log-probs (temperature 1) equal mlx-lm's."""
     model, tokenizer, prompts = tiny
     mx.random.seed(3)
-    out = generate(model, tokenizer, prompts, 2, GenerationConfig(max_completion_length=8))
+    out = generate(model, tokenizer, prompts, 2, GenerationConfig(max_completion_length=8), plan=stock_plan(model, GenerationConfig(max_completion_length=8)))
     batch = pack([prompts[c.prompt_index] for c in out], [c.token_ids for c in out], [0.0] * 4, [True] * 4)
     logps, _ = token_logps(model, batch, 1.0)
     logps, mask = np.array(logps), np.array(batch.mask)
@@ -66,7 +67,7 @@ def test_the_host_draws_logprobs_match_the_training_forward_pass(tiny, gen):
     """The plan's numpy draw reports the sampled tokens' log-probs at temperature 1, unfiltered."""
     model, tokenizer, prompts = tiny
     plan = EnginePlan(device="cpu", parameters=0, vocabulary=model.args.vocab_size, fast_rollout=True,
-                      shared_prompt=False, compiled_loss=False, host_vocab=False, two_streams=False,
+                      shared_prompt=False, compiled_loss=False, head=Head.MLX, two_streams=False,
                       cpu_kernels=False, keep_freed_memory=False, evaluation_width=None, host_sampling=True)
     out = generate(model, tokenizer, prompts, 2, gen, plan=plan, keys=[1, 2, 3, 4])
     batch = pack([prompts[c.prompt_index] for c in out], [c.token_ids for c in out], [0.0] * 4, [True] * 4)
@@ -79,7 +80,7 @@ def test_stop_token_is_kept_in_ids_but_not_in_text(tiny):
     model, tokenizer, prompts = tiny
     eos = next(iter(tokenizer.eos_token_ids))
     mx.random.seed(0)
-    out = generate(EosBiased(model, eos, 4.0), tokenizer, prompts, 8, GenerationConfig(max_completion_length=12))
+    out = generate(EosBiased(model, eos, 4.0), tokenizer, prompts, 8, GenerationConfig(max_completion_length=12), plan=stock_plan(EosBiased(model, eos, 4.0), GenerationConfig(max_completion_length=12)))
     stopped = [c for c in out if c.finish_reason == "stop"]
     assert stopped and len(stopped) < len(out)
     for c in stopped:
@@ -93,18 +94,18 @@ def test_same_seed_same_rollout_and_top_k_1_is_greedy(tiny):
     runs = []
     for _ in range(2):
         mx.random.seed(7)
-        runs.append([c.token_ids for c in generate(model, tokenizer, prompts, 2, cfg)])
+        runs.append([c.token_ids for c in generate(model, tokenizer, prompts, 2, cfg, plan=stock_plan(model, cfg))])
     assert runs[0] == runs[1]
-    greedy = [c.token_ids for c in generate(model, tokenizer, prompts, 1, cfg, greedy=True)]
-    top1 = [c.token_ids for c in generate(model, tokenizer, prompts, 1, GenerationConfig(max_completion_length=8, top_k=1))]
+    greedy = [c.token_ids for c in generate(model, tokenizer, prompts, 1, cfg, greedy=True, plan=stock_plan(model, cfg))]
+    top1 = [c.token_ids for c in generate(model, tokenizer, prompts, 1, GenerationConfig(max_completion_length=8, top_k=1), plan=stock_plan(model, GenerationConfig(max_completion_length=8, top_k=1)))]
     assert greedy == top1
 
 
 def test_repetition_penalty_changes_the_greedy_loop(tiny):
     model, tokenizer, prompts = tiny
-    plain = generate(model, tokenizer, prompts, 1, GenerationConfig(max_completion_length=16), greedy=True)
+    plain = generate(model, tokenizer, prompts, 1, GenerationConfig(max_completion_length=16), greedy=True, plan=stock_plan(model, GenerationConfig(max_completion_length=16)))
     assert any(c.finish_reason == "repetition" for c in plain)  # the random model loops when greedy
-    penalised = generate(model, tokenizer, prompts, 1, GenerationConfig(max_completion_length=16, repetition_penalty=5.0), greedy=True)
+    penalised = generate(model, tokenizer, prompts, 1, GenerationConfig(max_completion_length=16, repetition_penalty=5.0), greedy=True, plan=stock_plan(model, GenerationConfig(max_completion_length=16, repetition_penalty=5.0)))
     assert [c.token_ids for c in penalised] != [c.token_ids for c in plain]
 
 

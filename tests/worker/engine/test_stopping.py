@@ -8,6 +8,7 @@ from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.worker.engine import rollout
 from grpo_tui.worker.engine.accel import fastgen
 from tests.helpers.tiny_model import build_tiny_model
+from tests.helpers.plans import stock_plan
 
 MAX = 48
 
@@ -29,7 +30,7 @@ def path(request, monkeypatch):
 def greedy(tiny, **gen):
     model, tokenizer, prompts = tiny
     config = GenerationConfig(max_completion_length=MAX, **gen)
-    return rollout.generate(model, tokenizer, prompts, 2, config, greedy=True, logprobs=False)
+    return rollout.generate(model, tokenizer, prompts, 2, config, greedy=True, logprobs=False, plan=stock_plan(model, config))
 
 
 def test_repetition_stop_ends_looping_rows_early(tiny, path):

@@ -14,7 +14,10 @@ from mlx_lm.models import qwen3
 from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan, tied_embedding
 from grpo_tui.worker.engine.batch import pack
 from tests.helpers.same_update import assert_same_update
-from tests.helpers.loss_cases import assert_same, grads, sgd_update, small_model, switch_batch, switch_config
+from grpo_tui.worker.engine.plan import Head
+from tests.helpers.loss_cases import (
+    assert_same, grads, host_head_of, sgd_update, small_model, switch_batch, switch_config,
+)
 
 
 @pytest.fixture
@@ -28,8 +31,9 @@ def mlx_s_own_gradient(monkeypatch):
 @pytest.mark.parametrize("head", ["mlx", "fused", "numpy", "chunks"])
 @pytest.mark.parametrize("group", [4, 1], ids=["shared-prompt", "plain"])
 def test_the_folded_gradient_is_mlx_s(head, group, mlx_s_own_gradient):
-    options = {"mlx": {}, "fused": {"fused_head": True}, "numpy": {"host": True}, "chunks": {"vocab_chunk": 5}}[head]
     model, config = small_model(False), switch_config("bnpo")
+    options = {"mlx": {}, "fused": {"head": Head.FUSED}, "numpy": {"head": host_head_of(model)},
+               "chunks": {"head": Head.CHUNKED, "vocab_chunk": 5}}[head]
     assert tied_embedding.applies(model)
     batch = switch_batch(6, 2, group)
     folded = grads(model, batch, config, **options)
@@ -65,9 +69,10 @@ def test_the_training_pass_folds_every_micro_batch(switches, mlx_s_own_gradient)
             mlx_s_own_gradient()
         model = small_model(False)
         plan = dataclasses.replace(engine_plan.decide(model, config), compiled_loss=False, two_streams=False,
-                                   fused_head=True)
+                                   head=Head.FUSED)
         if switches:
-            plan = dataclasses.replace(plan, gradient_checkpointing=True, vocab_chunk_size=6, logprob_batch_size=3)
+            plan = dataclasses.replace(plan, gradient_checkpointing=True, head=Head.CHUNKED, vocab_chunk_size=6,
+                                       logprob_batch_size=3)
             checkpointing.checkpoint_blocks(model)
         results.append(sgd_update(model, config, plan, [switch_batch(seed, 2) for seed in (8, 9)]))
     assert_same_update(results[0], results[1], atol=1e-6, rtol=1e-4)
@@ -105,7 +110,7 @@ def test_the_fold_keeps_the_lookup_s_dense_gradient_out_of_the_peak(monkeypatch,
         mx.eval(model.parameters())
         model.train()
         plan = dataclasses.replace(engine_plan.decide(model, config), compiled_loss=False, two_streams=False,
-                                   fused_head=True, host_vocab=False)
+                                   head=Head.FUSED)
         optimizer = _PeakAtUpdate(learning_rate=0.1)
         mx.synchronize()
         mx.reset_peak_memory()

@@ -14,6 +14,7 @@ from grpo_tui.worker.engine import loss as loss_step
 from grpo_tui.worker import records
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.helpers.tiny_model import build_tiny_model, write_config
+from grpo_tui.worker.engine.plan import Head
 
 BASE = """
 [grpo]
@@ -83,7 +84,7 @@ def test_a_step_on_the_host_head_trains_like_the_mlx_head(tmp_path, model_dir, m
         monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
         monkeypatch.setenv("GRPO_TUI_COMPILED_LOSS", "0")  # the same eager loss on both sides
         trainer = make(tmp_path / switch, model_dir, varied)
-        assert trainer.plan.host_head == (switch == "1")
+        assert (trainer.plan.head is Head.HOST_HEAD) == (switch == "1")
         runs[switch] = trainer.train_step(1).metrics
     assert calls and runs["0"].grad_norm > 0  # a real gradient to compare
     assert runs["1"].grad_norm == pytest.approx(runs["0"].grad_norm, rel=1e-4)

@@ -31,6 +31,7 @@ import mlx.core as mx
 import numpy as np
 
 from .host_vocab import by_halves, host, scratch
+from .temperature import inverse
 
 BLOCK = 2048  # vocabulary entries per block: (positions × BLOCK) float32 logits at a time
 
@@ -114,7 +115,7 @@ def _float32(array: mx.array) -> np.ndarray:
 @lru_cache(maxsize=None)
 def _function(temperature: float, weight_grad: bool) -> Callable:
     """The custom function for one setting (a custom function is built once per setting)."""
-    inv_temp = 1.0 / temperature
+    inv_temp = inverse(temperature)
 
     @mx.custom_function
     def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:

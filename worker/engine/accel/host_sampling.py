@@ -28,6 +28,7 @@ import mlx.core as mx
 import numpy as np
 
 from .host_vocab import by_halves, host, scratch
+from .temperature import inverse
 
 BLOCK = 256  # entries per partial sum: one block's cumulative sum locates the token
 
@@ -63,7 +64,7 @@ def draw(logits: mx.array, uniforms: np.ndarray, temperature: float, filters: Fi
         weights = scratch(x.shape[::-1], "sampling").T
 
     def part(x, u, e, tok, *lp):
-        tok[:] = _draw_rows(x, u, e, 1.0 / temperature, filters, lp[0] if lp else None)
+        tok[:] = _draw_rows(x, u, e, inverse(temperature), filters, lp[0] if lp else None)
 
     args: list[np.ndarray] = [x, np.asarray(uniforms, np.float64), weights, tokens]
     if picked is not None:

@@ -18,6 +18,7 @@ from grpo_tui.worker.engine.accel import cpu_fast, fastgen, patches
 from grpo_tui.worker.engine.model import load as policy_load
 from tests.conftest import EXAMPLES
 from tests.helpers.tiny_model import build_tiny_model
+from tests.helpers.plans import stock_plan
 
 TINY = str(EXAMPLES / "models" / "tiny-arith")
 GREEDY = make_sampler(temp=0.0)
@@ -292,13 +293,13 @@ def test_supports_and_rollout_dispatch(arith, monkeypatch):
     real = rollout._batch_generator
     monkeypatch.setattr(rollout, "_batch_generator", lambda *a, **k: calls.append(1) or real(*a, **k))
     gen = GenerationConfig(max_completion_length=8)
-    fast = rollout.generate(model, tok, prompts, 2, gen, greedy=True)
+    fast = rollout.generate(model, tok, prompts, 2, gen, greedy=True, plan=stock_plan(model, gen))
     assert calls == []
-    slow = rollout.generate(model, tok, prompts, 2, gen, greedy=True, logprobs=False)
+    slow = rollout.generate(model, tok, prompts, 2, gen, greedy=True, logprobs=False, plan=stock_plan(model, gen))
     assert [c.token_ids for c in slow] == [c.token_ids for c in fast]
     assert all(c.finish_reason == "stop" and c.token_ids[-1] == 2 for c in fast)
     assert all(len(c.sampling_logprobs) == len(c.token_ids) for c in fast)
-    rollout.generate(model, tok, prompts, 2, GenerationConfig(max_completion_length=8, repetition_penalty=1.1), greedy=True)
+    rollout.generate(model, tok, prompts, 2, GenerationConfig(max_completion_length=8, repetition_penalty=1.1), greedy=True, plan=stock_plan(model, GenerationConfig(max_completion_length=8, repetition_penalty=1.1)))
     assert calls == [1]
 
 

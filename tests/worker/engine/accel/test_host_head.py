@@ -11,7 +11,10 @@ from grpo_tui.worker.engine import chunked_head
 from grpo_tui.worker.engine.accel import host_head, host_vocab
 from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import _logps_entropy
-from tests.helpers.loss_cases import assert_same, grads, reference_logps_entropy, small_model, switch_batch, switch_config
+from grpo_tui.worker.engine.plan import Head
+from tests.helpers.loss_cases import (
+    assert_same, grads, host_head_of, reference_logps_entropy, small_model, switch_batch, switch_config,
+)
 
 
 @pytest.fixture
@@ -65,7 +68,7 @@ def test_the_loss_and_gradients_equal_the_mlx_path(small_blocks, monkeypatch, lo
     model, config = small_model(lora, tie=tie), switch_config("dapo")
     assert chunked_head.supports(model)
     batch = switch_batch(3, 2, group)
-    assert_same(grads(model, batch, config, host=True), grads(model, batch, config))
+    assert_same(grads(model, batch, config, head=Head.HOST_HEAD), grads(model, batch, config))
     assert calls
 
 
@@ -85,7 +88,7 @@ def test_the_logits_never_exist_whole_in_mlx_memory():
     for host in (False, True):
         mx.synchronize()
         mx.reset_peak_memory()
-        grads(model, batch, config, host=host)
+        grads(model, batch, config, head=host_head_of(model) if host else Head.MLX)
         peaks[host] = mx.get_peak_memory()
     logits_bytes = 8 * 50 * vocabulary * 4  # 243 MB
     weight_bytes = vocabulary * 32 * 4  # 19 MB: the weight, its gradient, the embedding's

@@ -6,11 +6,12 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker.engine import chunked_head, loss as loss_step, model as model_io
+from grpo_tui.worker.engine import chunked_head, model as model_io
 from grpo_tui.worker.engine.accel import host_vocab
 from grpo_tui.worker.engine.logps import _logps_entropy
 from grpo_tui.worker.engine.grpo import LossSettings
-from tests.helpers.loss_cases import STREAMS_CONFIG, reference_logps_entropy, stream_batch
+from grpo_tui.worker.engine.plan import Head
+from tests.helpers.loss_cases import STREAMS_CONFIG, loss_and_grad, reference_logps_entropy, stream_batch
 from tests.helpers.tiny_model import build_tiny_model
 
 
@@ -86,9 +87,9 @@ def test_the_loss_gradient_is_the_same_with_and_without_the_host_path(tmp_path, 
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary qualifies
     results = {}
     for switch in ("1", "0"):  # the plan's host_vocab on and off (test_plan: the switch)
-        (loss, logps, metrics), grads = loss_step.loss_and_grad(
+        (loss, logps, metrics), grads = loss_and_grad(
             model, batch, LossSettings.from_config(config), config.generation.temperature, 40.0, 1,
-            compiled=compiled, host=switch == "1")
+            compiled=compiled, head=Head.HOST_VOCAB if switch == "1" else Head.MLX)
         mx.eval(loss, logps, metrics, grads)
         results[switch] = (loss.item(), np.array(logps), metrics["entropy"].item(), dict(tree_flatten(grads)))
     host, plain = results["1"], results["0"]

@@ -11,12 +11,12 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker.engine import loss as loss_step, model as model_io, plan as engine_plan
+from grpo_tui.worker.engine import model as model_io, plan as engine_plan
 from grpo_tui.worker.engine.accel import two_cores
 from grpo_tui.worker.engine.batch import halves
 from grpo_tui.worker.engine.grpo import LossSettings
 from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
-from tests.helpers.loss_cases import STREAMS_CONFIG, stream_batch
+from tests.helpers.loss_cases import STREAMS_CONFIG, loss_and_grad, stream_batch
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.same_update import assert_same_update
 
@@ -39,7 +39,7 @@ def _plan(model):
 
 def _grads_of(model, batch, config, whole=None):
     num_items = 37.0  # dapo's whole-batch token count: any fixed value
-    (loss, logps, metrics), grads = loss_step.loss_and_grad(model, batch, LossSettings.from_config(config), config.generation.temperature,
+    (loss, logps, metrics), grads = loss_and_grad(model, batch, LossSettings.from_config(config), config.generation.temperature,
                                                             num_items, 2, compiled=False, whole=whole)
     mx.eval(loss, logps, metrics, grads)
     return loss.item(), np.array(logps), metrics, dict(tree_flatten(grads))

@@ -1,7 +1,7 @@
-"""The ``step`` frame's metrics (TRL's names), assembled in one place from what a training step
-produced: its completions and their scores, the optimiser's passes, the phases' times and the
-memory (``Trainer.train_step`` gathers ``StepResults``; ``step_metrics`` turns them into a ``Step``).
-No MLX here: the step hands over plain numbers.
+"""A training step's output, assembled in one place from what the step produced: the ``step``
+frame's metrics (TRL's names) from its completions and their scores, the optimiser's passes, the
+phases' times and the memory (``Trainer.train_step`` gathers ``StepResults``; ``step_metrics`` turns
+them into a ``Step``). No MLX here: the step hands over plain numbers.
 """
 
 from __future__ import annotations
@@ -97,3 +97,4 @@ def step_metrics(r: StepResults) -> Step:
         slowest_rank=r.slowest_rank,
         all_reduce_bytes=r.all_reduce_bytes,
     )
+
