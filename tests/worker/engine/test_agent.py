@@ -187,7 +187,8 @@ def test_a_slow_tool_runs_while_the_other_rows_decode_and_delays_none_of_them(to
     plain = _prompt(tokenizer) + tokenizer.encode(PLAIN_TEXT, add_special_tokens=False)
     prompts = [_prompt(tokenizer), plain]  # row 0 calls the tool, row 1 never does
     plain_done = threading.Event()
-    inner = agent.decoder(model, prompts, 1, gen, set(tokenizer.eos_token_ids), agent._Picker(gen, True, None), None, None)
+    inner = agent.decoder(model, prompts, 1, gen, set(tokenizer.eos_token_ids), agent._Picker(gen, True, None),
+                          stock_plan(model, gen), None)
     counting = Counting(inner, lambda row: row == 1 and plain_done.set())
     def slow(a: int, b: int) -> str:
         # returns only once row 1 is done: a loop that waited for the tool would never get there
