@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.helpers.evaluation
 QUICKSTART = ROOT / "examples" / "quickstart.toml"
 
 
@@ -31,6 +32,7 @@ def one_run(mode: str, seed: int, steps: int, rounds: int) -> dict:
 
     from grpo_tui.protocol.config import load_config
     from grpo_tui.worker.engine.trainer import Trainer
+    from tests.helpers.evaluation import reward_means
 
     config = load_config(QUICKSTART)
     config.training.seed = config.data.seed = seed
@@ -46,9 +48,9 @@ def one_run(mode: str, seed: int, steps: int, rounds: int) -> dict:
         round_counts.append(m.extra_metrics.get("sampling/rounds", 1.0))
         short += m.extra_metrics.get("sampling/rounds", 0) == rounds and mode == "dynamic"
     train_s, cpu_s = time.perf_counter() - t0, time.process_time() - c0
-    greedy = trainer.evaluate(limit=200, greedy=True)["accuracy"]
+    greedy = reward_means(trainer, 200, greedy=True)["accuracy"]
     mx.random.seed(12345)
-    sampled = trainer.evaluate(limit=200, greedy=False)["accuracy"]
+    sampled = reward_means(trainer, 200, greedy=False)["accuracy"]
     return {"mode": mode, "seed": seed, "greedy": greedy, "sampled": sampled, "train_s": train_s, "cpu_s": cpu_s,
             "generated": generated, "rounds": sum(round_counts) / len(round_counts), "steps_at_max_rounds": short}
 
