@@ -122,6 +122,9 @@ def test_what_cannot_be_converted_is_one_sentence_naming_the_file(tmp_path):
         (two / name).write_bytes((tmp_path / "odd.gguf").read_bytes())
     with pytest.raises(Mistake, match=r"holds 2 GGUF files \(a.gguf, b.gguf\); set model.path to the one to train"):
         model_source.resolve(str(two))
+    write_gguf(original, tmp_path / "q5.gguf", "smollm", "Q5_0")  # a quantization MLX does not read
+    with pytest.raises(Mistake, match=r"q5.gguf.*cannot be read by MLX .*re-quantize the model"):
+        model_source.resolve(str(tmp_path / "q5.gguf"))
     (tmp_path / "broken.gguf").write_bytes((tmp_path / "odd.gguf").read_bytes()[:5000])  # a cut download
     with pytest.raises(Mistake, match=r"broken.gguf.*cannot be read by MLX"):
         model_source.resolve(str(tmp_path / "broken.gguf"))
