@@ -10,7 +10,7 @@ import pytest
 
 from grpo_tui.protocol.config import ModelConfig, load_config
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker import export_gguf
+from grpo_tui.worker.engine import export_gguf
 from grpo_tui.worker.engine import model as model_io
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.helpers.arch_models import LORA, step_config
