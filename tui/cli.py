@@ -94,11 +94,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
-    if not Path(args.database).is_file():
+    database = Path(args.database)
+    if database.is_dir():  # a run folder: its store
+        if not (database / STORE_FILE).is_file():
+            return _fail(f"{database}: a folder without {STORE_FILE}; name a run's output folder or its {STORE_FILE}.")
+        database = database / STORE_FILE
+    if not database.is_file():
         return _fail(f"{args.database}: no such file.")
     from grpo_tui.tui.browse import run_browser
 
-    return run_browser(args.database)
+    return run_browser(str(database))
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -157,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("browse", help=f"browse a run store ({STORE_FILE}) without training")
-    p.add_argument("database", help=f"path to {STORE_FILE}")
+    p.add_argument("database", help=f"path to {STORE_FILE}, or a run's output folder")
     p.set_defaults(func=cmd_browse)
 
     from grpo_tui.tui.init_templates import TEMPLATES, describe

@@ -50,3 +50,13 @@ def test_bad_file_one_sentence_nonzero_exit(tmp_path, make, phrase):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and phrase in lines[0] and lines[0].startswith("grpo-tui: "), out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_run_folder_opens_its_store(tmp_path):
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    out = browse(run)
+    assert out.returncode == 2 and out.stderr == f"grpo-tui: {run}: a folder without outputs.db; name a run's output folder or its outputs.db.\n"
+    newer_store(tmp_path).rename(run / "outputs.db")  # a store this version refuses: its path shows it was opened
+    out = browse(run)
+    assert out.returncode != 0 and str(run / "outputs.db") in out.stderr and "is newer than" in out.stderr, out.stderr

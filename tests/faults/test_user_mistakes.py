@@ -107,3 +107,32 @@ def test_check_says_what_the_worker_would_stop_on_before_training(tmp_path, case
     done = grpo_tui("check", str(setup.config))
     assert done.returncode == 2 and said(done.stderr) == [case.sentence(tmp_path)], done.stderr
     assert not (tmp_path / "out").is_dir() or list((tmp_path / "out").iterdir())  # nothing created or moved
+
+
+# The dashboard half: the real dashboard, the real worker, a few mistakes of each stage (the
+# config loads; the worker finds the mistake at start, at load, or in a step).
+DASHBOARD = ["output-locked", "no-prompt-column", "reward-wrong-count", "quantized-full-finetune", "memory-budget-too-small"]
+
+
+@pytest.mark.parametrize("case", [c for c in READY if c.id in DASHBOARD], ids=lambda c: c.id)
+async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, case):
+    from textual.widgets import Static
+
+    from grpo_tui.tui.app import GrpoApp
+    from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
+
+    setup = case.build(tmp_path)
+    app = GrpoApp(str(setup.config), load_config(setup.config))
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(1200):  # up to 60 s
+            if isinstance(app.screen, (MistakeScreen, CrashScreen)):
+                break
+            await pilot.pause(0.05)
+        assert isinstance(app.screen, MistakeScreen), app.state.error
+        await pilot.pause(0.3)  # composed
+        shown = str(app.screen.query_one("#mistake-text", Static).render())
+        assert " ".join(case.sentence(tmp_path).split()) in " ".join(shown.split())
+        assert "Traceback" not in shown
+        await pilot.pause(0.5)
+        assert isinstance(app.screen, MistakeScreen) and app.restarts == 0 and app.worker_code == 2
+        await pilot.press("escape", "q")
