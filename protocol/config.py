@@ -270,6 +270,7 @@ class TrainingConfig(_Section):
     weight_decay: float = 0.0
     seed: int = 0
     nan_patience: int = 3  # consecutive non-finite steps before an emergency checkpoint
+    silent_patience: int = 10  # steps in a row with all-None or all-equal rewards before the run stops; 0 = never
     lr_scheduler_type: SchedulerType = "constant"  # TRL / transformers names and formulas
     warmup_steps: int = 0
     warmup_ratio: float = 0.0
@@ -309,6 +310,8 @@ class TrainingConfig(_Section):
             raise _invalid("warmup_ratio", self.warmup_ratio, "must be in [0, 1)")
         if not 0.0 <= self.min_lr_rate <= 1.0:
             raise _invalid("min_lr_rate", self.min_lr_rate, "must be in [0, 1]")
+        if self.silent_patience < 0:
+            raise _invalid("silent_patience", self.silent_patience, "must be >= 0 (0 = never stop)")
         if self.vocab_chunk_size < 0:
             raise _invalid("vocab_chunk_size", self.vocab_chunk_size, "must be >= 0 (0 = the whole vocabulary pass at once)")
         if self.logprob_batch_size < 0:
@@ -354,6 +357,9 @@ class LoggingConfig(_Section):
 
 class StoreConfig(_Section):
     enabled: bool = True
+    # A store that fails SQLite's check at start: "stop" names it and the ways on; "fresh" keeps it
+    # beside as outputs.damaged-<time>.db and starts a new one.
+    if_damaged: Literal["stop", "fresh"] = "stop"
 
 
 class DisplayConfig(_Section):

@@ -9,9 +9,10 @@ The worker writes this layout and the dashboard reads it (docs/architecture.md, 
         .worker.lock            held (flock) by the one worker training in this folder
         checkpoint-<step>/      periodic and manual checkpoints
         final/                  the checkpoint at the end of the run
-        emergency-<step>/       written on a signal, a crash or a non-finite loss
+        emergency-<step>/       written on a crash or after non-finite steps (``reason``)
         last-good-<step>/       a kept copy of the last good checkpoint (after a NaN emergency)
         previous-<time>/        an earlier run's checkpoints, set aside by ``resume = false``
+        damaged-<name>/         a checkpoint that failed to load, set aside by ``resume = "latest"``
         .tmp-<name>/, .old-<name>/  a save in progress / the checkpoint it replaces
 
 Each checkpoint folder holds the model files, ``optimizer.safetensors`` and
@@ -94,6 +95,8 @@ class TrainingState(msgspec.Struct, kw_only=True):
     config_digest: str
     total_steps: int
     epoch_indices_done: list[int] = []  # dataset indices already used in the current epoch
+    reason: str = ""  # emergency saves: "nan" (after non-finite steps) or "crash" (weights untouched by the failed step)
+    model: dict[str, str] = {}  # the model it was trained from: "path" and "fingerprint" (worker/model_identity.py)
     created_at: float = 0.0
     worker_version: str = __version__
 

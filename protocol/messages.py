@@ -68,6 +68,7 @@ class Init(_Message):
     output_dir: str = ""
     ranks: int = 1  # data-parallel ranks (mx.distributed); 1 = a single process
     backend: str = ""  # mx.distributed's backend when ranks > 1
+    sample_display: SampleDisplay | None = None  # the mode the worker starts with (None: an older worker)
 
 
 class DatabasePath(_Message):
@@ -204,6 +205,7 @@ class Sample(_Message):
     tool_calls: list[ToolCall] = []
     reward_notes: dict[str, str] = {}  # per reward function, what it noted (log_extra), e.g. schema errors
     turns: list[Turn] = []  # agent completions only: the conversation turn by turn
+    display: SampleDisplay | None = None  # the sample display mode that chose this sample
 
 
 class Eval(_Message):

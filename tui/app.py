@@ -39,7 +39,7 @@ from grpo_tui.tui.inert import clean
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.screens.dashboard import DashboardScreen
-from grpo_tui.tui.state import METRICS, LogEntry, RunState, log_entry_for, refusal
+from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, log_entry_for, refusal
 from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
 from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
@@ -65,10 +65,6 @@ from grpo_tui.tui.worker_proc import (
 # Frames are folded and widgets redrawn twice a second, however fast the worker sends: a widget
 # redraws at most that often, and the dashboard's work per second does not grow with the step rate.
 FLUSH_INTERVAL_S = 0.5
-ZERO_STD_NOTE = (
-    "⚠ loss is 0: every group got identical rewards (frac_reward_zero_std = 1), so no advantage and no "
-    "learning signal this step. Try a larger group, a higher temperature or harder prompts."
-)
 
 
 class CheckpointsScanned(Message):
@@ -102,6 +98,7 @@ class GrpoApp(DashboardKeys):
         self.stop_timeout_s, self.flush_interval_s = stop_timeout_s, flush_interval_s
         self.state = RunState(clock=clock, run_name=config.run_name)
         self.display_mode = config.display.sample_display
+        self._banner_note: str | None = ZERO_STD_NOTE
         self.proc: WorkerProcess | None = None
         self.restarts = 0
         self.worker_code: int | None = None  # the last worker's exit code
@@ -232,6 +229,7 @@ class GrpoApp(DashboardKeys):
                     if self._refused or (not self._greeted and not self._check_hello(event)):
                         continue
                     dirty |= self.state.apply(event)
+                    self._keep_display(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
                 case WorkerStderr(line=line):
@@ -251,6 +249,12 @@ class GrpoApp(DashboardKeys):
         self._add_logs(logs)
         self._render(dirty)
 
+    def _keep_display(self, event: m.Event) -> None:
+        """A worker that starts (a crash restart: it read the config's mode) with another sample
+        display than the one on screen is told the dashboard's again."""
+        if isinstance(event, m.Init) and event.sample_display not in (None, self.display_mode):
+            self.run_worker(self._send(m.SetSampleDisplay(mode=self.display_mode)), group="display", exclusive=True)
+
     def _add_logs(self, entries: list[LogEntry]) -> None:
         if entries:
             self.query_one("#logs-panel", LogsPanel).add(entries)
@@ -267,9 +271,13 @@ class GrpoApp(DashboardKeys):
             self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals)
             for tile in self.query("#tile-eval").results(MetricTile):
                 tile.show(evals[2], eval_note(s.evals))
-            banner = self.query_one("#zero-std")
-            if banner.display != s.zero_std:
-                banner.display = s.zero_std
+            banner = self.query_one("#zero-std", Static)
+            said = s.no_signal_note
+            if said is not None and said != self._banner_note:
+                banner.update(said)
+                self._banner_note = said
+            if banner.display != (said is not None):
+                banner.display = said is not None
         if "progress" in dirty:
             self.query_one(ProgressPanel).show(s)
         if "stats" in dirty:

@@ -42,6 +42,11 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 ETA_WINDOW = 20  # recent steps used for the time-per-step estimate
 
+ZERO_STD_NOTE = (
+    "⚠ loss is 0: every group got identical rewards (frac_reward_zero_std = 1), so no advantage and no "
+    "learning signal this step. Try a larger group, a higher temperature or harder prompts."
+)
+
 
 def ema(values: Sequence[float | None], smoothing: float) -> list[float | None]:
     """Exponential moving average with TensorBoard's debiasing; ``smoothing`` in [0, 1).
@@ -116,6 +121,25 @@ class RunState:
     def zero_std(self) -> bool:
         """Every group had equal rewards, so every advantage (and the loss) is 0."""
         return self.last_step is not None and self.last_step.frac_reward_zero_std == 1.0
+
+    @property
+    def no_signal_note(self) -> str | None:
+        """The banner for a step without a learning signal: what the worker's warning says, the
+        worse cases (every reward None, one reward for the whole batch) told apart."""
+        step = self.last_step
+        if step is None or step.frac_reward_zero_std != 1.0:
+            return None
+        rewards = step.completion_rewards
+        present = [r for r in rewards if r is not None]
+        stops = "; the run stops after training.silent_patience such steps in a row (Logs tab)"
+        if rewards and not present:
+            return ("⚠ every reward of this step is None: the reward functions scored nothing, so nothing is learned. "
+                    "Check them and the data columns they read" + stops)
+        if rewards and len(present) == len(rewards) and max(present) - min(present) <= 1e-12:
+            return (f"⚠ every completion of this step got the same reward ({present[0]:.4g}): no advantage, nothing "
+                    "is learned. The task may be always (or never) solved, or the reward may not depend on the "
+                    "completion" + stops)
+        return ZERO_STD_NOTE
 
     def elapsed(self) -> float:
         return (self.ended_at if self.ended_at is not None else self.clock()) - self.started_at

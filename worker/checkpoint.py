@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -34,9 +35,11 @@ from grpo_tui.protocol.layout import (
     write_state,
 )
 
+DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed to load, set aside (protocol/layout.py's parser skips it)
+
 __all__ = [  # STATE_FILE, TrainingState and read_state are the worker's names for protocol/layout's
-    "OPTIMIZER_FILE", "STATE_FILE", "Saver", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
-    "list_checkpoints", "nan_stop_message", "resumable", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
+    "DAMAGED_PREFIX", "OPTIMIZER_FILE", "STATE_FILE", "Saver", "damage", "set_damaged_aside", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
+    "list_checkpoints", "nan_stop_message", "resumable", "resume_command", "run_command", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
 ]
 
 
@@ -149,11 +152,16 @@ def list_checkpoints(output_dir: Path) -> list[tuple[Path, TrainingState]]:
 
 
 def resumable(path: Path, state: TrainingState) -> bool:
-    """Whether ``resume = "latest"`` may pick this checkpoint: periodic, manual and final ones.
-    Emergency checkpoints (possibly saved after non-finite steps) and last-good copies are
+    """Whether ``resume = "latest"`` may pick this checkpoint: periodic, manual and final ones, and
+    an emergency save after a crash (its weights are the last completed step's). A NaN emergency
+    (or an emergency of unknown cause, from before causes were recorded) and last-good copies are
     resumed only by an explicit path, so a restart never loops back into its own failure."""
     parsed = parse_checkpoint_dir_name(path.name)
-    return parsed is not None and parsed[0] in ("periodic", "final") and state.kind != "emergency"
+    if parsed is None:
+        return False
+    if parsed[0] == "emergency":
+        return state.reason == "crash"
+    return parsed[0] in ("periodic", "final") and state.kind != "emergency"
 
 
 def find_latest(output_dir: Path) -> tuple[Path, TrainingState] | None:
@@ -164,7 +172,37 @@ def find_latest(output_dir: Path) -> tuple[Path, TrainingState] | None:
 
 def skipped_newer(output_dir: Path, step: int) -> list[Path]:
     """Emergency and last-good checkpoints newer than ``step`` that "latest" passed over."""
-    return [p for p, s in list_checkpoints(output_dir) if s.step > step and not resumable(p, s)]
+    return [p for p, s in list_checkpoints(output_dir)
+            if s.step > step and parse_checkpoint_dir_name(p.name) is not None and not resumable(p, s)]
+
+
+def damage(directory: Path) -> str | None:
+    """Why the checkpoint at ``directory`` cannot load, found without loading it: a safetensors
+    file shorter or longer than its header says (a truncated copy, a full disk), or a header that
+    does not parse. None when every file is whole."""
+    for path in sorted(directory.glob("*.safetensors")):
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as handle:
+                length = int.from_bytes(handle.read(8), "little")
+                if length <= 0 or 8 + length > size:
+                    return f"{path.name} is cut short ({size:,} bytes)"
+                header = json.loads(handle.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            return f"{path.name} does not read ({exc.__class__.__name__}: {exc})"
+        if size != 8 + length + end:
+            return f"{path.name} is {size:,} bytes where its header says {8 + length + end:,}"
+    return None
+
+
+def set_damaged_aside(directory: Path) -> Path:
+    """Rename a checkpoint that does not load to ``damaged-<name>`` (kept, never picked again)."""
+    target = directory.with_name(f"{DAMAGED_PREFIX}{directory.name}")
+    if target.exists():
+        target = directory.with_name(f"{DAMAGED_PREFIX}{directory.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.rename(directory, target)
+    return target
 
 
 def prune(output_dir: Path, keep_last: int) -> list[Path]:
@@ -194,15 +232,28 @@ def set_aside(output_dir: Path) -> Path | None:
     return dest
 
 
-def nan_stop_message(streak: int, emergency: Path, last_good: Path | None, learning_rate: float) -> str:
+def run_command(config_path: str, *sets: str) -> str:
+    """The command line that runs ``config_path`` again with ``sets`` (``KEY=VALUE``, as ``--set``
+    reads them), in backquotes: a sentence's punctuation is never taken as part of it."""
+    return "`" + " ".join([f"grpo-tui run {shlex.quote(config_path)}", *(f"--set {shlex.quote(s)}" for s in sets)]) + "`"
+
+
+def resume_command(config_path: str, checkpoint: Path | None, *extra: str) -> str:
+    """A command line that runs ``config_path`` again from ``checkpoint`` (None: from scratch)."""
+    return run_command(config_path, f"checkpoint.resume={checkpoint if checkpoint is not None else 'false'}", *extra)
+
+
+def nan_stop_message(streak: int, emergency: Path, last_good: Path | None, learning_rate: float,
+                     config_path: str = "config.toml") -> str:
     """What the run says when it stops after ``streak`` non-finite steps: what was kept and what to do."""
+    lower = f"training.learning_rate={learning_rate / 10:g}"
     where = (
-        f"resume from the last good checkpoint: --resume {last_good} (or checkpoint.resume = \"{last_good}\")"
+        f"resume from the last good checkpoint with a lower learning rate: {resume_command(config_path, last_good, lower)}"
         if last_good is not None
-        else "start again with checkpoint.resume = false (no good checkpoint was saved before the failure)"
+        else f"start again with a lower learning rate (no good checkpoint was saved before the failure): "
+             f"{resume_command(config_path, None, lower)}"
     )
     return (
         f"training stopped: {streak} steps in a row had a non-finite loss or gradient (each update was skipped); "
-        f"saved {emergency} for inspection. To continue, lower training.learning_rate (now {learning_rate:g}) and "
-        f"{where}. \"latest\" never picks the emergency checkpoint."
+        f"saved {emergency} for inspection. To continue, {where}. \"latest\" never picks this emergency checkpoint."
     )

@@ -14,9 +14,6 @@ from . import checkpoint as ckpt
 from .context import RunContext
 from .control import StopReason
 
-# A signal saves an emergency checkpoint only when more steps than this would be lost.
-EMERGENCY_AFTER_STEPS = 3
-
 
 class CheckpointPolicy:
     """Saves for one run; only rank 0 writes (ranks.py)."""
@@ -40,22 +37,26 @@ class CheckpointPolicy:
         """The periodic save (``checkpoint.save_every``); a requested save at that step is it."""
         run = self.run
         every = run.config.checkpoint.save_every
+        if run.control.stop_reason == "nan":  # the NaN stop saved its emergency one; latest must not pick these weights
+            return
         if every and run.step % every == 0 and run.step < run.trainer.total_steps:
             kind: m.CheckpointKind = "manual" if run.control.save_requested else "periodic"
             run.control.save_requested = False
             await self.save(kind)
 
     async def at_end(self, reason: StopReason | None) -> None:
-        """The last save: ``final`` when the run completed or was stopped, else an emergency one
-        when steps would be lost (a signal forgives a few, a NaN stop already saved)."""
+        """The last save: ``final`` when the run completed or was stopped (``STOP``); after a
+        signal, stdin's EOF or a silent stop, ``checkpoint-<step>`` when a step was completed since
+        the last save: every clean stop leaves a checkpoint ``resume = "latest"`` picks. A NaN stop
+        already saved its emergency checkpoint."""
         run = self.run
         if reason in (None, "stop"):
             if not (self.last and self.last == (run.step, run.output_dir / "final")):
                 await self.save("final")
-        elif reason != "nan" and self.steps_since() > (EMERGENCY_AFTER_STEPS if reason == "signal" else 0):
-            await self.save("emergency")
+        elif reason != "nan" and self.steps_since() > 0:
+            await self.save("periodic")
 
-    async def save(self, kind: m.CheckpointKind) -> Path:
+    async def save(self, kind: m.CheckpointKind, reason: str = "") -> Path:
         run = self.run
         trainer, step = run.trainer, run.step
         name = checkpoint_dir_name(kind, step)
@@ -67,6 +68,7 @@ class CheckpointPolicy:
             step=step, epoch=epoch, step_in_epoch=step_in_epoch, kind=kind, run_id=run.run_id,
             seed=run.config.training.seed, dataset_size=trainer.dataset_size, dataset_hash=trainer.dataset_hash,
             config_digest=ckpt.config_digest(run.config), total_steps=trainer.total_steps, epoch_indices_done=done,
+            reason=reason, model=run.model_identity,
         )  # fmt: skip
         run.emit(m.Status(phase="saving", message=f"saving {name}"))
         path = await run.mlx(ckpt.save_checkpoint, trainer, run.output_dir, name, state)

@@ -26,8 +26,9 @@ T = TypeVar("T")
 class RunContext:
     """The run's shared state and services; one per worker process."""
 
-    def __init__(self, config: Config, emitter: Emitter) -> None:
+    def __init__(self, config: Config, emitter: Emitter, config_path: str = "config.toml") -> None:
         self.config = config
+        self.config_path = config_path  # what the messages' commands run again
         self.emitter = emitter
         self.output_dir = Path(config.checkpoint.output_dir)
         self.control = Control(display=config.display.sample_display)
@@ -36,6 +37,7 @@ class RunContext:
         self.store: Store | None = None
         self.run_id = 0
         self.phase: m.Phase = "loading"
+        self.model_identity: dict[str, str] = {}  # the model trained (model_identity.py), recorded in checkpoints
 
     @property
     def trainer(self) -> Trainer:

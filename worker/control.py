@@ -16,7 +16,7 @@ from grpo_tui.protocol import messages as m
 
 from .records import Generation
 
-StopReason = Literal["stop", "eof", "signal", "nan"]
+StopReason = Literal["stop", "eof", "signal", "nan", "silent"]
 
 
 @dataclass

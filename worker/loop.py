@@ -1,6 +1,7 @@
 """The training run inside the worker: the epoch loop, from the output folder's lock to the
 ``complete`` frame, with its collaborators: ``start`` (start and resume), ``checkpoint_policy``
-(when to save), ``evaluation`` (the held-out evals) and ``nan_stop`` (the NaN emergency). They
+(when to save), ``evaluation`` (the held-out evals), ``nan_stop`` (the NaN emergency) and
+``silent_steps`` (steps without a learning signal). They
 share one ``context.RunContext``.
 
 Every MLX call (loading, the training step, saving) runs on one dedicated thread so the asyncio
@@ -32,6 +33,7 @@ from .frames import Emitter
 from .mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from .nan_stop import NanStop
 from .records import StepOutput, Trainer
+from .silent_steps import SilentSteps
 from .start import Start
 from .trackers import Trackers, check_installed
 
@@ -40,8 +42,8 @@ class TrainingLoop:
     """One run of the worker: start, the steps epoch by epoch, the end or the crash."""
 
     def __init__(self, config: Config, emitter: Emitter, plain: bool = False,
-                 make_trainer: TrainerFactory = engine_trainer) -> None:
-        self.run_context = run = RunContext(config, emitter)
+                 make_trainer: TrainerFactory = engine_trainer, config_path: str = "config.toml") -> None:
+        self.run_context = run = RunContext(config, emitter, config_path)
         self.config = config
         self.emitter = emitter
         self.plain = plain
@@ -53,6 +55,7 @@ class TrainingLoop:
         self.distributed = ranks.launched()
         self.checkpoints = CheckpointPolicy(run, self.leader)
         self.nan = NanStop(run, self.checkpoints)
+        self.silent = SilentSteps(run)
         self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed)
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
         self.epoch_started = time.time()
@@ -176,11 +179,13 @@ class TrainingLoop:
             self.trackers.step(output)
         rng = random.Random(f"{self.config.training.seed}:{step}")
         for gen in choose_samples(output.generations, self.control.display, rng):
-            self.emit(gen.to_sample(step, self.config.grpo.group_size))
+            self.emit(gen.to_sample(step, self.config.grpo.group_size, self.control.display))
         self.epoch_metrics.append((output.metrics.loss, output.metrics.reward))
         await self._maybe_eval(step)  # before the step's checkpoint: a kill mid-eval replays both
         if await self.nan.after_step(output.metrics):
             self.exit_code = Exit.NAN_STOP
+        elif self.leader and self.silent.after_step(output.metrics):
+            self.exit_code = Exit.MISTAKE
         await self.checkpoints.after_step()
         if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:
             self._epoch_end(epoch)
@@ -256,7 +261,7 @@ class TrainingLoop:
             lost = type(exc).__name__ == "RankLost" and self.config.grpo.num_iterations == 1
             untouched = run.phase in ("generating", "scoring") or lost
             if run.loaded is not None and untouched and self.checkpoints.steps_since():
-                await self.checkpoints.save("emergency")
+                await self.checkpoints.save("emergency", reason="crash")
             await self.finish_store("stopped" if mistake else "crashed")
         except Exception as inner:  # noqa: BLE001 - already ending; say it, keep the first error
             self.emitter.log("error", f"while handling the {'mistake' if mistake else 'crash'}: {type(inner).__name__}: {inner}")

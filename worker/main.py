@@ -24,7 +24,6 @@ from grpo_tui.protocol.outcome import Exit
 
 from . import ranks
 from .frames import Emitter, reserve_stdout
-from .checkpoint_policy import EMERGENCY_AFTER_STEPS
 from .loop import TrainingLoop
 from .mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from .plain_lines import is_json, parse_plain
@@ -72,14 +71,18 @@ class Inputs:
     def on_signal(self, signum: int) -> None:
         run = self.training
         name = signal.Signals(signum).name
+        # Every completed step is kept: the running step finishes and a checkpoint that
+        # ``resume = "latest"`` picks is saved, unless nothing was completed since the last one (or
+        # the model is still loading), or this is the second signal: then the worker exits now.
         busy = run.control.stepping or run.loaded is None  # a step, or loading: can't interrupt MLX
-        pending = run.steps_since_checkpoint() + (1 if run.control.stepping else 0)
-        worth_waiting = pending > EMERGENCY_AFTER_STEPS and run.control.stop_reason != "signal"
+        nothing_new = run.loaded is None or run.steps_since_checkpoint() == 0
+        insisted = run.control.stop_reason == "signal"
         run.exit_code = Exit.STOPPED
         # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
         # next collective fails at once, and the crash path names the lost rank and saves.
-        if busy and not worth_waiting and not ranks.launched():
-            run.log("warning", f"{name}: exiting now; nothing worth saving is lost")
+        if busy and (nothing_new or insisted) and not ranks.launched():
+            run.log("warning", f"{name}: exiting now; " + ("a second signal: the running step is dropped" if insisted
+                                                           else "every completed step is in the latest checkpoint"))
             self._abandoning = asyncio.ensure_future(self._abandon())
             return
         run.log("warning", f"{name}: stopping {'after the running step' if run.control.stepping else 'now'}")
@@ -111,13 +114,14 @@ class Inputs:
                 pass
 
         threading.Thread(target=read, name="stdin", daemon=True).start()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self.on_signal, sig)
 
 
-async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer: TrainerFactory) -> int:
+async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer: TrainerFactory,
+                     config_path: str = "config.toml") -> int:
     """The training loop with its inputs, until the ``complete`` frame."""
-    training = TrainingLoop(config, emitter, plain=plain, make_trainer=make_trainer)
+    training = TrainingLoop(config, emitter, plain=plain, make_trainer=make_trainer, config_path=config_path)
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
     return await training.run()
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_tr
             assert problem is not None
             emitter.emit(m.Error(message=problem.sentence, fatal=True, exit_code=Exit.MISTAKE, kind=problem.kind))
             return Exit.MISTAKE
-        return asyncio.run(run_worker(config, emitter, args.plain, make_trainer))
+        return asyncio.run(run_worker(config, emitter, args.plain, make_trainer, args.config))
     finally:
         release_mlx_streams()
         emitter.close()

@@ -36,11 +36,11 @@ class NanStop:
     async def _emergency(self) -> None:
         run = self.run
         good = self.checkpoints.last_good
-        path = await self.checkpoints.save("emergency")
+        path = await self.checkpoints.save("emergency", reason="nan")
         copy = None
         if good is not None and good[1].exists():
             copy = await run.mlx(ckpt.copy_checkpoint, good[1], run.output_dir, last_good_dir_name(good[0]))
-        message = ckpt.nan_stop_message(self.streak, path, copy, run.config.training.learning_rate)
+        message = ckpt.nan_stop_message(self.streak, path, copy, run.config.training.learning_rate, run.config_path)
         run.log("error", message)
         run.emit(m.Error(message=message, fatal=True, exit_code=Exit.NAN_STOP, log_path=str(run.emitter.jsonl_path)))
         run.control.stop("nan")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from grpo_tui.protocol.messages import Phase, Sample, Step, ToolCall, Turn
+from grpo_tui.protocol.messages import Phase, Sample, SampleDisplay, Step, ToolCall, Turn
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Generation:
     turns: list[Turn] = field(default_factory=list)  # agent rollouts: the conversation turn by turn
     dropped: bool = False  # dynamic sampling: its group's rewards were all equal, not trained on
 
-    def to_sample(self, step: int, group_size: int) -> Sample:
+    def to_sample(self, step: int, group_size: int, display: SampleDisplay | None = None) -> Sample:
         return Sample(
             step=step,
             index=self.prompt_index * group_size + self.group_index,
@@ -48,6 +48,7 @@ class Generation:
             tool_calls=self.tool_calls,
             reward_notes=self.reward_notes,
             turns=self.turns,
+            display=display,
         )
 
 

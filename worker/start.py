@@ -14,7 +14,7 @@ from grpo_tui.protocol.blas import active_blas
 from grpo_tui.protocol.blas import describe as describe_blas
 from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.layout import RUN_LOG_FILE
+from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.protocol.preflight import folder_problems
 
@@ -23,7 +23,7 @@ from . import ranks
 from .checkpoint_policy import CheckpointPolicy
 from .context import RunContext
 from .mlx_thread import TrainerFactory
-from .store import Store
+from .store import Store, StoreDamaged, set_damaged_aside
 
 Resume = tuple[Path, ckpt.TrainingState]
 
@@ -72,6 +72,7 @@ class Start:
             main_loop.call_soon_threadsafe(run.log, level, message)
 
         run.loaded = trainer = await run.mlx(self.make_trainer, cfg, log_from_thread)
+        run.model_identity = dict(getattr(trainer, "model_identity", None) or {})
         active = active_blas()  # verified in this process, not assumed from the config
         blas = describe_blas(active)
         run.log("info", f"BLAS: {blas}")
@@ -90,6 +91,7 @@ class Start:
                 dataset_size=trainer.dataset_size, steps_per_epoch=trainer.steps_per_epoch,
                 total_steps=trainer.total_steps, num_epochs=trainer.num_epochs, output_dir=str(run.output_dir),
                 ranks=ranks.describe(trainer)[0], backend=ranks.describe(trainer)[1],
+                sample_display=run.control.display,
             )
         )  # fmt: skip
 
@@ -101,7 +103,18 @@ class Start:
 
     async def _open_store(self, state: ckpt.TrainingState | None) -> None:
         run, cfg = self.run, self.run.config
-        run.store = store = await Store.open_in(run.output_dir)
+        path = run.output_dir / STORE_FILE
+        try:
+            run.store = store = await Store.open(path)
+        except StoreDamaged as exc:
+            if cfg.store.if_damaged != "fresh":
+                raise Mistake("output", f"the store {path} is damaged ({exc}); to go on with a fresh store, the "
+                                        "damaged file kept beside it: "
+                                        f"{ckpt.run_command(run.config_path, 'store.if_damaged=fresh')}; or train "
+                                        f"without one: {ckpt.run_command(run.config_path, 'store.enabled=false')}") from None
+            aside = await run.mlx(set_damaged_aside, path)
+            run.log("warning", f"the store {path} is damaged ({exc}); kept as {aside.name}, starting a fresh store")
+            run.store = store = await Store.open(path)
         if await store.mark_abandoned_runs():
             run.log("info", "an earlier run in this store ended without finishing; marked crashed")
         if state is not None and await store.reopen_run(state.run_id, state.step, state.total_steps):
@@ -117,7 +130,13 @@ class Start:
         run = self.run
         trainer = run.trainer
         run.emit(m.Status(phase="loading", message=f"resuming from {path}"))
-        await run.mlx(trainer.load_checkpoint, path)
+        check_same_model(run, path, state)
+        try:
+            await run.mlx(trainer.load_checkpoint, path)
+        except Exception as exc:  # noqa: BLE001 — any way a checkpoint's files fail to load: name it
+            aside = await run.mlx(ckpt.set_damaged_aside, path)
+            raise Mistake("resume", f"checkpoint {path} does not load ({type(exc).__name__}: {exc}); it is set aside "
+                                    f"as {aside.name}: run again to resume from the checkpoint before it") from exc
         if run.store is None:
             run.run_id = state.run_id
         run.control.step = state.step
@@ -155,10 +174,10 @@ async def find_resume(run: RunContext) -> Resume | None:
             run.log("warning", f"resume = false: earlier checkpoints moved to {aside}")
         return None
     if resume == "latest":
-        found = await run.mlx(ckpt.find_latest, output_dir)
+        found = await latest_that_loads(run)
         for path in await run.mlx(ckpt.skipped_newer, output_dir, found[1].step if found else -1):
-            run.log("info", f"resume = latest: not resuming from {path} (emergency and last-good "
-                    "checkpoints are resumed only by path: --resume PATH)")
+            run.log("info", f"resume = latest: not resuming from {path}, saved after non-finite steps (or a copy "
+                    f"kept then); to resume from it anyway: {ckpt.resume_command(run.config_path, path)}")
         return found
     state = ckpt.read_state(Path(str(resume)))
     if state is None:
@@ -166,7 +185,40 @@ async def find_resume(run: RunContext) -> Resume | None:
             "resume", f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE}); "
             'name a checkpoint-N, final or emergency-N folder, or use "latest"',
         )
+    if (why := await run.mlx(ckpt.damage, Path(str(resume)))) is not None:
+        raise Mistake("resume", f"checkpoint.resume: {resume} is damaged ({why}); resume from another checkpoint "
+                                f"or start again: {ckpt.resume_command(run.config_path, None)}")
     return Path(str(resume)), state
+
+
+async def latest_that_loads(run: RunContext) -> Resume | None:
+    """The newest resumable checkpoint whose files are whole; each damaged one newer than it is
+    named, set aside as ``damaged-<name>`` (kept) and passed over, and the log says where the
+    run resumes instead."""
+    passed: list[str] = []
+    while (found := await run.mlx(ckpt.find_latest, run.output_dir)) is not None:
+        why = await run.mlx(ckpt.damage, found[0])
+        if why is None:
+            break
+        aside = await run.mlx(ckpt.set_damaged_aside, found[0])
+        run.log("warning", f"checkpoint {found[0]} does not load: {why}; set aside as {aside.name}")
+        passed.append(found[0].name)
+    if passed:
+        instead = f"resuming from {found[0]} instead" if found is not None else "no earlier checkpoint: starting from step 0"
+        run.log("warning", f"resume = latest: {', '.join(passed)} damaged; {instead}")
+    return found
+
+
+def check_same_model(run: RunContext, path: Path, state: ckpt.TrainingState) -> None:
+    """A checkpoint resumes only into the model it was trained from: its weights (or adapters) would
+    silently replace the model that ``model.path`` names now."""
+    then, now = state.model, run.model_identity
+    if not then.get("fingerprint") or not now.get("fingerprint") or then["fingerprint"] == now["fingerprint"]:
+        return
+    raise Mistake("resume", f"{path} was trained from the model {then.get('path')}, but model.path is now "
+                            f"{now.get('path')} (another model); to train it, start again "
+                            f"({ckpt.resume_command(run.config_path, None)}: the old checkpoints are set aside) "
+                            "or set another checkpoint.output_dir")
 
 
 def resolved_config(cfg: Config, active_blas: str) -> dict[str, Any]:

@@ -29,6 +29,35 @@ from .records import Generation, StepOutput
 _HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
 
 
+class StoreDamaged(Exception):
+    """The store file fails SQLite's check (a truncated copy, a full disk mid-write); says how."""
+
+
+def check(path: Path) -> None:
+    """``StoreDamaged`` when the store at ``path`` is not a whole SQLite database. ``quick_check``
+    reads every page once (about a second per GB), so a damaged page is found here and not in
+    the middle of a run."""
+    if not path.exists():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as exc:
+        raise StoreDamaged(str(exc)) from None
+    if problems != ["ok"]:
+        raise StoreDamaged("; ".join(problems))
+
+
+def set_damaged_aside(path: Path) -> Path:
+    """Rename a damaged store (and its WAL files) to ``outputs.damaged-<time>.db`` beside it."""
+    target = path.with_name(f"{path.stem}.damaged-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+    for suffix in ("", "-wal", "-shm"):
+        old = Path(f"{path}{suffix}")
+        if old.exists():
+            old.rename(Path(f"{target}{suffix}"))
+    return target
+
+
 class Store:
     """Async single writer. Create with ``await Store.open(path)``."""
 
@@ -40,10 +69,14 @@ class Store:
     @classmethod
     async def open(cls, path: Path) -> Store:
         path.parent.mkdir(parents=True, exist_ok=True)
+        check(path)
         # Schema work happens on a plain connection: ``migrate`` is shared with the dashboard.
-        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as plain:
-            plain.execute("PRAGMA journal_mode=WAL")
-            migrate(plain)
+        try:
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as plain:
+                plain.execute("PRAGMA journal_mode=WAL")
+                migrate(plain)
+        except sqlite3.DatabaseError as exc:  # not a database at all, or damaged where the check did not read
+            raise StoreDamaged(str(exc)) from None
         conn = await aiosqlite.connect(path, isolation_level=None)
         await conn.execute("PRAGMA foreign_keys=ON")
         await conn.execute("PRAGMA busy_timeout=5000")

@@ -158,11 +158,12 @@ def test_closing_stdin_checkpoints_and_exits(tmp_path, tiny_model):
     done = worker.wait_for(m.Complete)
     assert worker.finish() == 4  # stopped: the dashboard is gone
     assert done.status == "stopped"
-    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("emergency", done.total_steps)]
+    # a clean stop: checkpoint-N, which resume = "latest" picks
+    assert [(c.kind, c.step) for c in worker.of(m.Checkpoint)] == [("periodic", done.total_steps)]
     assert query(tmp_path / "out" / "outputs.db", "SELECT status FROM runs") == [("stopped",)]
 
 
-def test_sigterm_saves_an_emergency_checkpoint_when_the_last_one_is_old(tmp_path, tiny_model):
+def test_sigterm_saves_a_checkpoint_that_latest_picks(tmp_path, tiny_model):
     config = write_config(
         tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
         training={"max_steps": 0, "num_epochs": 50}, checkpoint={"save_every": 0},
@@ -173,7 +174,7 @@ def test_sigterm_saves_an_emergency_checkpoint_when_the_last_one_is_old(tmp_path
     done = worker.wait_for(m.Complete)
     assert worker.finish() == 4  # stopped by a signal
     kinds = [(c.kind, c.step) for c in worker.of(m.Checkpoint)]
-    assert kinds == [("emergency", done.total_steps)] and done.total_steps >= 5
+    assert kinds == [("periodic", done.total_steps)] and done.total_steps >= 5
     assert mlx_lm.load(worker.of(m.Checkpoint)[0].path)[0] is not None
 
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -122,6 +123,32 @@ def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
         "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA), or set "
         "model.dequantize = true to fine-tune all of it in float32",
     )
+
+
+# Architecture fields that tell two models apart even where their weight files cannot be read.
+_ARCHITECTURE = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                 "num_key_value_heads", "vocab_size", "head_dim")
+_SAMPLE = 1 << 20
+
+
+def identity(path: str) -> dict[str, str]:
+    """What a checkpoint records of the model it came from: its path and a fingerprint of the
+    config's architecture fields and each weight file's name, size and first and last MiB (a
+    different model differs there; hashing whole multi-GB files at every start would not pay)."""
+    try:
+        folder = resolve(path)
+        config = read_config(folder)
+    except ModelSourceError:
+        return {}
+    digest = hashlib.sha256(json.dumps({k: config.get(k) for k in _ARCHITECTURE}, sort_keys=True).encode())
+    for file in sorted(folder.glob("*.safetensors")):
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}".encode())
+        with open(file, "rb") as handle:
+            digest.update(handle.read(_SAMPLE))
+            handle.seek(max(size - _SAMPLE, 0))
+            digest.update(handle.read(_SAMPLE))
+    return {"path": str(folder), "fingerprint": digest.hexdigest()[:32]}
 
 
 def context_length(path: str) -> int | None:

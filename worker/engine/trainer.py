@@ -75,6 +75,7 @@ class Trainer:
         if note := model_source.NOTES.get(config.model.path):  # where a GGUF file's mlx-lm folder is
             log("info", note)
         self.model, self.tokenizer = model_io.load(config.model)
+        self.model_identity = model_source.identity(config.model.path)  # recorded in every checkpoint
         # Tools the model calls during rollouts: their schemas reach the chat template of every row
         # without a ``tools`` column of its own.
         self.tools = agent_tools.load_tools(config.tools)
