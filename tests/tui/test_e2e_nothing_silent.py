@@ -10,7 +10,7 @@ import pytest
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
-from tests.worker_harness import reward_config, tiny_model, write_config
+from tests.helpers.worker_harness import reward_config, tiny_model, write_config
 
 from .conftest import wait_until
 

@@ -13,8 +13,8 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from tests.helpers.trainer_env import fake_trainer_env
-from tests.tiny_model import build_tiny_model
-from tests.worker_harness import FAULTY_TRAINER, WorkerProcess, query, reward_config, tiny_model, write_config
+from tests.helpers.tiny_model import build_tiny_model
+from tests.helpers.worker_harness import FAULTY_TRAINER, WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
 
