@@ -231,7 +231,8 @@ class TrainingLoop:
         self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
         if completed:
             return Exit.DONE
-        return self.exit_code if reason == "nan" else Exit.STOPPED  # a user's stop, EOF or a signal
+        # a user's stop, EOF or a signal; a NaN stop and a silent stop say their own
+        return self.exit_code if reason in ("nan", "silent") else Exit.STOPPED
 
     async def _end_badly(self, exc: Exception, *, mistake: bool) -> int:
         """A fixable mistake (one sentence, its traceback in the run log only, exit 2) or a crash

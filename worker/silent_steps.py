@@ -9,6 +9,7 @@ that ``resume = "latest"`` picks.
 from __future__ import annotations
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.outcome import Exit
 
 from .context import RunContext
 
@@ -55,6 +56,7 @@ class SilentSteps:
             "or set training.silent_patience = 0 to train on anyway"
         )
         self.run.log("error", self.stopped_because)
-        self.run.emit(m.Error(message=self.stopped_because, fatal=True))
+        self.run.emit(m.Error(message=self.stopped_because, fatal=True, exit_code=Exit.MISTAKE, kind="reward",
+                              log_path=str(self.run.emitter.jsonl_path)))
         self.run.control.stop("silent")
         return True
