@@ -4,6 +4,7 @@ engine log line says what runs."""
 from __future__ import annotations
 
 import math
+import re
 
 import mlx_lm
 import pytest
@@ -64,6 +65,12 @@ def test_an_absurd_memory_limit_stops_before_the_first_step_in_one_sentence(tmp_
     message = errors[0].message
     assert message.startswith("training.memory_limit_gb: 0.001 GB is too little for this model: ")
     assert message.count(". ") == 0 and "\n" not in message and "ConfigError" not in message
+    need = re.search(r"the smallest budget that works is memory_limit_gb = ([0-9.]+)$", message)
+    assert need is not None, message
+    # ... and the budget it names is accepted
+    again = WorkerProcess(config, "--set", f"training.memory_limit_gb={need.group(1)}", "--set", "training.max_steps=1")
+    again.wait_for(m.Complete)
+    assert again.finish() == 0 and len(again.of(m.Step)) == 1
 
 
 def test_the_fused_head_runs_in_the_worker_and_measures_what_mlx_s_ops_do(tmp_path, tiny_model):

@@ -13,6 +13,7 @@ user set stay on.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import mlx.nn as nn
@@ -27,6 +28,10 @@ HIDDEN_TERMS, INTERMEDIATE_TERMS, ATTENTION_TERMS = 10, 4, 2
 LOGIT_COPIES = 4  # logits, softmax and their cotangents alive at once in the unchunked backward
 
 PROCESS_BYTES = 1.0 * GB  # interpreter, MLX, BLAS, tokenizer, rollout cache, host buffers
+# chunked_head.FUSED_CHUNK_BYTES (not imported: this module's estimate runs without the model's
+# MLX kernels), and the chunks MLX's queue holds at once (chunked_head: about two, and the running one)
+FUSED_CHUNK_BYTES = 58 * 2**20
+FUSED_IN_FLIGHT = 3
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,11 @@ class StepShape:
     completion_tokens: int
     reference: bool
     extra_bytes: int = 0  # what else stays in memory all run long: judge models' weights
+    fused_head: bool = False  # the plan's fused head: the unchunked step holds a few chunks' logits, not all
 
     @classmethod
-    def of(cls, model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0) -> "StepShape":
+    def of(cls, model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0,
+           fused_head: bool = False) -> "StepShape":
         args = model.args
         params = tree_flatten(model.parameters())
         trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
@@ -82,6 +89,7 @@ class StepShape:
             completion_tokens=config.generation.max_completion_length,
             reference=g.beta > 0,
             extra_bytes=extra_bytes,
+            fused_head=fused_head,
         )
 
 
@@ -100,6 +108,8 @@ def estimate(shape: StepShape, checkpointing: bool, chunk: int, logprob_rows: in
     else:
         activations = tokens * shape.layers * per_token
     positions = rows * shape.completion_tokens
+    if not chunk and shape.fused_head:  # the fused head's own chunk, about FUSED_IN_FLIGHT of them queued
+        chunk = FUSED_IN_FLIGHT * max(16, FUSED_CHUNK_BYTES // (4 * max(shape.vocabulary, 1)))
     logits = (min(chunk, positions) if chunk else positions) * shape.vocabulary * 4 * LOGIT_COPIES
     return static + activations + logits + PROCESS_BYTES
 
@@ -120,11 +130,18 @@ def candidates(rows: int) -> list[tuple[bool, int, int]]:
     return out
 
 
-def choose(model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0) -> Choice:
+def choose(model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0,
+           fused_head: bool = False) -> Choice:
     """The first candidate (kept at least as frugal as the user's own switches) under the limit;
     a ``ConfigError`` naming ``training.memory_limit_gb`` in one sentence when none is.
-    ``extra_bytes``: judge models' weights, counted with the policy's."""
-    return choose_for(StepShape.of(model, config, prompt_tokens, extra_bytes), config.training)
+    ``extra_bytes``: judge models' weights, counted with the policy's; ``fused_head``: the plan's."""
+    return choose_for(StepShape.of(model, config, prompt_tokens, extra_bytes, fused_head), config.training)
+
+
+def smallest_budget(shape: StepShape) -> float:
+    """The smallest ``memory_limit_gb`` (GB, rounded up to a tenth) that some candidate fits in."""
+    best = min(estimate(shape, c, k, r) for c, k, r in candidates(shape.rows)) / GB
+    return math.ceil(best * 10) / 10
 
 
 def choose_for(shape: StepShape, t: TrainingConfig) -> Choice:
@@ -140,9 +157,11 @@ def choose_for(shape: StepShape, t: TrainingConfig) -> Choice:
     assert tried is not None
     static = ((shape.parameters * (2 if shape.reference else 1) + 3 * shape.trainable) * shape.bytes_per_value
               + shape.extra_bytes) / GB
+    need = math.ceil(tried.estimate_gb * 10) / 10
     raise ConfigError("training.memory_limit_gb", (
         f"{t.memory_limit_gb:g} GB is too little for this model: even with every memory switch a step needs about "
-        f"{tried.estimate_gb:.1f} GB (the weights, gradients and AdamW state alone are {static:.1f} GB)"
+        f"{tried.estimate_gb:.1f} GB (the weights, gradients and AdamW state alone are {static:.1f} GB); "
+        f"the smallest budget that works is memory_limit_gb = {need:g}"
     ), kind="memory")
 
 

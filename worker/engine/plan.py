@@ -166,7 +166,10 @@ def decide(model: nn.Module, config: Config, *, prompt_tokens: int = 0, extra_by
     checkpointing, chunk, rows = training.gradient_checkpointing, training.vocab_chunk_size, training.logprob_batch_size
     fit = None
     if training.memory_limit_gb > 0:  # the switches whose estimated step fits, the user's own kept
-        choice = memory_fit.choose(model, config, prompt_tokens, extra_bytes=extra_bytes)
+        # with a memory limit the loss is eager (saves_memory): the fused head runs unless numpy's does
+        fused_fit = (_on(env, "fused_head") and chunked_head.supports(model)
+                     and not (_on(env, "host_vocab") and cpu and small and vocabulary >= host_vocab.MIN_VOCABULARY))
+        choice = memory_fit.choose(model, config, prompt_tokens, extra_bytes=extra_bytes, fused_head=fused_fit)
         checkpointing, chunk, rows = choice.gradient_checkpointing, choice.vocab_chunk_size, choice.logprob_batch_size
         fit = choice.describe(training.memory_limit_gb)
     chunk = chunk if chunked_head.supports(model) else 0
