@@ -47,7 +47,8 @@ def test_fifty_steps_of_a_tool_that_never_returns_keep_the_worker_s_threads_boun
     (tmp_path / "reward.py").write_text(REWARD_PY)
     rewards = (f'[[rewards]]\nfunction = "{tmp_path / "reward.py"}:failed"\n'
                f'[[tools]]\nfunction = "{tmp_path / "hung.py"}:add"\ntimeout_s = 0.05\n')
-    config = write_config(tmp_path, model, rewards=rewards, training={"max_steps": 50},
+    # every call fails alike, so every reward is the same: silent_patience = 0 lets it train on anyway
+    config = write_config(tmp_path, model, rewards=rewards, training={"max_steps": 50, "silent_patience": 0},
                           generation={"max_completion_length": 80, "max_tool_calls": 1},
                           checkpoint={"save_every": 0})
     worker = WorkerProcess(config)
