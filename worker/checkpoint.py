@@ -48,17 +48,27 @@ class Saver(Protocol):
     def save_optimizer(self, path: Path) -> None: ...
 
 
-def lock_output_dir(directory: Path) -> IO | None:
+LOCK_WAIT_S = 10.0
+
+
+def lock_output_dir(directory: Path, wait_s: float = LOCK_WAIT_S) -> IO | None:
     """The output folder's lock file, locked, or None when another worker holds it: one worker per
-    output folder, or a second one would corrupt checkpoints and the run row. Keep it open."""
+    output folder, or a second one would corrupt checkpoints and the run row. Keep it open.
+
+    A held lock is retried for ``wait_s``: a worker that was just killed, or restarted after a
+    crash, can still be letting go (its ranks see their stdin close and stop within seconds)."""
     directory.mkdir(parents=True, exist_ok=True)
     lock = open(directory / LOCK_FILE, "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        return None
-    return lock
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except OSError:
+            if time.monotonic() >= deadline:
+                lock.close()
+                return None
+            time.sleep(0.2)
 
 
 def config_digest(config: Config) -> str:

@@ -130,11 +130,22 @@ def worst(codes: list[int]) -> int:
     return max(kinds, key=_SEVERITY.__getitem__, default=Exit.DONE)
 
 
+def _die_with_parent() -> None:
+    """In the launcher's child, before exec: on Linux the kernel sends it SIGTERM when this process
+    dies, so a worker killed with -9 never leaves mlx.launch (and through it every rank) training
+    on, holding the output folder's lock; the ranks then see their stdin close and stop."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def launch_and_wait(command: list[str]) -> int:
     """``mlx.launch`` as a child (stdin and stdout pass through: rank 0's frames), its stderr read
     line by line: each rank's exit code from its warnings (it exits 0 even when a rank fails), a
     mistake said once however many ranks made it. Returns the worst rank's code."""
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
     stopped = False
 
     def forward(signum: int, _frame: object) -> None:

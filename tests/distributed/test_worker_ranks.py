@@ -116,8 +116,10 @@ def test_a_resumed_two_rank_run_keeps_the_synced_reference_on_both_ranks(tmp_pat
         config = write_config(folder, tiny_model, **settings)
         if name == "split":
             first = WorkerProcess(config, "--ranks", "2")
-            try:
+            try:  # stopped after its step-2 checkpoint: it saves again at the step it is in
                 first.wait_for(m.Checkpoint, lambda c: c.step == 2)
+                first.send(m.Stop())
+                first.wait_for(m.Complete)
             finally:
                 first.kill()
         worker = WorkerProcess(config, "--ranks", "2")
@@ -127,7 +129,9 @@ def test_a_resumed_two_rank_run_keeps_the_synced_reference_on_both_ranks(tmp_pat
         finally:
             worker.kill()
         kls[name] = {s.step: (s.kl, s.loss) for s in worker.of(m.Step)}
-    for step in (3, 4):
+    resumed = sorted(kls["split"])
+    assert resumed and resumed[-1] == 4 and resumed[0] >= 3, resumed
+    for step in resumed:
         assert kls["split"][step][0] == pytest.approx(kls["straight"][step][0], rel=1e-4, abs=1e-8)
         assert kls["split"][step][1] == pytest.approx(kls["straight"][step][1], rel=1e-4, abs=1e-8)
 
@@ -149,3 +153,22 @@ def test_a_batch_that_cannot_be_dealt_out_is_one_mistake_and_exit_code_2(tmp_pat
     assert done.returncode == 2, both
     assert both.count(sentence) == 1 and f"[mistake] {sentence}" in done.stdout, both
     assert "Traceback" not in both and "Node with rank" not in both
+
+
+def test_a_worker_killed_with_9_leaves_no_rank_training(tmp_path, tiny_model):
+    """The worker runs mlx.launch as a child; SIGKILL gives it no chance to stop it, and its stdin
+    (the dashboard's pipe) stays open, so the ranks would train on, holding the output folder."""
+    config = write_config(tmp_path, tiny_model, **SETTINGS)
+    worker = WorkerProcess(config, "--ranks", "2")
+    try:
+        worker.wait_for(m.Step, lambda e: e.step == 1)
+        ranks = [_rank_pid(worker.proc.pid, r) for r in (0, 1)]
+        worker.proc.kill()
+        deadline = time.monotonic() + 5
+        while any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+                  for pid in ranks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = [pid for pid in ranks if Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+        assert not alive, f"ranks {alive} still running 5 s after the worker was killed"
+    finally:
+        worker.kill()

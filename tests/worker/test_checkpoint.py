@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from grpo_tui.protocol.layout import LOCK_FILE
 from grpo_tui.worker import checkpoint as ckpt
 
 
@@ -121,3 +124,20 @@ def test_config_digest_ignores_where_and_how_a_run_is_shown(tmp_path):
     b = parse_config(base + '[checkpoint]\noutput_dir = "elsewhere"\n[display]\nsample_display = "all"\n', check_paths=False)
     c = parse_config(base + "[training]\nlearning_rate = 0.1\n", check_paths=False)
     assert ckpt.config_digest(a) == ckpt.config_digest(b) != ckpt.config_digest(c)
+
+
+def test_the_lock_of_a_worker_still_letting_go_is_waited_for(tmp_path):
+    """A restarted or resumed worker starts while the killed one is still exiting: it must get the
+    folder once the old one lets go, not report 'another worker is already training'."""
+    held = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+         "print('held', flush=True); time.sleep(1.5)", str(tmp_path / LOCK_FILE)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert held.stdout is not None and held.stdout.readline().strip() == "held"
+    assert ckpt.lock_output_dir(tmp_path, wait_s=0) is None  # held: the old behaviour's answer
+    lock = ckpt.lock_output_dir(tmp_path, wait_s=10)
+    assert lock is not None
+    lock.close()
+    held.wait()
