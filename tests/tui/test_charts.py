@@ -152,7 +152,7 @@ async def test_a_hidden_view_draws_nothing():
         view.display = True
         await pilot.pause(0.7)
         reward = app.query_one("#chart-rewards-reward--total-", ChartPanel)
-        assert reward._key != drawn[reward]  # on screen again: drawn (charts scrolled out of view wait)
+        assert reward._key != drawn.get(reward)  # on screen again: mounted with its data and drawn
 
 
 def test_step_frames_carry_no_unknown_struct_fields():
@@ -183,3 +183,14 @@ def test_dynamic_samplings_metrics_have_charts():
     row = flatten_step(frame)
     titles = {panel.title for group in STEP_GROUPS for panel in group.resolve(list(row))}
     assert {"sampling/rounds", "sampling/dropped_groups", "sampling/generated_completions"} <= titles
+
+
+async def test_a_group_without_data_is_not_shown():
+    """A one-rank run never sends the "ranks" columns: no empty "ranks" group saying "no data yet"."""
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = app.query_one(ChartsView)
+        feed(view, 3)
+        await pilot.pause(0.7)
+        assert not app.query_one("#charts-group-ranks").display and not app.query_one("#charts-title-ranks").display
+        assert app.query_one("#charts-group-rewards").display and not view.query("#charts-group-ranks ChartPanel")

@@ -115,11 +115,16 @@ class ChartsView(Vertical):
                 continue
             self._seen[spec.name] = count
             have = {p.spec.title for p in grid.query(ChartPanel)}
+            keys = set(book.keys())
+            # a chart, and a group, only once it has a column (a one-rank run never shows "ranks")
             new = [ChartPanel(p, book, self.settings, id=f"chart-{_slug(spec.name)}-{_slug(p.title)}")
-                   for p in spec.resolve(book.keys()) if p.title not in have]
+                   for p in spec.resolve(book.keys()) if p.title not in have and any(k in keys for k, _ in p.lines)]
             if new:
                 grid.mount_all(new)
                 self._panels = None
+            shown = bool(have or new)
+            for widget in self.query(f"#charts-title-{_slug(spec.name)}, #charts-group-{_slug(spec.name)}"):
+                widget.display = shown
 
     def _redraw(self) -> None:
         """Redraw a few of the stale charts in view, those waiting longest first; charts scrolled
