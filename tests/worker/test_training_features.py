@@ -10,6 +10,7 @@ import time
 import pytest
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.outcome import Exit
 from grpo_tui.worker.engine.schedule import lr_at
 from tests.helpers.trainer_env import fake_trainer_env
 from tests.helpers.worker_harness import (
@@ -153,7 +154,7 @@ def test_plain_text_lines_drive_a_plain_worker(tmp_path, tiny_model):
         until("resumed at step")
         send("STOP")
         until("stopped:")
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=120) == Exit.STOPPED  # a user's stop (resumable) is not "done"
     finally:
         if proc.poll() is None:
             proc.kill()
