@@ -108,8 +108,9 @@ def run_dashboard(config: Path, cols: int, rows: int) -> tuple[float, float]:
     try:
         while proc.poll() is None:
             drain(0.05)
-            if worker is None:
-                worker = next(iter(children(proc.pid)), None)
+            if worker is None:  # the dashboard starts the run's supervisor, which starts the worker
+                supervisor = next(iter(children(proc.pid)), None)
+                worker = next(iter(children(supervisor)), None) if supervisor else None
             elif not wall and not alive(worker):
                 wall, cpu = time.perf_counter() - start, cpu_seconds(proc.pid)
                 pressed.append((time.perf_counter() + 1.0, b"q"))  # after the next flush shows the run done

@@ -27,7 +27,7 @@ from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
-from grpo_tui.tui.worker_proc import WorkerProcess
+from grpo_tui.tui.connection import RunConnection
 
 # (action, palette title, palette help) — the command palette offers the same actions as the keys.
 PALETTE: tuple[tuple[str, str, str], ...] = (
@@ -35,6 +35,7 @@ PALETTE: tuple[tuple[str, str, str], ...] = (
     ("resume", "Resume training", "Continue a paused run (r)"),
     ("save", "Save checkpoint", "Write a checkpoint now (s)"),
     ("cycle_display", "Cycle sample display", f"{' · '.join(DISPLAY_MODES)} (m)"),
+    ("detach", "Detach", "Close the dashboard, leave the run going (d)"),
     ("toggle_maximize", "Maximize or restore the tab", "Give the active tab the whole screen, and back (z)"),
     ("help", "Show keys", "All key bindings (?)"),
 )
@@ -58,15 +59,18 @@ class DashboardKeys(App[int]):
         Binding("l", "log_level", "log level"),
         Binding("z", "toggle_maximize", "maximize"),
         Binding("question_mark", "help", "help"),
+        Binding("d", "detach", "detach", show=False),  # in the help and the quit dialog: the footer is full
         Binding("q", "quit", "quit"),
     ]
 
     # Set by GrpoApp.__init__.
     config: Config
     state: RunState
-    proc: WorkerProcess | None
+    proc: RunConnection | None
     display_mode: m.SampleDisplay
     _last_tab: View | None
+    quitting: bool
+    detached: bool
 
     async def _send(self, command: m.Command) -> None:
         if not self.proc or not await self.proc.send(command):
@@ -80,6 +84,8 @@ class DashboardKeys(App[int]):
             return status == "paused"
         if action in ("save", "cycle_display"):
             return status in ("running", "paused")
+        if action == "detach":  # leave the run going: only while there is one
+            return self.proc is not None and self.proc.running
         if action in ("next_tab", "show_tab", "open_sample", "smoothing", "log_level", "toggle_maximize"):
             if self.screen is not self.screen_stack[0]:
                 return False
@@ -94,6 +100,13 @@ class DashboardKeys(App[int]):
         for action, title, help_text in PALETTE:
             if self.check_action(action, ()):
                 yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
+
+    async def action_detach(self) -> None:
+        """d: leave the run going and close this dashboard (``grpo-tui attach`` comes back to it)."""
+        self.quitting = self.detached = bool(self.proc and self.proc.running)
+        if self.proc:
+            await self.proc.close()
+        self.exit(0)
 
     async def action_pause(self) -> None:
         await self._send(m.Pause())

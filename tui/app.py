@@ -1,7 +1,9 @@
-"""The dashboard: starts the worker, folds its frames into ``RunState``, steers it from the keyboard.
+"""The dashboard: a viewer of a run. Folds its frames into ``RunState``, steers it from the keyboard.
 
-The worker's output arrives as typed messages (``WorkerEvent`` and friends, tui/worker_proc.py)
-that are buffered in order; a timer flushes the buffer a few times a second, folding every event
+The run belongs to its supervisor (tui/supervisor.py), which owns the worker and its restarts; the
+dashboard starts one (``grpo-tui run``) or attaches to one (``grpo-tui attach``) and talks to it over
+the control socket (tui/connection.py). Leaving the dashboard leaves the run going. The run's output
+arrives as typed messages (``WorkerEvent`` and friends, tui/worker_proc.py) that are buffered in order; a timer flushes the buffer a few times a second, folding every event
 into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard"). The
 keys and the command palette live in tui/actions.py.
 """
@@ -9,17 +11,17 @@ keys and the command palette live in tui/actions.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
+import shlex
+import subprocess
 import sys
 import time
 from collections import deque
-from functools import partial
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import assert_never
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.containers import Grid, Horizontal, Vertical
@@ -28,18 +30,16 @@ from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.outcome import restartable
-from grpo_tui.tui.actions import DashboardKeys
 from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
-from grpo_tui.tui.ending import read_ending, run_exit_code
+from grpo_tui.protocol.control import refusal
+from grpo_tui.tui.connection import RunConnection
 from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
-from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
+from grpo_tui.tui.run_control import RunControl
 from grpo_tui.tui.screens.dashboard import DashboardScreen
-from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, log_entry_for, refusal
+from grpo_tui.tui.series import HISTORY_LIMIT
+from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, log_entry_for
 from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
 from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
@@ -53,12 +53,11 @@ from grpo_tui.tui.widgets.run_header import RunHeader
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 from grpo_tui.tui.widgets.stats_panel import StatsPanel
 from grpo_tui.tui.worker_proc import (
-    RESUME_LATEST,
     WorkerBadLine,
     WorkerEvent,
     WorkerExited,
+    WorkerHistory,
     WorkerOutput,
-    WorkerProcess,
     WorkerStderr,
 )
 
@@ -73,7 +72,7 @@ class CheckpointsScanned(Message):
         self.infos = infos
 
 
-class GrpoApp(DashboardKeys):
+class GrpoApp(RunControl):
     CSS_PATH = "app.tcss"
     TITLE = "grpo-tui"
     # the screen's width class picks the layout in app.tcss: tabs below the metrics when narrow
@@ -88,6 +87,8 @@ class GrpoApp(DashboardKeys):
         config: Config,
         *,
         worker_argv: Sequence[str] | None = None,
+        run_dir: str | None = None,
+        launch: bool = True,
         clock: Callable[[], float] = time.monotonic,
         stop_timeout_s: float = 120.0,
         flush_interval_s: float = FLUSH_INTERVAL_S,
@@ -99,9 +100,15 @@ class GrpoApp(DashboardKeys):
         self.state = RunState(clock=clock, run_name=config.run_name)
         self.display_mode = config.display.sample_display
         self._banner_note: str | None = ZERO_STD_NOTE
-        self.proc: WorkerProcess | None = None
+        self.run_dir = str(Path(run_dir or config.checkpoint.output_dir).resolve())
+        self.launch = launch  # start the run's supervisor (grpo-tui run), or attach to it
+        self.supervisor: subprocess.Popen[bytes] | None = None
+        self.proc: RunConnection | None = None
+        self.read_only = False  # a finished run: its history, no run to steer
+        self.detached = False
         self.restarts = 0
         self.worker_code: int | None = None  # the last worker's exit code
+        self._restart_pending: int | None = None  # a restart (its attempt) or a retry asked for, until its worker says hello
         self.quitting = False
         self._refused = False
         self._greeted = False
@@ -155,7 +162,7 @@ class GrpoApp(DashboardKeys):
         self.set_interval(self.flush_interval_s, self._on_timer)
         self.set_interval(1.0, lambda: self._on_timer({"header"}))
         self.call_after_refresh(self._freeze_startup_objects)
-        await self._spawn()
+        await self._connect()
 
     @staticmethod
     def _freeze_startup_objects() -> None:
@@ -165,18 +172,6 @@ class GrpoApp(DashboardKeys):
         gc.freeze()
 
     # ------------------------------------------------------------ worker process
-
-    async def _spawn(self, *, resume_latest: bool = False) -> None:
-        """Start the worker; a restart adds ``--resume latest``, whatever the config says."""
-        self._greeted = False
-        self._worker_gone = asyncio.Event()  # set once its WorkerExited (after its last frame) is buffered
-        argv = self.worker_argv + (list(RESUME_LATEST) if resume_latest else [])
-        # Preload the fast BLAS here so the worker need not re-execute itself to get it.
-        self.proc = WorkerProcess(argv, env=child_env(self.config.runtime.blas), post=self.post_message)
-        try:
-            await self.proc.start()
-        except OSError as exc:
-            self._fail(f"cannot start the worker ({' '.join(self.worker_argv[:3])}…): {exc}")
 
     def _fail(self, message: str) -> None:
         self.state.status, self.state.error = "error", message
@@ -189,26 +184,26 @@ class GrpoApp(DashboardKeys):
         self._greeted = True
         if (reason := refusal(event)) is None:
             return True
-        self._refused = True
-        if self.proc:
-            self.proc.kill()
+        self._refused = True  # the supervisor refuses it too (and ends the run)
         self._fail(reason)
         return False
 
     # ------------------------------------------------------------ the flush loop
 
-    def on_worker_event(self, message: WorkerEvent) -> None:
-        self._pending.append(message)
-
-    def on_worker_stderr(self, message: WorkerStderr) -> None:
-        self._pending.append(message)
-
-    def on_worker_bad_line(self, message: WorkerBadLine) -> None:
+    @on(WorkerEvent)
+    @on(WorkerStderr)
+    @on(WorkerBadLine)
+    def buffer(self, message: WorkerEvent | WorkerStderr | WorkerBadLine) -> None:
         self._pending.append(message)
 
     def on_worker_exited(self, message: WorkerExited) -> None:
         self._pending.append(message)
-        self._worker_gone.set()
+        if message.final:
+            self._worker_gone.set()
+
+    def on_worker_history(self, message: WorkerHistory) -> None:  # before we connected: folded and drawn at once
+        self._pending.extend(message.items)
+        self._on_timer()
 
     def _on_timer(self, dirty: set[Part] | None = None) -> None:
         try:
@@ -223,9 +218,15 @@ class GrpoApp(DashboardKeys):
         batch, self._pending = self._pending, []
         dirty: set[Part] = set()
         logs: list[LogEntry] = []
-        for item in batch:
+        steps = [i for i, item in enumerate(batch) if isinstance(item, WorkerEvent) and isinstance(item.event, m.Step)]
+        charted = steps[-HISTORY_LIMIT] if len(steps) > HISTORY_LIMIT else 0  # older steps would leave the charts
+        for i, item in enumerate(batch):
             match item:
+                case WorkerEvent(event=m.Step() as event) if i < charted and self._greeted:
+                    self.state.count_step(event)
                 case WorkerEvent(event=event):
+                    if isinstance(event, m.Hello) and self._restart_pending is not None:
+                        self._restarted()
                     if self._refused or (not self._greeted and not self._check_hello(event)):
                         continue
                     dirty |= self.state.apply(event)
@@ -238,12 +239,13 @@ class GrpoApp(DashboardKeys):
                     logs.append(LogEntry(level, line, "stderr"))
                 case WorkerBadLine(text=text):
                     logs.append(LogEntry("warning", text, "dashboard"))
-                case WorkerExited(code=code):
+                case WorkerExited():
                     self._add_logs(logs)
                     logs = []
                     self._render(dirty)
                     dirty = set()
-                    self._worker_exited(code)
+                    self._greeted = False  # a restarted worker says hello again
+                    self._worker_exited(item)
                 case _:
                     assert_never(item)
         self._add_logs(logs)
@@ -304,96 +306,19 @@ class GrpoApp(DashboardKeys):
         for panel in self.query(ConfigPanel):  # none while the app tears down
             panel.show_checkpoints(message.infos)
 
-    # ------------------------------------------------------------ crashes and restarts
-
-    def _worker_exited(self, code: int) -> None:
-        """Only a crash is restarted (``outcome.restartable``); a mistake offers a retry (``ending``)."""
-        s = self.state
-        self.worker_code = code
-        if self.quitting or self._refused:
-            return
-        if s.complete is not None:
-            self._add_logs([LogEntry("info", f"worker exited (code {code})", "dashboard")])
-            return
-        end = read_ending(code, s.fatal, self._stderr_tail, s.output_dir or self.config.checkpoint.output_dir)
-        s.status, s.ended_at, s.error = "error", s.clock(), end.error
-        self._add_logs([LogEntry("error", s.error, "dashboard")])
-        display = self.config.display
-        if end.mistake:
-            self.push_screen(MistakeScreen(s.error, end.log_path), partial(self._after_countdown, retry=True))
-        elif not restartable(code):
-            self._fail(f"{s.error}. Press q to quit.")
-        elif display.restart_on_crash and self.restarts < display.max_restarts:
-            screen = CrashScreen(code, self.restarts + 1, display.max_restarts, display.restart_delay_s, s.clock,
-                                 end.reason, end.log_path)
-            self.push_screen(screen, self._after_countdown)
-        else:
-            why = f"gave up after {self.restarts} restarts" if display.restart_on_crash else "restart_on_crash is off"
-            self._fail(f"{s.error} — {why}. Press q to quit.")
-        self._render({"header", "bindings"})
-
-    async def _after_countdown(self, restart: bool | None, retry: bool = False) -> None:
-        """A crash's restart resumes from the latest checkpoint; a mistake's retry if this run saved one."""
-        if not restart or self.quitting:
-            self.notify("fix the mistake first; q quits" if retry else "restart cancelled; press q to quit", severity="warning")
-            return
-        self.restarts += 0 if retry else 1
-        s = self.state
-        s.status, s.complete, s.error, s.fatal, s.ended_at = "restarting", None, "", None, None
-        s.phase, s.phase_message = "loading", "retrying" if retry else f"restart {self.restarts}: resuming from the latest checkpoint"
-        self._render({"header", "bindings"})
-        await self._spawn(resume_latest=not retry or bool(s.checkpoints))
-
-    # ------------------------------------------------------------ quitting
-
-    async def action_quit(self) -> None:
-        """q: ask while training; then stop, wait for the final checkpoint, exit. q again: kill now."""
-        if self.quitting:
-            self.notify("killing the worker")
-            if self.proc:
-                self.proc.kill()
-            return
-        if self.proc and self.proc.running and self.state.status in ("running", "paused", "starting", "restarting"):
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    self.stop_and_exit()
-
-            self.push_screen(ConfirmQuitScreen(), answered)
-            return
-        self.quitting = True
-        if self.proc:
-            await self.proc.shutdown(timeout=2.0)
-        self.exit(run_exit_code(self.worker_code, self.state.status == "error"))
-
-    @work(exclusive=True, group="stop")
-    async def stop_and_exit(self) -> None:
-        self.quitting = True
-        self.state.status, self.state.phase_message = "stopping", "waiting for the final checkpoint"
-        self._render({"header", "bindings"})
-        assert self.proc is not None
-        await self.proc.send(m.Stop())
-        if not await self.proc.wait(self.stop_timeout_s):
-            self._add_logs([LogEntry("warning", f"the worker did not stop within {self.stop_timeout_s:g} s; killing it", "dashboard")])
-            self.proc.kill()
-            await self.proc.wait(5.0)
-        with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first
-            await asyncio.wait_for(self._worker_gone.wait(), 10.0)
-        self.flush()
-        self.exit(run_exit_code(self.worker_code, self.state.status == "error"))
-
-    async def on_unmount(self) -> None:
-        if self.proc:  # last resort (ctrl+c, an exception): never leave an orphan worker
-            self.proc.kill()
-            await self.proc.wait(2.0)  # reap it while the event loop still runs
 
 
-def run_dashboard(config_path: str, config: Config, worker_args: Sequence[str] = ()) -> int:
-    """``grpo-tui run``: returns the process exit code. ``worker_args``: extra worker flags (--ranks)."""
+def run_dashboard(
+    config_path: str, config: Config, worker_args: Sequence[str] = (), *, attach_dir: str | None = None
+) -> int:
+    """``grpo-tui run`` (starts the run) or, with ``attach_dir``, ``grpo-tui attach``: returns the exit
+    code. ``worker_args``: extra worker flags (--ranks)."""
     path = str(Path(config_path))
-    app = GrpoApp(path, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", path, *worker_args])
-    try:
-        code = app.run()
-    finally:
-        if app.proc:
-            app.proc.kill()
+    app = GrpoApp(
+        path, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", path, *worker_args],
+        run_dir=attach_dir, launch=attach_dir is None,
+    )
+    code = app.run()
+    if app.detached or (app.proc is not None and app.proc.running and not app.quitting):
+        print(f"The run goes on in {app.run_dir}.\nAttach again: grpo-tui attach {shlex.quote(app.run_dir)}")
     return int(code or 0)

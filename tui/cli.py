@@ -1,4 +1,4 @@
-"""``grpo-tui`` command line: run, worker, browse, check.
+"""``grpo-tui`` command line: run, attach, ls, worker, browse, check.
 
 Kept light: heavy imports (Textual, MLX) happen only inside the subcommand that needs them, and
 the worker is started as its own process (``python -m grpo_tui.worker``) so this package never
@@ -88,9 +88,78 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args.config, args.set, args.resume)
     if config is None:
         return Exit.MISTAKE
+    if args.detach:
+        return _run_detached(args.config, config, distributed.forwarded(args) + _sets(args) + _resume_args(args))
     from grpo_tui.tui.app import run_dashboard
 
     return run_dashboard(args.config, config, distributed.forwarded(args) + _sets(args) + _resume_args(args))
+
+
+def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> int:
+    """``run --detach``: start the run's supervisor in its own session and return at once."""
+    import shlex
+
+    from grpo_tui.protocol.blas import child_env
+    from grpo_tui.tui.connection import RunLive, launch, supervisor_failure, wait_ready
+
+    out = str(Path(config.checkpoint.output_dir).resolve())
+    argv = [sys.executable, "-m", "grpo_tui.worker", config_path, *worker_args]
+    try:
+        proc = launch(out, argv, config_path=config_path, display=config.display, env=child_env(config.runtime.blas))
+    except (RunLive, OSError) as exc:
+        return _fail(f"{exc}.")
+    if not wait_ready(out, proc):
+        return _fail(f"the run did not start: {supervisor_failure(out)}", 1)
+    print(f"Training in the background (supervisor pid {proc.pid}). Run folder: {out}")
+    print(f"Attach: grpo-tui attach {shlex.quote(out)}")
+    return 0
+
+
+def attach_target(run_dir: str | None) -> tuple[Path, Config] | str:
+    """The run folder and config ``grpo-tui attach [RUN_DIR]`` opens, or why not (one sentence)."""
+    from grpo_tui.tui.runs import config_for, newest_live
+
+    if run_dir is None:
+        newest = newest_live(Path.cwd())
+        if newest is None:
+            return f"no live run under {Path.cwd()}; give a run folder (grpo-tui ls lists them)."
+        folder = newest.folder
+    else:
+        folder = Path(run_dir).resolve()
+        if not folder.is_dir():
+            return f"{run_dir}: no such folder."
+    config = config_for(folder)
+    if config is None:
+        return f"{folder}: not a run folder (no run.jsonl and no .control/); grpo-tui ls lists runs."
+    return folder, config
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    target = attach_target(args.run_dir)
+    if isinstance(target, str):
+        return _fail(target)
+    folder, config = target
+    if args.web:  # each browser tab runs its own `grpo-tui attach FOLDER`
+        from grpo_tui.tui.web import serve
+
+        return serve(folder, host=args.host, port=args.port, token=args.token)
+    from grpo_tui.tui.app import run_dashboard
+
+    return run_dashboard(str(folder / "config.toml"), config, attach_dir=str(folder))
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.runs import find_runs, format_runs
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        return _fail(f"{args.dir}: no such folder.")
+    runs = find_runs(root)
+    if not runs:
+        print(f"no runs under {root.resolve()}")
+        return 0
+    print("\n".join(format_runs(runs, root)))
+    return 0
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
@@ -144,13 +213,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"grpo-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("run", help="open the dashboard and train (starts the worker)", epilog=EXIT_CODES,
+    p = sub.add_parser("run", help="start a run and open its dashboard", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="path to config.toml")
     p.add_argument("--resume", metavar="PATH|latest", help=resume_help)
+    p.add_argument("--detach", action="store_true", help="start the run in the background and return at once")
     distributed.add_arguments(p)
     add_set_argument(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("attach", help="open the dashboard of a run (a live one is steerable, a finished one read-only)")
+    p.add_argument("run_dir", nargs="?", default=None, help="the run's output folder (default: the newest live run here)")
+    p.add_argument("--web", action="store_true", help="serve the dashboard to a browser (textual-serve)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on with --web (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port to serve on with --web (default 8000)")
+    p.add_argument("--token", default=None, help="with --web: require ?token=TOKEN (default: a random one off 127.0.0.1)")
+    p.set_defaults(func=cmd_attach)
+
+    p = sub.add_parser("ls", help="list the runs under a folder: status, step, pid, start, reward")
+    p.add_argument("dir", nargs="?", default=".", help="folder to search (default: here)")
+    p.set_defaults(func=cmd_ls)
 
     p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -9,6 +9,7 @@ per-completion rewards for the distribution view.
 from __future__ import annotations
 
 from collections import deque
+from math import isfinite
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ HISTORY_LIMIT = 5000  # steps of history kept for the sparklines, the main chart
 
 
 def _finite(value: object) -> float | None:
+    if value.__class__ is float:  # the common case first: a history of 10,000 steps calls this ~10^6 times
+        return value if isfinite(value) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return m.finite(float(value))

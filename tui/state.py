@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.control import refusal as refusal  # re-exported: the dashboard checks it too
 from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import format_duration
@@ -251,6 +252,14 @@ class RunState:
         return {"header", "progress"}
 
     def _on_step(self, e: m.Step) -> set[Part]:
+        self.count_step(e)
+        self._record(e.step, e)
+        self.spread.add_step(e.step, e.completion_rewards)
+        return {"header", "metrics", "progress", "stats"}
+
+    def count_step(self, e: m.Step) -> None:
+        """A step's counters only: for a step of a long history that its charts would drop anyway
+        (more than ``HISTORY_LIMIT`` steps follow it), as ``attach`` folds a run's history."""
         if self.status in ("starting", "restarting"):
             self.status = "running"
         if e.epoch != self.epoch:
@@ -261,9 +270,6 @@ class RunState:
         parts = [finite(e.generation_ms), finite(e.scoring_ms), finite(e.training_ms)]
         if any(p is not None for p in parts):
             self.step_ms.append(sum(p or 0.0 for p in parts))
-        self._record(e.step, e)
-        self.spread.add_step(e.step, e.completion_rewards)
-        return {"header", "metrics", "progress", "stats"}
 
     def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
         self.history_steps.append(step)
@@ -284,17 +290,6 @@ class RunState:
         self.complete, self.status, self.phase, self.ended_at = e, status, "idle", self.clock()
         self.phase_message = f"{e.status} after {e.total_steps} steps in {format_duration(e.seconds)}"
         return {"header", "bindings", "progress"}
-
-
-def refusal(first: m.Event) -> str | None:
-    """Why a worker whose first frame is ``first`` must be refused (None: it speaks our protocol)."""
-    if isinstance(first, m.Hello) and first.protocol_version == m.PROTOCOL_VERSION:
-        return None
-    got = f"protocol version {first.protocol_version}" if isinstance(first, m.Hello) else f"a {type(first).__name__} frame"
-    return (
-        f"refused the worker: it speaks {got} (its first frame must be a hello), this dashboard speaks "
-        f"protocol version {m.PROTOCOL_VERSION}. Install matching versions of grpo-tui."
-    )
 
 
 def log_entry_for(event: m.Event) -> LogEntry | None:

@@ -42,8 +42,8 @@ async def quit_app(app: GrpoApp, pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.press("q")
     if app.is_running:
         await pilot.pause(0.2)
-        await pilot.press("y")  # confirm, when it asks
-    await pilot.pause(0.5)
+        await pilot.press("y")  # confirm, when it asks: stop the run (killed after stop_timeout_s if it ignores stop)
+    await wait_until(pilot, lambda: not app.is_running, timeout=20)
 
 
 async def test_every_kind_of_bad_line_is_logged_and_the_stream_goes_on(tmp_path):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from textual.command import CommandPalette
 from textual.widgets import DataTable, RichLog, Static
 
+from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from tests.helpers.fake_worker import MISTAKE
@@ -217,7 +219,7 @@ async def test_quit_while_training_asks_stops_and_leaves_no_worker(make_app):
         await pilot.press("q", "y")
         await wait_until(pilot, lambda: not app.is_running, timeout=10)
     assert app.return_value == 0
-    assert app.proc.proc.returncode == 0
+    assert app.proc.exit_code == 0
     assert process_gone(pid)
     assert any(c.kind == "final" for c in app.state.checkpoints)
 
@@ -340,15 +342,24 @@ async def test_model_text_is_inert(make_app):
         assert not any(span.style for span in getattr(shown, "spans", []))  # markup was not applied
 
 
-async def test_leaving_the_app_never_leaves_a_worker(make_app):
+async def test_leaving_the_app_leaves_the_run_going_and_d_detaches(make_app):
+    """The run is its supervisor's: closing the dashboard (d, or any exit) never stops it."""
     app = make_app("--steps", "2", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 2)
         pid = app.proc.pid
-        app.exit()  # e.g. an exception or ctrl+c path: no stop handshake
-        await pilot.pause(0.2)
-    await app.proc.wait(5.0)
-    assert process_gone(pid)
+        await pilot.press("d")
+        await wait_until(pilot, lambda: not app.is_running, timeout=10)
+    assert app.detached and app.return_value == 0
+    assert not process_gone(pid)  # training goes on
+    again = GrpoApp(app.config_path, app.config, run_dir=app.run_dir, launch=False, clock=lambda: 1000.0)
+    async with again.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: again.proc is not None and again.proc.pid == pid)
+        await pilot.press("q")
+        assert isinstance(again.screen, ConfirmQuitScreen)
+        await pilot.press("l")  # leave it running
+        await wait_until(pilot, lambda: not again.is_running, timeout=10)
+    assert not process_gone(pid)
 
 
 async def test_the_worker_is_started_with_the_fast_blas_preloaded(make_app):
@@ -359,6 +370,8 @@ async def test_the_worker_is_started_with_the_fast_blas_preloaded(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 1)
         lib = find_blas(app.config.runtime.blas)
+        raw = Path(f"/proc/{app.proc.pid}/environ").read_bytes()
+        env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
         if lib is not None:
-            assert lib in preloaded(app.proc.env)
-        assert app.proc.env.get("GRPO_TUI_BLAS_REEXEC") == "1"
+            assert lib in preloaded(env)
+        assert env.get("GRPO_TUI_BLAS_REEXEC") == "1"

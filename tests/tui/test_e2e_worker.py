@@ -36,7 +36,7 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
         await pilot.press("y")
         await wait_until(pilot, lambda: not app.is_running, timeout=90)
     assert app.return_value == 4  # stopped by the user, like the worker (protocol/outcome.py)
-    assert app.proc.proc.returncode == 4
+    assert app.proc.exit_code == 4
     assert process_gone(pid)
     assert any(c.kind == "final" for c in app.state.checkpoints)
     assert app.state.complete is not None and app.state.complete.status == "stopped"

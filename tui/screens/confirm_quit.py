@@ -1,6 +1,8 @@
-"""Asks before quitting while a run is still training."""
+"""Asks before quitting while the run goes on: stop it, leave it running, or cancel."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -8,19 +10,33 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+QuitChoice = Literal["stop", "leave"]
 
-class ConfirmQuitScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("y,enter", "answer(True)", "stop & quit"), Binding("n,escape", "answer(False)", "keep training")]
+
+class ConfirmQuitScreen(ModalScreen[QuitChoice | None]):
+    """Dismissed with "stop" (stop the run, save a final checkpoint, quit), "leave" (quit, the run
+    goes on; ``grpo-tui attach`` comes back to it) or None (cancel)."""
+
+    BINDINGS = [
+        Binding("y,s", "answer('stop')", "stop the run"),
+        Binding("l,d,enter", "answer('leave')", "leave it running"),
+        Binding("n,c,escape", "answer(None)", "cancel"),
+    ]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box", classes="dialog"):
-            yield Static("Training is still running.\nStop it, save a final checkpoint and quit?")
+            yield Static(
+                "Training is still running.\n"
+                "Stop it (a final checkpoint is saved), or leave it running and come back with grpo-tui attach?"
+            )
             with Horizontal(classes="buttons"):
-                yield Button("Stop & quit (y)", id="yes", variant="error")
-                yield Button("Keep training (n)", id="no")
+                yield Button("Stop the run (y)", id="stop", variant="error")
+                yield Button("Leave it running (l)", id="leave", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
 
-    def action_answer(self, answer: bool) -> None:
+    def action_answer(self, answer: QuitChoice | None) -> None:
         self.dismiss(answer)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
+        choice = event.button.id
+        self.dismiss("stop" if choice == "stop" else "leave" if choice == "leave" else None)

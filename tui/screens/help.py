@@ -26,7 +26,8 @@ KEYS = (
     ("/", "Database search: the text as typed; fts: a OR b, NOT, pre* for operators"),
     ("ctrl+p", "command palette with the same actions"),
     ("?", "this help"),
-    ("q", "quit (asks while training; stops and saves first)"),
+    ("d", "detach: close the dashboard, the run goes on (grpo-tui attach returns)"),
+    ("q", "quit (while training asks: stop the run, leave it running, or cancel)"),
 )
 
 

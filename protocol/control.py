@@ -1,0 +1,228 @@
+"""The run's control socket: where it lives, what the supervisor adds to the worker's frames, and the
+record ``grpo-tui ls`` reads (docs/architecture.md, "Processes"; docs/long-runs.md).
+
+A run is owned by its supervisor (``python -m grpo_tui.tui.supervisor``), not by a dashboard. The
+supervisor serves the worker's frames, byte for byte, to every viewer on a Unix domain socket and
+forwards their commands to the worker::
+
+    <output_dir>/.control/          mode 0700: only the user can enter it
+        control.sock                mode 0600: the socket (viewers connect here)
+        supervisor.json             the run's record: pid, status, step, last reward (``RunRecord``)
+        supervisor.log              the supervisor's own output
+        worker.stderr               every line the worker wrote to stderr
+
+On top of the worker's frames a viewer receives ``welcome`` first (the supervisor has registered
+it), ``stderr_line`` for each stderr line and ``worker_exit`` when the worker ends; besides the
+worker's commands it may send ``restart`` (answer a crash countdown). Everything else is the
+protocol of protocol/messages.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal, Union
+
+import msgspec
+
+from grpo_tui.protocol import messages as m
+
+CONTROL_DIR = ".control"
+SOCKET_FILE = "control.sock"
+RECORD_FILE = "supervisor.json"
+SUPERVISOR_LOG = "supervisor.log"
+STDERR_FILE = "worker.stderr"
+
+# What ``grpo-tui ls`` shows; "nan_stop" is a run that stopped itself after non-finite steps.
+RunStatus = Literal[
+    "starting", "running", "paused", "restarting", "stopping", "done", "stopped", "crashed", "mistake", "nan_stop"
+]
+LIVE_STATUSES = ("starting", "running", "paused", "restarting", "stopping")
+
+
+class _Frame(msgspec.Struct, tag_field="type", tag=m._snake, kw_only=True):
+    pass
+
+
+class Welcome(_Frame):
+    """The first line a viewer gets: it is registered and receives every frame from now on.
+
+    The worker's frames before it are the first ``frames`` lines of ``run.jsonl`` from byte
+    ``jsonl_offset`` (where this run began: the worker mirrors every frame there, in order). The
+    next ``stderr_tail`` lines are the last of the ``stderr_lines`` stderr lines so far."""
+
+    supervisor_pid: int
+    worker_pid: int = 0
+    jsonl_offset: int = 0
+    frames: int = 0
+    stderr_lines: int = 0
+    stderr_tail: int = 0
+    restarts: int = 0
+
+
+class StderrLine(_Frame):
+    line: str
+
+
+class WorkerExit(_Frame):
+    """The worker ended. ``restart_in_s`` is set when the supervisor restarts it after that many
+    seconds (attempt ``attempt`` of ``max_restarts``); ``final`` when the run is over."""
+
+    code: int
+    reason: str = ""
+    restart_in_s: float | None = None
+    attempt: int = 0
+    max_restarts: int = 0
+    restart_on_crash: bool = True
+    final: bool = False
+    retry: bool = False  # a fixable mistake: a viewer may retry once it is fixed (``restart``), or end the run
+
+
+class WorkerStarted(_Frame):
+    """The supervisor started a worker (its first frame, ``hello``, follows)."""
+
+    pid: int
+
+
+class Restart(_Frame):
+    """A viewer's answer to a crash countdown or a mistake: restart (retry) now, or cancel (the run ends)."""
+
+    now: bool
+
+
+ViewerFrame = Union[m.Event, Welcome, WorkerStarted, StderrLine, WorkerExit]  # supervisor -> viewer
+ViewerCommand = Union[m.Command, Restart]  # viewer -> supervisor
+
+_frame_decoder = msgspec.json.Decoder(ViewerFrame)
+_command_decoder = msgspec.json.Decoder(ViewerCommand)
+_encoder = msgspec.json.Encoder()
+
+
+def encode(frame: _Frame | m.Event | m.Command) -> bytes:
+    return _encoder.encode(frame) + b"\n"
+
+
+def decode_frame(line: bytes) -> ViewerFrame:
+    """Raises msgspec.DecodeError / ValidationError on a bad line."""
+    return _frame_decoder.decode(line)
+
+
+def decode_command(line: bytes) -> ViewerCommand:
+    return _command_decoder.decode(line)
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """``supervisor.json``: what ``grpo-tui ls`` and ``attach`` read without connecting."""
+
+    pid: int
+    output_dir: str
+    config: str = ""
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    status: RunStatus = "starting"
+    step: int = 0
+    total_steps: int = 0
+    last_reward: float | None = None
+    worker_pid: int = 0
+    exit_code: int | None = None
+    reason: str = ""
+    restarts: int = 0
+    jsonl_offset: int = 0
+    viewers: int = 0
+
+
+def refusal(first: m.Event) -> str | None:
+    """Why a worker whose first frame is ``first`` must be refused (None: it speaks our protocol)."""
+    if isinstance(first, m.Hello) and first.protocol_version == m.PROTOCOL_VERSION:
+        return None
+    got = f"protocol version {first.protocol_version}" if isinstance(first, m.Hello) else f"a {type(first).__name__} frame"
+    return (
+        f"refused the worker: it speaks {got} (its first frame must be a hello), this dashboard speaks "
+        f"protocol version {m.PROTOCOL_VERSION}. Install matching versions of grpo-tui."
+    )
+
+
+def control_dir(output_dir: str | Path) -> Path:
+    return Path(output_dir) / CONTROL_DIR
+
+
+def socket_path(output_dir: str | Path) -> Path:
+    return control_dir(output_dir) / SOCKET_FILE
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` (mode 0700) or tighten it; refuse a folder someone else owns."""
+    path.mkdir(parents=True, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a folder of yours; remove it and start the run again")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+@contextlib.contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """An address for bind/connect: the path itself, or (a path over the ~104-byte limit of
+    ``sun_path``) the same file reached through an open handle on its folder (Linux)."""
+    text = str(path)
+    if len(text.encode()) < 100 or not sys.platform.startswith("linux"):
+        yield text
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def read_record(output_dir: str | Path) -> RunRecord | None:
+    try:
+        return msgspec.json.decode((control_dir(output_dir) / RECORD_FILE).read_bytes(), type=RunRecord)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def write_record(record: RunRecord) -> None:
+    """Atomic: a reader sees the old record or the new one, never half of one."""
+    record.updated_at = time.time()
+    folder = control_dir(record.output_dir)
+    tmp = folder / f".{RECORD_FILE}.tmp"
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(record)))
+    os.replace(tmp, folder / RECORD_FILE)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie answers kill(0) but is gone
+        with open(f"/proc/{pid}/stat") as f:
+            return not f.read().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+def is_live(record: RunRecord | None) -> bool:
+    """The record's supervisor still runs (and so the socket answers)."""
+    return record is not None and record.status in LIVE_STATUSES and pid_alive(record.pid)
+
+
+def status_of_exit(code: int, completed: m.Complete | None) -> RunStatus:
+    """The final status for a worker's exit code (protocol/outcome.py's kinds)."""
+    from grpo_tui.protocol.outcome import Exit
+
+    if code == Exit.DONE:
+        return "stopped" if completed is not None and completed.status == "stopped" else "done"
+    kinds: dict[int, RunStatus] = {Exit.MISTAKE: "mistake", Exit.NAN_STOP: "nan_stop", Exit.STOPPED: "stopped"}
+    return kinds.get(code, "crashed")

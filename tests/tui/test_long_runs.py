@@ -1,0 +1,193 @@
+"""Runs outlive the dashboard: detach, attach, several viewers, a stuck viewer, ls (the real worker)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import shlex
+import signal
+import socket
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from grpo_tui.protocol import control as c
+from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.cli import attach_target, build_parser
+from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
+from tests.helpers.runs import CLI, record_step, start_detached, wait_for
+from tests.worker_harness import query, tiny_model, write_config
+
+from .conftest import wait_until
+
+__all__ = ["tiny_model"]  # the fixture, imported for pytest
+
+SIZE = (160, 48)
+
+
+def attach_app(command: str) -> GrpoApp:
+    """The dashboard that the printed ``grpo-tui attach DIR`` command opens (parsed as the shell would)."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["grpo-tui", "attach"]
+    args = build_parser().parse_args(argv[1:])
+    target = attach_target(args.run_dir)
+    assert not isinstance(target, str), target
+    folder, config = target
+    return GrpoApp(str(folder / "config.toml"), config, run_dir=str(folder), launch=False)
+
+
+def stored_steps(out: Path) -> list[int]:
+    return [s for (s,) in query(out / "outputs.db", "SELECT step FROM steps ORDER BY step")]
+
+
+@pytest.mark.slow
+async def test_detach_after_steps_then_attach_shows_every_step(tmp_path, tiny_model):
+    out, attach = start_detached(tmp_path, tiny_model)
+    # only the user can enter the folder, read the run or steer it
+    assert stat.S_IMODE(os.stat(out / c.CONTROL_DIR).st_mode) == 0o700
+    sock = os.stat(c.socket_path(out))
+    assert stat.S_ISSOCK(sock.st_mode) and stat.S_IMODE(sock.st_mode) == 0o600
+
+    first = attach_app(attach)
+    async with first.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: first.state.step >= 3, timeout=120)
+        await pilot.press("d")
+        await wait_until(pilot, lambda: not first.is_running, timeout=10)
+    detached_at = first.state.step
+    assert first.detached
+    wait_for(lambda: record_step(out) >= detached_at + 3)  # training goes on with no viewer
+
+    later = attach_app(attach)
+    async with later.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: later.state.step >= detached_at + 4, timeout=120)
+        shown = list(later.state.history_steps)
+        assert shown == list(range(1, shown[-1] + 1))  # every step, before and after the detach
+        assert later.state.samples and later.state.total_steps == 400 and later.state.status == "running"
+        assert set(range(1, detached_at + 1)) <= set(stored_steps(out))
+        await pilot.press("q")
+        assert isinstance(later.screen, ConfirmQuitScreen)
+        await pilot.press("y")  # stop the run
+        await wait_until(pilot, lambda: not later.is_running, timeout=120)
+    record = c.read_record(out)
+    assert record is not None and record.status == "stopped" and record.exit_code == 0
+    wait_for(lambda: not c.pid_alive(record.pid), timeout=15)  # the supervisor ends with its run
+    assert not c.socket_path(out).exists()
+    assert stored_steps(out) == list(range(1, record.step + 1))
+
+    ls = subprocess.run([*CLI, "ls", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    [row] = ls.stdout.splitlines()[1:]
+    assert row.split()[:3] == ["stopped", f"{record.step}/400", "-"] and row.endswith("out")
+
+    finished = attach_app(attach)  # a finished run opens read-only, with its charts
+    async with finished.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished.state.step == record.step, timeout=30)
+        assert finished.read_only and list(finished.state.history_steps) == list(range(1, record.step + 1))
+        assert "p" not in {k for k, b in finished.screen.active_bindings.items() if b.binding.show}
+
+
+class PtyViewer:
+    """``grpo-tui attach DIR`` in a pseudo-terminal, as a person's terminal would run it."""
+
+    def __init__(self, out: Path, argv: list[str] | None = None) -> None:
+        master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            [*CLI, *(argv or ["attach", str(out)])], stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"},
+        )
+        os.close(slave)
+        self.master = master
+        self.screen = bytearray()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.screen += data
+
+
+@pytest.mark.slow
+async def test_kill_9_of_one_viewer_leaves_training_and_the_other_viewer_going(tmp_path, tiny_model):
+    out, attach = start_detached(tmp_path, tiny_model)
+    terminal = PtyViewer(out)
+    wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 1, timeout=60)
+    app = attach_app(attach)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step >= 2, timeout=120)
+        wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 2, timeout=30)
+        os.kill(terminal.proc.pid, signal.SIGKILL)
+        terminal.proc.wait(10)
+        killed_at = app.state.step
+        await wait_until(pilot, lambda: app.state.step >= killed_at + 3, timeout=120)  # this viewer goes on
+        assert c.read_record(out).viewers == 1  # type: ignore[union-attr]
+        assert record_step(out) >= killed_at + 2  # and so does training
+        await pilot.press("p")  # and it still steers the run
+        await wait_until(pilot, lambda: app.state.status == "paused", timeout=60)
+    assert b"grpo-tui" in terminal.screen  # the terminal viewer had drawn the dashboard
+
+
+@pytest.mark.slow
+def test_sighup_to_the_dashboard_never_stops_the_run(tmp_path, tiny_model):
+    """An SSH session that drops hangs up the dashboard's terminal: the dashboard goes, the run stays."""
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 400, "num_epochs": 200}, checkpoint={"save_every": 0})
+    out = (tmp_path / "out").resolve()
+    terminal = PtyViewer(out, ["run", str(config)])
+    wait_for(lambda: record_step(out) >= 2)
+    record = c.read_record(out)
+    assert record is not None
+    from grpo_tui.tui.connection import LAUNCHED
+
+    LAUNCHED.append(record.pid)
+    os.killpg(terminal.proc.pid, signal.SIGHUP)  # the terminal's session leader and its group hang up
+    os.close(terminal.master)
+    terminal.proc.wait(20)
+    at = record_step(out)
+    wait_for(lambda: record_step(out) >= at + 3)
+    assert c.is_live(c.read_record(out))
+
+
+@pytest.mark.slow
+async def test_two_viewers_both_see_a_pause(tmp_path, tiny_model):
+    out, attach = start_detached(tmp_path, tiny_model)
+    one, two = attach_app(attach), attach_app(attach)
+    async with one.run_test(size=SIZE) as pilot_one, two.run_test(size=SIZE) as pilot_two:
+        await wait_until(pilot_one, lambda: one.state.step >= 1 and two.state.step >= 1, timeout=120)
+        await pilot_one.press("p")
+        await wait_until(pilot_two, lambda: two.state.status == "paused" and one.state.status == "paused", timeout=60)
+        await pilot_two.press("r")
+        await wait_until(pilot_one, lambda: one.state.status == "running" and two.state.status == "running", timeout=60)
+
+
+def step_seconds(out: Path, steps: range) -> float:
+    rows = query(
+        out / "outputs.db",
+        f"SELECT avg(generation_ms + training_ms) FROM steps WHERE step BETWEEN {steps.start} AND {steps.stop - 1}",
+    )
+    return float(rows[0][0]) / 1000
+
+
+@pytest.mark.slow
+def test_a_stuck_viewer_is_cut_off_and_training_does_not_slow(tmp_path, tiny_model):
+    out, _ = start_detached(tmp_path, tiny_model, env={"GRPO_TUI_VIEWER_QUEUE_KB": "16"})
+    wait_for(lambda: record_step(out) >= 6)
+    before = record_step(out)
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.connect(str(c.socket_path(out)))  # and never reads
+    wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 1, timeout=30)
+    wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 0, timeout=240)  # cut off
+    cut_at = record_step(out)
+    wait_for(lambda: record_step(out) >= cut_at + 4)
+    after = record_step(out)
+    stuck.close()
+    calm = step_seconds(out, range(2, before + 1))
+    stuck_time = step_seconds(out, range(before + 1, after + 1))
+    # the same work per step: a reader that never reads costs training nothing measurable
+    assert stuck_time < calm * 1.25 + 0.05, (calm, stuck_time)

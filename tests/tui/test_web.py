@@ -1,0 +1,111 @@
+"""``grpo-tui attach RUN_DIR --web``: the dashboard in a real headless browser (Debian's Chromium),
+and the guard on any address but 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from grpo_tui.protocol import codec
+from grpo_tui.protocol import control as c
+from grpo_tui.protocol import messages as m
+from tests.helpers.chromium import Page, find_chromium, free_port, screenshot
+from tests.helpers.runs import CLI, record_step, start_detached, wait_for
+from tests.worker_harness import tiny_model
+
+from .conftest import make_config
+
+
+__all__ = ["tiny_model"]
+
+
+def serve(out: Path, *options: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``attach --web``; returns it and the URL it printed."""
+    proc = subprocess.Popen(
+        [*CLI, "attach", str(out), "--web", *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("Serving the dashboard of"), line
+    url = line.split(" at ", 1)[1].strip()
+    deadline = time.monotonic() + 30
+    while True:  # the port answers
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            break
+        except urllib.error.HTTPError:
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the web server never answered"
+            time.sleep(0.2)
+    return proc, url
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    os.killpg(proc.pid, 15)
+    _, err = proc.communicate(timeout=20)
+    return err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_chromium() is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)")
+def test_the_browser_shows_the_run_and_steers_it(tmp_path, tiny_model):
+    out, _ = start_detached(tmp_path, tiny_model)
+    wait_for(lambda: record_step(out) >= 3)
+    port = free_port()
+    web, url = serve(out, "--port", str(port))
+    assert url == f"http://127.0.0.1:{port}/"
+    seen: list[float] = []
+
+    def drawn(_text: str) -> bool:  # the tab's own `attach` is a viewer of the run, and has had time to draw
+        record = c.read_record(out)
+        if record is not None and record.viewers >= 1 and not seen:
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() - seen[0] > 5
+
+    async def pause(page: Page) -> None:
+        for _ in range(3):  # a key typed while the page is still busy drawing may be lost: p again is harmless
+            await page.press("p")
+            for _ in range(40):
+                await asyncio.sleep(0.5)
+                if (r := c.read_record(out)) is not None and r.status == "paused":
+                    return
+
+    shot = tmp_path / "web.png"
+    try:
+        asyncio.run(screenshot(url, shot, ready=drawn, then=pause))
+        wait_for(lambda: (r := c.read_record(out)) is not None and r.status == "paused", timeout=60)  # the page steers
+    finally:
+        stop(web)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 40_000  # a dashboard, not a blank page
+
+
+def test_another_address_warns_and_requires_the_token(tmp_path):
+    init = m.Init(model="tiny", model_path="tiny", config=make_config(tmp_path).to_dict())
+    (tmp_path / "run.jsonl").write_bytes(codec.encode(init))  # a finished run's folder
+    port = free_port()
+    web, url = serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), "--token", "s3cret")
+    try:
+        assert url == f"http://127.0.0.1:{port}/?token=s3cret"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        assert refused.value.code == 403
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert page.status == 200 and "grpo_tui_token=s3cret" in page.headers.get("Set-Cookie", "")
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/ws", headers={"Origin": "http://evil.example"})
+        request.add_header("Cookie", "grpo_tui_token=s3cret")
+        with pytest.raises(urllib.error.HTTPError) as cross:
+            urllib.request.urlopen(request, timeout=10)
+        assert cross.value.code == 403
+    finally:
+        err = stop(web)
+    assert "anyone who can reach port" in err and "steer this run" in err

@@ -1,0 +1,153 @@
+"""Finding runs on disk: ``grpo-tui ls`` and ``grpo-tui attach`` without a folder. No Textual here.
+
+A run folder is an output folder with a supervisor record (``.control/supervisor.json``,
+protocol/control.py) or a ``run.jsonl`` (a run started with ``grpo-tui worker``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from grpo_tui.protocol import control as c
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.codec import ProtocolError, decode_event
+from grpo_tui.protocol.config import Config, ConfigError, load_config, parse_config
+from grpo_tui.protocol.layout import RUN_LOG_FILE, parse_checkpoint_dir_name
+from grpo_tui.protocol.tomlout import dumps
+
+MAX_DEPTH = 4
+TAIL_BYTES = 256 * 1024  # enough of run.jsonl's end for the last step and how the run ended
+SKIP = {".git", "node_modules", "__pycache__", ".venv", "venv", c.CONTROL_DIR}
+
+
+@dataclass
+class RunInfo:
+    folder: Path
+    status: str  # running, paused, done, stopped, crashed, mistake, nan_stop, ... or unknown
+    step: int
+    total_steps: int
+    pid: int  # the supervisor's (0: none)
+    started_at: float
+    last_reward: float | None
+    live: bool
+
+
+def find_runs(root: Path, max_depth: int = MAX_DEPTH) -> list[RunInfo]:
+    """Every run folder under ``root`` (``root`` itself included), oldest first."""
+    runs: list[RunInfo] = []
+    root = root.resolve()
+    for folder, dirs, files in os.walk(root):
+        depth = len(Path(folder).relative_to(root).parts)
+        dirs[:] = sorted(
+            d for d in dirs if d not in SKIP and parse_checkpoint_dir_name(d) is None and not d.startswith(".tmp-")
+            and depth < max_depth
+        )
+        here = Path(folder)
+        if (here / c.CONTROL_DIR / c.RECORD_FILE).is_file() or RUN_LOG_FILE in files:
+            if (info := run_info(here)) is not None:
+                runs.append(info)
+    return sorted(runs, key=lambda r: r.started_at)
+
+
+def run_info(folder: Path) -> RunInfo | None:
+    record = c.read_record(folder)
+    if record is not None:
+        live = c.is_live(record)
+        status = record.status if live or record.status not in c.LIVE_STATUSES else "crashed"
+        return RunInfo(
+            folder, status, record.step, record.total_steps, record.pid if live else 0, record.started_at,
+            record.last_reward, live,
+        )
+    return _from_run_log(folder)
+
+
+def _from_run_log(folder: Path) -> RunInfo | None:
+    """A run with no supervisor (``grpo-tui worker``): what the end of its run.jsonl says."""
+    path = folder / RUN_LOG_FILE
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read().splitlines()
+        started = path.stat().st_mtime if size == 0 else _first_time(path)
+    except OSError:
+        return None
+    step, total, reward, status = 0, 0, None, "unknown"
+    for line in tail:
+        try:
+            event = decode_event(line)
+        except ProtocolError:
+            continue
+        if isinstance(event, m.Step):
+            step, reward = event.step, m.finite(event.reward)
+        elif isinstance(event, m.Init):
+            total = event.total_steps
+        elif isinstance(event, m.Complete):
+            status, step = ("done" if event.status == "completed" else "stopped"), event.total_steps
+    return RunInfo(folder, status, step, total, 0, started, reward, False)
+
+
+def _first_time(path: Path) -> float:
+    return path.stat().st_ctime
+
+
+def newest_live(root: Path) -> RunInfo | None:
+    live = [r for r in find_runs(root) if r.live]
+    return live[-1] if live else None
+
+
+def format_runs(runs: list[RunInfo], root: Path) -> list[str]:
+    """``grpo-tui ls``'s lines: status, step/total, pid, start time, last reward, folder."""
+    rows = [("STATUS", "STEP", "PID", "STARTED", "REWARD", "FOLDER")]
+    for r in runs:
+        try:
+            where = str(r.folder.relative_to(root.resolve())) or "."
+        except ValueError:
+            where = str(r.folder)
+        rows.append((
+            r.status.replace("_", "-"), f"{r.step}/{r.total_steps or '?'}", str(r.pid) if r.pid else "-",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-",
+            "-" if r.last_reward is None else f"{r.last_reward:.3f}", where,
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+
+
+def config_for(folder: Path) -> Config | None:
+    """The run's config: its file (from the record), else the one its ``init`` frame carried."""
+    record = c.read_record(folder)
+    if record is not None and record.config:
+        try:
+            return load_config(record.config, check_paths=False)
+        except (ConfigError, OSError):
+            pass
+    init = _first_init(folder / RUN_LOG_FILE)
+    if init is None:
+        return None
+    try:
+        return parse_config(dumps(init.config), base_dir=folder, check_paths=False)
+    except (ConfigError, msgspec.MsgspecError, ValueError, TypeError):
+        return None
+
+
+def _first_init(path: Path) -> m.Init | None:
+    """The newest ``init`` frame in run.jsonl."""
+    found: m.Init | None = None
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(b'{"type":"init"'):
+                    try:
+                        event = decode_event(line)
+                    except ProtocolError:
+                        continue
+                    if isinstance(event, m.Init):
+                        found = event
+    except OSError:
+        return None
+    return found
