@@ -173,7 +173,7 @@ class Supervisor:
             return
         if isinstance(cmd, m.Stop):
             if not self.stopping and self.proc is not None:
-                asyncio.get_running_loop().call_later(self.args.stop_timeout, self._enforce_stop, self.proc)
+                asyncio.get_running_loop().call_later(self.args.stop_timeout, _enforce_stop, self.proc)
             self.stopping = True
             self._update_record(status="stopping")
             if self.restart_answer is not None and not self.restart_answer.done():
@@ -213,7 +213,7 @@ class Supervisor:
             if (why := c.refusal(event)) is not None:  # a foreign worker: it is not run, nor restarted
                 self.refused = why
                 if self.proc:
-                    self._kill_group(self.proc.pid)
+                    _kill_group(self.proc.pid)
                 return
         match event:
             case m.Init():
@@ -282,19 +282,14 @@ class Supervisor:
         while not readers.done() and self.proc.returncode is None:
             await asyncio.wait([readers], timeout=0.25)
         if self.proc.returncode is not None:
-            self._kill_group(self.proc.pid)
+            _kill_group(self.proc.pid)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(readers), 5.0)
         code = await self.proc.wait()
-        self._kill_group(self.proc.pid)  # nothing the worker started outlives it
+        _kill_group(self.proc.pid)  # nothing the worker started outlives it
         if self.proc.stdin:
             self.proc.stdin.close()
         return code
-
-    @staticmethod
-    def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
 
     def reason(self, code: int) -> str:
         return self.refused or self.last_error or self.last_stderr or describe(code)
@@ -388,20 +383,26 @@ class Supervisor:
                 viewer.close()
         return code
 
-    def _enforce_stop(self, proc: asyncio.subprocess.Process) -> None:
-        """A worker that does not stop when asked (whoever asked, and whether or not a viewer is
-        still there): SIGTERM (it saves an emergency checkpoint), then SIGKILL."""
-        if proc.returncode is None:
-            self._kill_group(proc.pid, signal.SIGTERM)
-            asyncio.get_running_loop().call_later(10.0, lambda: proc.returncode is None and self._kill_group(proc.pid))
-
     def on_signal(self) -> None:
         """SIGTERM/SIGINT to the supervisor: stop the run as a user's stop would (the worker saves)."""
         self.stopping = True
         if self.restart_answer is not None and not self.restart_answer.done():
             self.restart_answer.set_result(False)
         if self.proc and self.proc.returncode is None:
-            self._kill_group(self.proc.pid, signal.SIGTERM)
+            _kill_group(self.proc.pid, signal.SIGTERM)
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _enforce_stop(proc: asyncio.subprocess.Process) -> None:
+    """A worker that does not stop when asked (whoever asked, and whether or not a viewer is still
+    there): SIGTERM (it saves an emergency checkpoint), then SIGKILL."""
+    if proc.returncode is None:
+        _kill_group(proc.pid, signal.SIGTERM)
+        asyncio.get_running_loop().call_later(10.0, _kill_group, proc.pid)  # a no-op once it is gone
 
 
 async def _readline(stream: asyncio.StreamReader) -> bytes:
