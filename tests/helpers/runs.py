@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from grpo_tui.protocol import control as c
-from tests.worker_harness import write_config
+from tests.helpers.worker_harness import write_config
 
 CLI = [sys.executable, "-m", "grpo_tui.tui.cli"]
 

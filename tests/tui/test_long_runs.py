@@ -19,7 +19,7 @@ from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.cli import attach_target, build_parser
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from tests.helpers.runs import CLI, record_step, start_detached, wait_for
-from tests.worker_harness import query, tiny_model, write_config
+from tests.helpers.worker_harness import query, tiny_model, write_config
 
 from .conftest import wait_until
 

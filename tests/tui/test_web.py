@@ -19,7 +19,7 @@ from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 from tests.helpers.chromium import Page, find_chromium, free_port, screenshot
 from tests.helpers.runs import CLI, record_step, start_detached, wait_for
-from tests.worker_harness import tiny_model
+from tests.helpers.worker_harness import tiny_model
 
 from .conftest import make_config
 
