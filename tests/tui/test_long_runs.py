@@ -72,7 +72,7 @@ async def test_detach_after_steps_then_attach_shows_every_step(tmp_path, tiny_mo
         await pilot.press("y")  # stop the run
         await wait_until(pilot, lambda: not later.is_running, timeout=120)
     record = c.read_record(out)
-    assert record is not None and record.status == "stopped" and record.exit_code == 0
+    assert record is not None and record.status == "stopped" and record.exit_code == 4  # stopped by the user
     wait_for(lambda: not c.pid_alive(record.pid), timeout=15)  # the supervisor ends with its run
     assert not c.socket_path(out).exists()
     assert stored_steps(out) == list(range(1, record.step + 1))
