@@ -136,7 +136,8 @@ async def test_kill_9_of_one_viewer_leaves_training_and_the_other_viewer_going(t
 @pytest.mark.slow
 def test_sighup_to_the_dashboard_never_stops_the_run(tmp_path, tiny_model):
     """An SSH session that drops hangs up the dashboard's terminal: the dashboard goes, the run stays."""
-    config = write_config(tmp_path, tiny_model, training={"max_steps": 400, "num_epochs": 200}, checkpoint={"save_every": 0})
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 400, "num_epochs": 200, "silent_patience": 0},
+                          checkpoint={"save_every": 0})
     out = (tmp_path / "out").resolve()
     terminal = PtyViewer(out, ["run", str(config)])
     wait_for(lambda: record_step(out) >= 2)
