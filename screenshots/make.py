@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +41,20 @@ SIZED_SHOTS = (
 )
 
 
+def end_runs() -> None:
+    """SIGTERM the supervisors (and so the fake workers) the shots started, and wait for them."""
+    from grpo_tui.protocol.control import pid_alive
+    from grpo_tui.tui.connection import LAUNCHED
+
+    for pid in LAUNCHED:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while any(pid_alive(pid) for pid in LAUNCHED) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    LAUNCHED.clear()
+
+
 async def shoot(name: str, png: bool) -> Path:
     """One state: a name from SHOTS (160x48) or a file name from SIZED_SHOTS."""
     sized_shot = next((s for s in SIZED_SHOTS if s[0] == name), None)
@@ -55,6 +71,7 @@ async def shoot(name: str, png: bool) -> Path:
         async with app.run_test(size=size) as pilot:
             await prepare(pilot)
             app.save_screenshot(filename=path.name, path=str(HERE))
+        end_runs()  # the run outlives its dashboard: end it before its folder goes
     if png:  # cairosvg, or librsvg's rsvg-convert (apt-get install librsvg2-bin)
         try:
             import cairosvg
