@@ -129,7 +129,12 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--keys", default="21314515",
                    help="tab keys pressed in turn (default: every tab; 5: stay on the Charts tab)")
-    asyncio.run(run(p.parse_args()))
+    try:
+        asyncio.run(run(p.parse_args()))
+    finally:
+        from grpo_tui.tui.connection import end_launched
+
+        end_launched()  # the fake run outlives the dashboard: end it
 
 
 if __name__ == "__main__":

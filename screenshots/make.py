@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests.tui.* lives in the repository, not the package
 
+from grpo_tui.tui.connection import end_launched  # noqa: E402
 from tests.tui import sized_scenarios as sized  # noqa: E402
 from tests.tui.conftest import build_app  # noqa: E402
 from tests.tui.scenarios import SCENARIOS  # noqa: E402
@@ -41,20 +40,6 @@ SIZED_SHOTS = (
 )
 
 
-def end_runs() -> None:
-    """SIGTERM the supervisors (and so the fake workers) the shots started, and wait for them."""
-    from grpo_tui.protocol.control import pid_alive
-    from grpo_tui.tui.connection import LAUNCHED
-
-    for pid in LAUNCHED:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while any(pid_alive(pid) for pid in LAUNCHED) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    LAUNCHED.clear()
-
-
 async def shoot(name: str, png: bool) -> Path:
     """One state: a name from SHOTS (160x48) or a file name from SIZED_SHOTS."""
     sized_shot = next((s for s in SIZED_SHOTS if s[0] == name), None)
@@ -71,7 +56,7 @@ async def shoot(name: str, png: bool) -> Path:
         async with app.run_test(size=size) as pilot:
             await prepare(pilot)
             app.save_screenshot(filename=path.name, path=str(HERE))
-        end_runs()  # the run outlives its dashboard: end it before its folder goes
+        end_launched()  # the run outlives its dashboard: end it before its folder goes
     if png:  # cairosvg, or librsvg's rsvg-convert (apt-get install librsvg2-bin)
         try:
             import cairosvg

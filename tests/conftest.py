@@ -37,15 +37,7 @@ def pytest_collection_modifyitems(config, items):
 def _end_supervisors():
     """A test that leaves its dashboard leaves the run going (as a user's would): end the supervisors
     this test started, and their workers, so nothing outlives the test."""
-    import signal
+    from grpo_tui.tui.connection import end_launched
 
-    from grpo_tui.tui.connection import LAUNCHED
-
-    before = len(LAUNCHED)
     yield
-    for pid in LAUNCHED[before:]:
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-    del LAUNCHED[before:]
+    end_launched(timeout=0)

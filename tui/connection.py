@@ -79,6 +79,18 @@ def launch(output_dir: str | Path, worker_argv: Sequence[str], **options: object
     return proc
 
 
+def end_launched(timeout: float = 10.0) -> None:
+    """Stop the runs this process started (scripts and benches whose runs must not outlive them):
+    SIGTERM each supervisor's group (its worker saves and exits), and wait for them."""
+    for pid in LAUNCHED:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(c.pid_alive(pid) for pid in LAUNCHED) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    LAUNCHED.clear()
+
+
 def ready(output_dir: str | Path, proc: subprocess.Popen[bytes]) -> bool | None:
     """True once the socket exists, False when the supervisor exited, None while it starts."""
     if proc.poll() is not None:
