@@ -128,9 +128,10 @@ class DashboardKeys(App[int]):
         if tabs.active == tab:  # already there: still put the focus back into it
             self.focus_tab(tab)
             return
-        # Let go of the focus first: when the tab that holds it is hidden, Textual moves it to the
-        # next focusable widget, and a chart of the hidden Charts tab taking it switched back there.
-        self.screen.set_focus(None)
+        # Leaving the Charts tab, let go of the focus first: hiding the tab moved it to the next
+        # chart there, and TabbedContent switched back to the tab that held it.
+        if tabs.active == "charts":
+            self.screen.set_focus(None)
         tabs.active = tab
 
     def action_toggle_maximize(self) -> None:
@@ -156,7 +157,8 @@ class DashboardKeys(App[int]):
     def action_next_tab(self, direction: int) -> None:
         tabs = self.query_one(TabbedContent)
         current = as_view(tabs.active)
-        self.screen.set_focus(None)  # as in action_show_tab: the hidden tab must not take it back
+        if current == "charts":  # as in action_show_tab: the hidden tab must not take it back
+            self.screen.set_focus(None)
         tabs.active = VIEWS[((VIEWS.index(current) if current else 0) + direction) % len(VIEWS)]
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:

@@ -28,6 +28,19 @@ def format_number(value: float | None) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".")
 
 
+def fit_number(value: float | None, width: int) -> str:
+    """``format_number(value)`` in at most ``width`` characters, with fewer digits if need be, or an
+    ellipsis: never a number cut short (``-4.02e-0`` read as -4.02 for -4.02e-08)."""
+    text = format_number(value)
+    if width <= 0 or len(text) <= width or value is None or not math.isfinite(value):
+        return text
+    for digits in (1, 0):
+        shorter = f"{value:.{digits}e}".replace("e-0", "e-").replace("e+0", "e")
+        if len(shorter) <= width:
+            return shorter
+    return "…"
+
+
 def format_duration(seconds: float | None) -> str:
     """``m:ss`` or ``h:mm:ss`` (elapsed time, ETA)."""
     if seconds is None or not math.isfinite(seconds) or seconds < 0:

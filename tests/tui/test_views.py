@@ -54,3 +54,12 @@ def test_one_missing_glyph():
     missing = [fmt.format_number(None), fmt.format_duration(None), fmt.whole(None), fmt.megabytes(None),
                fmt.number(None), fmt.signed(None), fmt.clock(None), fmt.duration(None)]  # fmt: skip
     assert set(missing) == {fmt.MISSING}
+
+
+def test_a_tile_number_never_loses_digits_that_change_its_value():
+    from grpo_tui.tui.format import fit_number
+
+    assert fit_number(-4.02e-08, 9) == "-4.02e-08"
+    assert fit_number(-4.02e-08, 8) == "-4.0e-8"  # was cut to "-4.02e-0", which reads as -4.02
+    assert fit_number(-4.02e-08, 5) == "-4e-8" and fit_number(-4.02e-08, 4) == "…"
+    assert fit_number(1234567.0, 6) == "1.2e6"

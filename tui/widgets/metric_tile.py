@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from grpo_tui.tui.format import format_number
+from grpo_tui.tui.format import fit_number, format_number
 from grpo_tui.tui.tidy import tidy
 
 SPARK_POINTS = 60  # the sparkline shows the most recent steps only
@@ -32,6 +32,7 @@ class MetricTile(Vertical):
         self.border_title = title
         self._shown: tuple[str, str] = (format_number(None), "")
         self._spark: list[float] = []
+        self._latest: tuple[float | None, str] = (None, "")
 
     def compose(self) -> ComposeResult:
         yield Static(tile_value(*self._shown), classes="tile-value")
@@ -39,11 +40,21 @@ class MetricTile(Vertical):
 
     def show(self, values: Sequence[float | None], note: str = "") -> None:
         latest = next((v for v in reversed(values) if v is not None), None) if values else None
-        shown = (format_number(latest), note)
-        if shown != self._shown:
-            self._shown = shown
-            self.query_one(".tile-value", Static).update(tile_value(*shown), layout=False)
+        self._latest = (latest, note)
+        self._show_value()
         recent = [v for v in list(values)[-SPARK_POINTS:] if v is not None]
         if recent != self._spark:  # empty (e.g. kl with beta = 0) draws nothing
             self._spark = recent
             self.query_one(Sparkline).data = recent
+
+    def on_resize(self) -> None:
+        self._show_value()
+
+    def _show_value(self) -> None:
+        """The latest value in the tile's width: fewer digits, never a number cut short."""
+        latest, note = self._latest
+        width = self.content_size.width - (len(note) + 1 if note else 0)
+        shown = (fit_number(latest, width), note)
+        if shown != self._shown:
+            self._shown = shown
+            self.query_one(".tile-value", Static).update(tile_value(*shown), layout=False)
