@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import threading
 import time
 import traceback
 from typing import Literal
@@ -156,6 +157,19 @@ class TrainingLoop:
         self.run_context.phase = phase
         self.emit(m.Status(phase=phase, message=f"step {self.step + 1}"))
 
+    def _phase_from_mlx_thread(self, loop: asyncio.AbstractEventLoop, phase: m.Phase) -> None:
+        """The MLX thread waits until the phase is in run.jsonl: user code (a reward, a tool) that
+        kills the process right after must not leave the previous phase as the last word, which
+        is what a crash report names."""
+        said = threading.Event()
+
+        def emit() -> None:
+            self._on_phase(phase)
+            said.set()
+
+        loop.call_soon_threadsafe(emit)
+        said.wait(timeout=5)  # the asyncio loop only awaits this thread; never stall a step on it
+
     async def _run_step(self, step: int, first: bool) -> None:
         run = self.run_context
         trainer = run.trainer
@@ -166,7 +180,7 @@ class TrainingLoop:
         self.control.stepping = True
         try:
             output: StepOutput = await run.mlx(
-                trainer.train_step, step, lambda p: loop.call_soon_threadsafe(self._on_phase, p)
+                trainer.train_step, step, lambda p: self._phase_from_mlx_thread(loop, p)
             )
         finally:
             self.control.stepping = False

@@ -133,7 +133,8 @@ def test_a_read_only_output_folder_is_one_clear_error(tmp_path, tiny_model):
     before = folders(out)
     with read_only(out):
         worker = WorkerProcess(config)
-        words = ("Read-only file system", "Permission denied", "readonly database")
+        # caught before anything is written (protocol/preflight.py), or by the write that fails
+        words = ("cannot be written", "Read-only file system", "Permission denied", "readonly database")
         assert_clean_failure(worker, out, words, previous="final")
         assert folders(out) == before
     finish_after_fix(config, out)

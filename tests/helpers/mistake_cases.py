@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_tui.protocol.config import TrainingConfig
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "models" / "tiny-arith"
 ROWS = [{"prompt": f"What is {a}+{b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (5, 1), (2, 2)]]
@@ -164,7 +166,8 @@ def _resume_flag_not_a_folder(f: Path) -> Setup:
 CASES: list[Case] = [
     # ---- config
     Case("unknown-key", "config", cfg(training={"learnin_rate": 0.1}),
-         lambda f: _config_error(f, "training.learnin_rate: unknown key (expected one of: learning_rate, batch_size, gradient_accumulation_steps, num_epochs, max_steps, max_grad_norm, weight_decay, seed, nan_patience, lr_scheduler_type, warmup_steps, warmup_ratio, min_lr_rate, gradient_checkpointing, vocab_chunk_size, logprob_batch_size, memory_limit_gb)")),
+         lambda f: _config_error(f, "training.learnin_rate: unknown key (expected one of: "
+                                    f"{', '.join(TrainingConfig.__struct_fields__)})")),
     Case("bad-value", "config", cfg(grpo={"loss_type": "dpo"}),
          lambda f: _config_error(f, "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo")),
     Case("missing-data-file", "data", cfg(data={"path": "no-such.jsonl"}),
@@ -260,7 +263,8 @@ CASES: list[Case] = [
                    "(the default) or install Open MPI"),
     Case("memory-budget-too-small", "memory", cfg(training={"memory_limit_gb": 0.001}),
          lambda f: "training.memory_limit_gb: 0.001 GB is too little for this model: even with every memory switch a step "
-                   "needs about 1.0 GB (the weights, gradients and AdamW state alone are 0.0 GB)"),
+                   "needs about 1.0 GB (the weights, gradients and AdamW state alone are 0.0 GB); the smallest budget that "
+                   "works is memory_limit_gb = 1.1"),
     Case("lora-keys-match-nothing", "config", cfg(model={"lora": {"keys": ["self_attn.nothing"]}}),
          lambda f: "model.lora.keys: ['self_attn.nothing'] match no linear module of the last 2 blocks, so nothing would "
                    "train; use names like 'mlp.down_proj', 'mlp.gate_proj', 'mlp.up_proj', 'self_attn.k_proj', "

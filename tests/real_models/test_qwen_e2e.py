@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.plans import stock_plan
 from tests.real_models import engine
 from tests.real_models.scripted import build_scripted_model, compose
 
@@ -114,7 +115,7 @@ def test_rollout_decodes_bytes_split_across_tokens_and_stops_on_im_end(scripted_
     prompt = tok.apply_chat_template([{"role": "user", "content": "1+2?"}], add_generation_prompt=True)
     assert prompt[-1] == START
     gen = GenerationConfig(max_completion_length=64, repetition_penalty=repetition_penalty)
-    for c in engine.rollout().generate(model, tok, [prompt], 2, gen):
+    for c in engine.rollout().generate(model, tok, [prompt], 2, gen, plan=stock_plan(model, gen)):
         assert c.token_ids == ids and c.finish_reason == "stop"  # <|im_end|> included, not decoded
         assert c.text == tok.decode(ids[:-1]) == RAW
         assert engine.split_thinking(c.text) == (THINKING, ANSWER)
@@ -125,7 +126,7 @@ def test_rollout_decodes_bytes_split_across_tokens_and_stops_on_im_end(scripted_
     # character for the incomplete bytes, and the completion finished by "length".
     cut = ids.index(151667) + 1 + len(qwen_tok.encode("Adding one and two ")) + 2
     gen = GenerationConfig(max_completion_length=cut, repetition_penalty=repetition_penalty)
-    [c] = engine.rollout().generate(model, tok, [prompt], 1, gen)
+    [c] = engine.rollout().generate(model, tok, [prompt], 1, gen, plan=stock_plan(model, gen))
     assert c.token_ids == ids[:cut] and c.finish_reason == "length"
     assert c.text == tok.decode(ids[:cut]) == "<think>Adding one and two \ufffd"
 
