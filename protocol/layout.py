@@ -21,6 +21,7 @@ Each checkpoint folder holds the model files, ``optimizer.safetensors`` and
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Literal, get_args
@@ -131,3 +132,9 @@ def read_step(directory: Path) -> int | None:
         return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=_StepOnly).step
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+def cache_dir(kind: str) -> Path:
+    """grpo-tui's cache folder for ``kind`` (``gguf``: converted GGUF models; ``models``: fetched
+    model files): ``$GRPO_TUI_CACHE/<kind>``, by default ``~/.cache/grpo-tui/<kind>``."""
+    return Path(os.environ.get("GRPO_TUI_CACHE") or Path.home() / ".cache" / "grpo-tui").expanduser() / kind

@@ -10,6 +10,7 @@ import pytest
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.screens.crash import MistakeScreen
 from tests.helpers.worker_harness import reward_config, tiny_model, write_config
 
 from .conftest import wait_until
@@ -30,12 +31,15 @@ async def test_a_run_that_trains_on_nothing_says_so_on_screen_and_stops(tmp_path
                                checkpoint={"save_every": 0})
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: app.state.complete is not None and not app.proc.running, timeout=120)
+        # a fixable mistake: the supervisor keeps the run for a retry, and the modal says why
+        await wait_until(pilot, lambda: isinstance(app.screen, MistakeScreen), timeout=120)
         await pilot.pause(0.5)
+        assert app.restarts == 0 and app.worker_code == 2 and app.state.step == 3  # never restarted
+        assert "3 steps in a row had no learning signal" in app.state.error
+        await pilot.press("escape")
+        await pilot.pause(0.3)
         banner = app.query_one("#zero-std")
         assert banner.display and "every reward of this step is None" in str(banner.render())
-        assert app.restarts == 0 and app.state.step == 3  # a fixable mistake: never restarted
-        assert "3 steps in a row had no learning signal" in app.state.error
         await pilot.press("q")
 
 

@@ -16,7 +16,9 @@ __all__ = ["tiny_model"]  # the fixture, imported for pytest
 
 @pytest.mark.slow
 async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
-    config_path = write_config(tmp_path, tiny_model, training={"max_steps": 5000, "num_epochs": 2000}, checkpoint={"save_every": 0})
+    # silent_patience 0: the tiny random model's groups often tie, and this run must not stop itself
+    config_path = write_config(tmp_path, tiny_model, training={"max_steps": 5000, "num_epochs": 2000, "silent_patience": 0},
+                               checkpoint={"save_every": 0})
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: app.state.step >= 1, timeout=120)

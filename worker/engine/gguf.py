@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from grpo_tui.protocol.layout import cache_dir
 from grpo_tui.protocol.outcome import Mistake
 
 # bump when the conversion's output changes, so an old cached folder is not reused
@@ -71,7 +72,7 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("GRPO_TUI_CACHE") or Path.home() / ".cache" / "grpo-tui").expanduser() / "gguf"
+    return cache_dir("gguf")
 
 
 def find_file(path: Path) -> Path | None:
