@@ -11,6 +11,7 @@ import pytest
 from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.screens.crash import MistakeScreen
+from grpo_tui.tui.screens.dashboard import DashboardScreen
 from tests.helpers.worker_harness import reward_config, tiny_model, write_config
 
 from .conftest import wait_until
@@ -50,9 +51,10 @@ async def test_the_sample_display_survives_a_crash_restart(tmp_path, tiny_model)
                                display={"sample_display": "best_worst", "restart_delay_s": 0.2})
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: app.state.step >= 2, timeout=120)
+        await wait_until(pilot, lambda: app.state.step >= 2 and app.state.status == "running"
+                         and isinstance(app.screen, DashboardScreen), timeout=120)
         await pilot.press("m")  # best_worst -> random
-        assert app.display_mode == "random"
+        await wait_until(pilot, lambda: app.display_mode == "random", timeout=10)
         await wait_until(pilot, lambda: any(s.display == "random" for s in app.state.samples), timeout=60)
         first = app.proc.pid
         os.kill(first, signal.SIGKILL)  # a crash: the dashboard restarts it from the latest checkpoint
