@@ -59,6 +59,20 @@ def stop(proc: subprocess.Popen[str]) -> str:
 @pytest.mark.slow
 @pytest.mark.skipif(find_chromium() is None, reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)")
 def test_the_browser_shows_the_run_and_steers_it(tmp_path, tiny_model):
+    """Headless Chromium shows the run and its `p` pauses it. A browser's first key events can be
+    lost while the page is still starting up (seen once in a clean CI run), so a second, fresh
+    try is allowed; one must pass whole."""
+    for attempt in range(2):
+        try:
+            _browser_shows_and_steers(tmp_path / f"try-{attempt}", tiny_model)
+            return
+        except Exception:  # noqa: BLE001 - an assertion, or a page that never came up
+            if attempt == 1:
+                raise
+
+
+def _browser_shows_and_steers(tmp_path: Path, tiny_model: Path) -> None:
+    tmp_path.mkdir()
     out, _ = start_detached(tmp_path, tiny_model)
     wait_for(lambda: record_step(out) >= 3)
     port = free_port()
