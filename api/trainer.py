@@ -272,6 +272,7 @@ class _Follower:
         self.losses: list[float] = []
         self.bar: Any = None
         self.show = False
+        self._greedy_eval_step: int | None = None  # the step of the last eval frame when it was greedy
 
     def feed(self, line: bytes) -> None:
         try:
@@ -306,7 +307,11 @@ class _Follower:
                 self.bar.set_postfix(reward=_short(event.reward), loss=_short(event.loss), refresh=False)
                 self.bar.update(event.step - self.bar.n)
         elif isinstance(event, m.Eval):
-            entry = {f"eval_{k}": v for k, v in eval_metrics(event).items()}
+            # eval.also_sampled: the sampled pass follows the greedy one of its step; TRL's names stay the greedy's
+            second = not event.greedy and self._greedy_eval_step == event.step
+            self._greedy_eval_step = event.step if event.greedy else None
+            prefix = "eval_sampled_" if second else "eval_"
+            entry = {f"{prefix}{k}": v for k, v in eval_metrics(event).items()}
             state.log_history.append({**entry, "epoch": round(event.step / (self.steps_per_epoch or 1), 4),
                                       "step": event.step})
             self._say(f"eval at step {event.step}: reward {_short(event.reward)}"

@@ -16,7 +16,7 @@ import msgspec
 from .messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -160,8 +160,34 @@ _V6 = """
 ALTER TABLE generations ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
 """
 
+# eval.also_sampled: an evaluation may make a greedy and a sampled pass at the same step, one row
+# each. SQLite cannot change a UNIQUE constraint in place: the table is rebuilt with the same rows.
+_V7 = """
+CREATE TABLE evals_v7 (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    reward REAL,
+    accuracy REAL,
+    pass_at_k REAL,
+    rewards TEXT,
+    num_prompts INTEGER NOT NULL,
+    num_samples INTEGER NOT NULL,
+    greedy INTEGER NOT NULL,
+    completion_mean_length REAL,
+    clipped_ratio REAL,
+    seconds REAL,
+    created_at REAL NOT NULL,
+    UNIQUE (run_id, step, greedy)
+);
+INSERT INTO evals_v7 SELECT id, run_id, step, reward, accuracy, pass_at_k, rewards, num_prompts, num_samples, greedy,
+    completion_mean_length, clipped_ratio, seconds, created_at FROM evals;
+DROP TABLE evals;
+ALTER TABLE evals_v7 RENAME TO evals;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 
 
 class StoreError(RuntimeError):

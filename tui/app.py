@@ -269,10 +269,10 @@ class GrpoApp(RunControl):
             for key, _ in METRICS:
                 note = "(no signal)" if key == "loss" and s.zero_std else ""
                 self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
-            evals = s.eval_series()
+            evals = s.eval_curves()
             self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals)
             for tile in self.query("#tile-eval").results(MetricTile):
-                tile.show(evals[2], eval_note(s.evals))
+                tile.show(evals[0][2], eval_note(s.evals))
             banner = self.query_one("#zero-std", Static)
             said = s.no_signal_note
             if said is not None and said != self._banner_note:

@@ -97,7 +97,7 @@ class RunState:
     last_step: m.Step | None = None
     samples: list[m.Sample] = field(default_factory=list)
     checkpoints: list[m.Checkpoint] = field(default_factory=list)
-    evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step
+    evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step and decoding mode
     slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
     total_tokens: int = 0
     error: str = ""
@@ -154,10 +154,21 @@ class RunState:
     def series(self, key: str) -> list[float | None]:
         return list(self.history[key])
 
-    def eval_series(self) -> tuple[str, list[int], list[float | None]]:
-        """The eval curve: (label, steps, values), accuracy when the run has an accuracy reward."""
+    def eval_curves(self) -> list[tuple[str, list[int], list[float | None]]]:
+        """The eval curves, (label, steps, values) each: one per decoding mode the run evaluates
+        (greedy first; ``eval.also_sampled`` makes two), accuracy when the run has an accuracy reward."""
         key = "accuracy" if any(e.accuracy is not None for e in self.evals) else "reward"
-        return f"eval {key}", [e.step for e in self.evals], [finite(getattr(e, key)) for e in self.evals]
+        modes = [greedy for greedy in (True, False) if any(e.greedy == greedy for e in self.evals)]
+        curves = []
+        for greedy in modes:
+            of_mode = [e for e in self.evals if e.greedy == greedy]
+            label = f"eval {key}" if len(modes) == 1 else f"eval {'greedy' if greedy else 'sampled'} {key}"
+            curves.append((label, [e.step for e in of_mode], [finite(getattr(e, key)) for e in of_mode]))
+        return curves or [(f"eval {key}", [], [])]
+
+    def eval_series(self) -> tuple[str, list[int], list[float | None]]:
+        """The first eval curve (greedy when the run evaluates both ways): the eval tile's."""
+        return self.eval_curves()[0]
 
     # ------------------------------------------------------------ folding events
 
@@ -187,7 +198,7 @@ class RunState:
                 self.checkpoints.append(event)
                 return {"checkpoints"}
             case m.Eval():
-                self.evals = [e for e in self.evals if e.step != event.step] + [event]
+                self.evals = [e for e in self.evals if (e.step, e.greedy) != (event.step, event.greedy)] + [event]
                 return {"metrics"}
             case m.Paused() | m.Resumed():
                 if self.status != "stopping":

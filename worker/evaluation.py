@@ -15,7 +15,6 @@ from typing import Callable
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.messages import mean_of
-from grpo_tui.protocol.config import EvalConfig
 
 from .context import RunContext
 from .records import EvalBatch, Trainer
@@ -94,28 +93,35 @@ class EvalTally:
         )
 
 
-async def run_eval(run: RunContext, step: int, between_batches: Callable[[], Awaitable[None]]) -> m.Eval | None:
-    """Evaluate after ``step`` steps on the MLX thread, one batch at a time; between batches
-    ``between_batches`` handles a requested save or pause, and a stop abandons the evaluation (None)."""
+async def run_eval(run: RunContext, step: int, between_batches: Callable[[], Awaitable[None]]) -> list[m.Eval] | None:
+    """Evaluate after ``step`` steps on the MLX thread, one batch at a time: one ``Eval`` per pass
+    (greedy, then sampled with ``also_sampled``). Between batches ``between_batches`` handles a
+    requested save or pause, and a stop abandons the evaluation (None)."""
     cfg, trainer = run.config.eval, run.trainer
     assert cfg is not None  # the loop evaluates only with an [eval] section
     count = trainer.eval_size if cfg.limit <= 0 else min(cfg.limit, trainer.eval_size)
     accuracy = next((r.label for r in run.config.rewards if r.name == "accuracy"), None)
-    tally = EvalTally(num_samples=cfg.num_samples, accuracy_label=accuracy)
     parts = chunks(count, cfg.batch_size)
-    started = time.perf_counter()
-    for i, part in enumerate(parts):
-        run.phase = "evaluating"
-        run.emit(m.Status(phase="evaluating", message=f"evaluating at step {step}: batch {i + 1}/{len(parts)}"))
-        batch = await run.mlx(_one_batch, trainer, list(part), cfg, eval_seed(run.config.training.seed, step) + i)
-        tally.add(batch.per_fn, batch.totals, batch.lengths, batch.finish)
-        run.phase = "idle"
-        await between_batches()
-        if run.control.stop_reason is not None:
-            run.log("info", f"evaluation at step {step} abandoned: the run is stopping")
-            return None
-    return tally.summary(step, cfg.greedy, time.perf_counter() - started)
+    passes = cfg.passes()
+    results = []
+    for greedy, num_samples in passes:
+        tally = EvalTally(num_samples=num_samples, accuracy_label=accuracy)
+        started = time.perf_counter()
+        how = "" if len(passes) == 1 else (" greedy" if greedy else " sampled")
+        for i, part in enumerate(parts):
+            run.phase = "evaluating"
+            run.emit(m.Status(phase="evaluating", message=f"evaluating{how} at step {step}: batch {i + 1}/{len(parts)}"))
+            seed = eval_seed(run.config.training.seed, step) + i
+            batch = await run.mlx(_one_batch, trainer, list(part), greedy, num_samples, seed)
+            tally.add(batch.per_fn, batch.totals, batch.lengths, batch.finish)
+            run.phase = "idle"
+            await between_batches()
+            if run.control.stop_reason is not None:
+                run.log("info", f"evaluation at step {step} abandoned: the run is stopping")
+                return None
+        results.append(tally.summary(step, greedy, time.perf_counter() - started))
+    return results
 
 
-def _one_batch(trainer: Trainer, indices: list[int], cfg: EvalConfig, seed: int) -> EvalBatch:
-    return trainer.evaluate_batch(indices, greedy=cfg.greedy, num_samples=cfg.num_samples, seed=seed)
+def _one_batch(trainer: Trainer, indices: list[int], greedy: bool, num_samples: int, seed: int) -> EvalBatch:
+    return trainer.evaluate_batch(indices, greedy=greedy, num_samples=num_samples, seed=seed)

@@ -208,8 +208,7 @@ class TrainingLoop:
         run, e = self.run_context, self.config.eval
         if e is None or not due(step, run.trainer.total_steps, e.every, e.at_start, e.at_end):
             return
-        result = await run_eval(run, step, self._between_steps)
-        if result is not None:
+        for result in await run_eval(run, step, self._between_steps) or []:
             if run.store is not None:
                 await run.store.write_eval(run.run_id, result)
             self.emit(result)

@@ -181,7 +181,7 @@ class Store:
             await self._write_logs(db, run_id)
 
     async def write_eval(self, run_id: int, e: m.Eval) -> None:
-        """One evaluation (replacing an earlier one at the same step: a resume replays it)."""
+        """One evaluation pass (replacing an earlier one of the same step and mode: a resume replays it)."""
         async with self._transaction() as db:
             await db.execute(
                 "INSERT OR REPLACE INTO evals (run_id, step, reward, accuracy, pass_at_k, rewards, num_prompts, "
@@ -196,9 +196,9 @@ class Store:
             await self._write_logs(db, run_id)
 
     async def evals(self, run_id: int) -> list[m.Eval]:
-        """The run's evaluations, oldest first (sent again after a resume)."""
+        """The run's evaluations, oldest first, greedy before sampled (sent again after a resume)."""
         sql = "SELECT step, reward, accuracy, pass_at_k, rewards, num_prompts, num_samples, greedy, seconds FROM evals "
-        async with self._conn.execute(sql + "WHERE run_id=? ORDER BY step", (run_id,)) as cur:
+        async with self._conn.execute(sql + "WHERE run_id=? ORDER BY step, greedy DESC", (run_id,)) as cur:
             rows = await cur.fetchall()
         return [
             m.Eval(step=r[0], reward=r[1], accuracy=r[2], pass_at_k=r[3], rewards=json.loads(r[4] or "{}"),

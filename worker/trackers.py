@@ -169,7 +169,9 @@ class Trackers:
             self._each(lambda t: t.table("completions", columns, rows, step))
 
     def eval(self, result: m.Eval) -> None:
-        metrics = {f"eval/{k}": v for k, v in eval_metrics(result).items()}
+        both = self.config.eval is not None and self.config.eval.also_sampled
+        prefix = "eval_sampled" if both and not result.greedy else "eval"  # the greedy pass keeps TRL's names
+        metrics = {f"{prefix}/{k}": v for k, v in eval_metrics(result).items()}
         self._each(lambda t: t.log(metrics, result.step))
 
     def close(self) -> None:

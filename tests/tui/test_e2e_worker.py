@@ -7,7 +7,7 @@ import pytest
 from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
-from tests.helpers.worker_harness import tiny_model, write_config
+from tests.helpers.worker_harness import query, tiny_model, write_config
 
 from .conftest import process_gone, wait_until
 
@@ -45,21 +45,29 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
 
 
 @pytest.mark.slow
-async def test_real_worker_eval_curve_and_tile(tmp_path, tiny_model):
+async def test_real_worker_eval_curves_greedy_and_sampled_and_tile(tmp_path, tiny_model):
     rewards = '[[rewards]]\nname = "accuracy"\n'
-    config_path = write_config(tmp_path, tiny_model, rewards=rewards, eval={"every": 2, "limit": 2})
+    evals = {"every": 2, "limit": 2, "also_sampled": True, "num_samples": 2}
+    config_path = write_config(tmp_path, tiny_model, rewards=rewards, eval=evals)
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: app.state.complete is not None, timeout=120)
         await pilot.pause(0.2)
-        assert [e.step for e in app.state.evals] == [0, 2, 4]
-        label, steps, values = app.state.eval_series()
-        assert label == "eval accuracy" and steps == [0, 2, 4] and None not in values
+        # eval.also_sampled: each evaluation is a greedy pass, then a sampled one (2 per prompt)
+        assert [(e.step, e.greedy, e.num_samples) for e in app.state.evals] == [
+            (0, True, 1), (0, False, 2), (2, True, 1), (2, False, 2), (4, True, 1), (4, False, 2)]
+        greedy, sampled = app.state.eval_curves()
+        assert greedy[0] == "eval greedy accuracy" and sampled[0] == "eval sampled accuracy"
+        assert greedy[1] == sampled[1] == [0, 2, 4] and None not in greedy[2] + sampled[2]
+        assert app.state.eval_series() == greedy
         tile = app.query_one("#tile-eval")
         assert tile.border_title == "eval" and "@4" in str(tile.query_one(".tile-value").render())
         chart = app.query_one("#chart")
-        assert chart._eval == (label, steps, values)  # what the chart draws next
+        assert chart._evals == [greedy, sampled]  # what the chart draws next
+        assert "eval greedy accuracy" in str(chart.border_title) and "eval sampled accuracy" in str(chart.border_title)
         await pilot.press("q")
+    stored = query(tmp_path / "out" / "outputs.db", "SELECT step, greedy, num_samples FROM evals ORDER BY step, greedy DESC")
+    assert stored == [(0, 1, 1), (0, 0, 2), (2, 1, 1), (2, 0, 2), (4, 1, 1), (4, 0, 2)]
 
 
 @pytest.mark.slow

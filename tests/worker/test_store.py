@@ -171,4 +171,26 @@ async def test_a_version_1_store_is_upgraded_in_place_keeping_its_rows(tmp_path)
         await s.close()
     assert rows(path, "SELECT run_id, step, loss, extra_metrics FROM steps ORDER BY id") == [(1, 1, 0.25, None), (2, 1, 0.1, "{}")]
     with sqlite3.connect(path) as conn:
-        assert check_readable(conn) == SCHEMA_VERSION == 6
+        assert check_readable(conn) == SCHEMA_VERSION == 7
+
+
+async def test_a_greedy_and_a_sampled_eval_at_one_step_are_two_rows_also_in_a_store_from_version_6(tmp_path):
+    from grpo_tui.protocol.messages import Eval
+    from grpo_tui.protocol.schema import MIGRATIONS
+
+    path = tmp_path / "outputs.db"
+    with sqlite3.connect(path) as conn:  # a store written before eval.also_sampled, with one eval row
+        conn.executescript("".join(MIGRATIONS[v] for v in range(1, 7))
+                           + "\nINSERT INTO meta VALUES ('application', 'grpo-tui');"
+                           "\nINSERT INTO meta VALUES ('schema_version', '6');"
+                           "\nINSERT INTO runs (name, started_at) VALUES ('old', 0);"
+                           "\nINSERT INTO evals (run_id, step, accuracy, num_prompts, num_samples, greedy, created_at)"
+                           " VALUES (1, 0, 0.5, 10, 1, 1, 0);")
+    s = await Store.open(path)
+    try:
+        for greedy, accuracy in ((True, 0.25), (False, 0.125), (True, 0.75)):  # the last replaces the first
+            await s.write_eval(1, Eval(step=3, accuracy=accuracy, num_prompts=4, greedy=greedy))
+        stored = [(e.step, e.greedy, e.accuracy) for e in await s.evals(1)]
+    finally:
+        await s.close()
+    assert stored == [(0, True, 0.5), (3, True, 0.75), (3, False, 0.125)]

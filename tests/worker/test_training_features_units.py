@@ -110,6 +110,10 @@ def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:
     state.apply(m.Eval(step=50, accuracy=0.5, rewards={"accuracy": 0.5}))
     state.apply(m.Eval(step=50, accuracy=0.75, rewards={"accuracy": 0.75}))  # replayed after a resume
     assert state.eval_series() == ("eval accuracy", [0, 50], [0.25, 0.75])
+    state.apply(m.Eval(step=50, accuracy=0.125, greedy=False))  # eval.also_sampled's second pass
+    assert state.eval_curves() == [("eval greedy accuracy", [0, 50], [0.25, 0.75]),
+                                   ("eval sampled accuracy", [50], [0.125])]
+    assert state.eval_series() == state.eval_curves()[0]
     only_reward = RunState(clock=lambda: 0.0)
     only_reward.apply(m.Eval(step=2, reward=1.5))
     assert only_reward.eval_series() == ("eval reward", [2], [1.5])
@@ -121,7 +125,8 @@ BASE = '[model]\npath = "org/model"\n[data]\npath = "d.jsonl"\n[[rewards]]\nname
 @pytest.mark.parametrize(
     "extra,key,words",
     [
-        ("[eval]\nnum_samples = 4", "eval.num_samples", "greedy = false"),
+        ("[eval]\nnum_samples = 4", "eval.num_samples", "greedy = false or eval.also_sampled = true"),
+        ("[eval]\ngreedy = false\nalso_sampled = true", "eval.also_sampled", "needs eval.greedy = true"),
         ("[eval]\nevery = -1", "eval.every", ">= 0"),
         ("[eval]\nlimit = -2", "eval.limit", ">= 0"),
         ("[eval]\nbatch_size = 0", "eval.batch_size", "at least 1"),

@@ -33,20 +33,21 @@ class RewardChart(Widget):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.smoothing = smoothing
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
-        self._eval: tuple[str, list[int], list[float | None]] = ("eval", [], [])
+        self._evals: list[tuple[str, list[int], list[float | None]]] = []
         self._version = 0  # bumped by show(); the drawing keeps the version it shows
         self._key: tuple[object, ...] | None = None
         self._drawing = Group()
         self._title()
 
-    def _has_eval(self) -> bool:
-        return any(v is not None for v in self._eval[2])
+    def _shown_evals(self) -> list[tuple[str, list[int], list[float | None]]]:
+        return [curve for curve in self._evals if any(v is not None for v in curve[2])]
 
     def _title(self) -> None:
-        # Lines take LINE_COLORS in order: reward, then the eval curve when there is one, then loss.
+        # Lines take LINE_COLORS in order: reward, then the eval curves when there are any, then loss.
+        evals = self._shown_evals()
         names = [("reward", " (left) · ")]
-        if self._has_eval():
-            names = [("reward", " · "), (self._eval[0], " (left) · ")]
+        if evals:
+            names = [("reward", " · "), *((label, " · ") for label, _, _ in evals[:-1]), (evals[-1][0], " (left) · ")]
         names.append(("loss", " (right) · "))
         parts: list[str | tuple[str, str]] = []
         for i, (name, after) in enumerate(names):
@@ -79,12 +80,12 @@ class RewardChart(Widget):
 
     def show(
         self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None],
-        evals: tuple[str, list[int], list[float | None]] | None = None,
+        evals: list[tuple[str, list[int], list[float | None]]] | None = None,
     ) -> None:
-        """Reward and loss per step; ``evals`` (label, steps, values) adds the held-out curve."""
+        """Reward and loss per step; ``evals`` [(label, steps, values)] adds the held-out curves."""
         self._data = (list(steps), list(reward), list(loss))
-        if evals is not None and evals != self._eval:
-            self._eval = evals
+        if evals is not None and evals != self._evals:
+            self._evals = evals
             self._title()
         self._version += 1
 
@@ -95,7 +96,7 @@ class RewardChart(Widget):
             size = self.content_size
             self._key, self._drawing = key, Group(*line_chart(
                 [Series("reward", steps, ema(reward, self.smoothing)),
-                 *([Series(*self._eval)] if self._has_eval() else [])],  # one point per evaluation, not smoothed
+                 *(Series(*curve) for curve in self._shown_evals())],  # one point per evaluation, not smoothed
                 size.width, size.height,
                 right=[Series("loss", steps, ema(loss, self.smoothing))],
             ))
