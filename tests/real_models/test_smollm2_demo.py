@@ -24,7 +24,8 @@ from tests.conftest import EXAMPLES, ROOT
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The same run with LoRA on the Q4_1 weights instead of full fine-tuning of their float32 copy
 LORA = ["--set", "model.dequantize=false", "--set", "model.lora={rank = 16, alpha = 32.0, layers = -1}",
-        "--set", "training.learning_rate=5e-5"]
+        "--set", "training.learning_rate=5e-5", "--set", "training.max_steps=5", "--set", "eval.every=0",
+        "--set", "eval.limit=30"]
 
 
 def gguf_file():
