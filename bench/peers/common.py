@@ -20,6 +20,18 @@ def load_spec() -> dict[str, Any]:
         return json.load(f)
 
 
+def rss_mb() -> float:
+    """Resident memory of this process now, MB (``VmRSS``; 0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def max_rss_mb() -> float:
     """Peak resident memory of this process so far, MB: the kernel's high-water mark (``VmHWM``,
     what a user's memory monitor peaked at), else ``ru_maxrss`` (Linux reports KiB)."""

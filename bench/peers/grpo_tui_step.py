@@ -11,6 +11,7 @@ the spec asks for it, also measures, in the same process and with the same BLAS:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_spec, max_rss_mb, write_result  # noqa: E402
+from common import load_spec, max_rss_mb, rss_mb, write_result  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
@@ -27,6 +28,7 @@ from mlx_lm.generate import batch_generate  # noqa: E402
 
 from grpo_tui.protocol.blas import active_blas  # noqa: E402
 from grpo_tui.protocol.config import parse_config  # noqa: E402
+from grpo_tui.worker.engine import plan as engine_plan  # noqa: E402
 from grpo_tui.worker.engine import rollout  # noqa: E402
 from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
 
@@ -87,7 +89,14 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
     for step in range(1, spec["warmup"] + spec["steps"] + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         phases: dict[str, float] = {}  # CPU time at the start of each phase
-        m = trainer.train_step(step, on_phase=lambda p: phases.setdefault(p, time.process_time())).metrics
+        rollout_peak: list[float] = []  # MLX's peak when training begins: the rollout's and scoring's
+
+        def on_phase(phase: str) -> None:
+            phases.setdefault(phase, time.process_time())
+            if phase == "training" and not rollout_peak:
+                rollout_peak.append(mx.get_peak_memory() / 2**20)
+
+        m = trainer.train_step(step, on_phase=on_phase).metrics
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         generated = round(m.completion_mean_length * spec["batch_size"] * spec["group_size"])
         steps.append(
@@ -99,6 +108,7 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
                 "generated_tokens": generated,
                 "training_tokens": m.num_tokens,  # prompt + completion tokens the training forward sees
                 "peak_memory_mb": m.peak_memory_mb,
+                "rollout_peak_memory_mb": rollout_peak[0] if rollout_peak else None,
                 "max_rss_mb": max_rss_mb(),  # the process's peak resident memory so far
                 # The training phase's CPU time (all threads): steadier than wall time on a busy machine.
                 "training_cpu_s": c0 + cpu - phases["training"] if "training" in phases else None,
@@ -163,7 +173,13 @@ def main() -> None:
     print(f"BLAS: {blas}", file=sys.stderr)
     trainer = make_trainer(spec)
     params = sum(v.size for _, v in tree_flatten(trainer.model.parameters()))
-    result = {"system": "grpo-tui", "blas": blas, "params": params, "steps": run_steps(trainer, spec)}
+    # What memory_limit_gb's estimate sees (bench/memory_limit.py --estimate), and the process before
+    # its first step: resident memory, and MLX's arrays (weights, AdamW's moments) within it.
+    prompt_tokens = max(len(e.prompt_ids) for e in trainer.dataset)
+    shape = engine_plan.fit_shape(trainer.model, trainer.config, prompt_tokens)
+    loaded = {"prompt_tokens": prompt_tokens, "fit_shape": dataclasses.asdict(shape),
+              "loaded_rss_mb": rss_mb(), "loaded_active_mb": mx.get_active_memory() / 2**20}
+    result = {"system": "grpo-tui", "blas": blas, "params": params, **loaded, "steps": run_steps(trainer, spec)}
     # The training run's peak RSS, before the rollout comparison loads a second, stock model.
     result["max_rss_mb"] = max_rss_mb()
     if spec.get("rollout_repeats"):

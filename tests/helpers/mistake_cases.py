@@ -262,9 +262,9 @@ CASES: list[Case] = [
          lambda f: "distributed.backend: 'mpi' needs mpirun (Open MPI), which is not installed here; use the ring backend "
                    "(the default) or install Open MPI"),
     Case("memory-budget-too-small", "memory", cfg(training={"memory_limit_gb": 0.001}),
-         lambda f: "training.memory_limit_gb: 0.001 GB is too little for this model: even with every memory switch a step "
-                   "needs about 1.0 GB (the weights, gradients and AdamW state alone are 0.0 GB); the smallest budget that "
-                   "works is memory_limit_gb = 1.1"),
+         lambda f: "training.memory_limit_gb: 0.001 GB is too little for this model: even with the memory switches a step "
+                   "needs about 0.1 GB (the weights, gradients and AdamW state alone are 0.0 GB); the smallest budget that "
+                   "works is memory_limit_gb = 0.2"),
     Case("lora-keys-match-nothing", "config", cfg(model={"lora": {"keys": ["self_attn.nothing"]}}),
          lambda f: "model.lora.keys: ['self_attn.nothing'] match no linear module of the last 2 blocks, so nothing would "
                    "train; use names like 'mlp.down_proj', 'mlp.gate_proj', 'mlp.up_proj', 'self_attn.k_proj', "

@@ -166,10 +166,7 @@ def decide(model: nn.Module, config: Config, *, prompt_tokens: int = 0, extra_by
     checkpointing, chunk, rows = training.gradient_checkpointing, training.vocab_chunk_size, training.logprob_batch_size
     fit = None
     if training.memory_limit_gb > 0:  # the switches whose estimated step fits, the user's own kept
-        # with a memory limit the loss is eager (saves_memory): the fused head runs unless numpy's does
-        fused_fit = (_on(env, "fused_head") and chunked_head.supports(model)
-                     and not (_on(env, "host_vocab") and cpu and small and vocabulary >= host_vocab.MIN_VOCABULARY))
-        choice = memory_fit.choose(model, config, prompt_tokens, extra_bytes=extra_bytes, fused_head=fused_fit)
+        choice = memory_fit.choose_for(fit_shape(model, config, prompt_tokens, extra_bytes, env), training)
         checkpointing, chunk, rows = choice.gradient_checkpointing, choice.vocab_chunk_size, choice.logprob_batch_size
         fit = choice.describe(training.memory_limit_gb)
     chunk = chunk if chunked_head.supports(model) else 0
@@ -207,6 +204,24 @@ def decide(model: nn.Module, config: Config, *, prompt_tokens: int = 0, extra_by
         memory_fit=fit,
     )
 
+
+
+def fit_shape(model: nn.Module, config: Config, prompt_tokens: int, extra_bytes: int = 0,
+              environ: Mapping[str, str] | None = None) -> memory_fit.StepShape:
+    """The step ``memory_limit_gb``'s estimate sees: the model, the batch, and the loss's head as it
+    runs with a memory limit (the loss is then eager, ``saves_memory``): numpy's for a small model
+    on the CPU with a large vocabulary, else the fused head where it applies, else MLX's own ops."""
+    env = os.environ if environ is None else environ
+    parameters = sum(v.size for _, v in tree_flatten(model.parameters()))
+    vocabulary = int(getattr(getattr(model, "args", None), "vocab_size", 0) or 0)
+    host = (_on(env, "host_vocab") and mx.default_device() == mx.cpu and parameters <= SMALL_MODEL_PARAMETERS
+            and vocabulary >= host_vocab.MIN_VOCABULARY)
+    if host:
+        head = "host" if chunked_head.plain_weight(model) is not None else "mlx"
+    else:
+        head = "fused" if _on(env, "fused_head") and chunked_head.supports(model) else "mlx"
+    sampling = _on(env, "host_sampling") and mx.default_device() == mx.cpu and vocabulary >= host_vocab.MIN_VOCABULARY
+    return memory_fit.StepShape.of(model, config, prompt_tokens, extra_bytes, head, sampling)
 
 
 def for_generation(model: nn.Module, repetition_penalty: float = 1.0) -> EnginePlan:
