@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import get_args
 
-from .config import Backend
+from .config import Backend, Config, ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,3 +25,23 @@ def forwarded(args: argparse.Namespace) -> list[str]:
         if value is not None:
             out += [f"--{name}", str(value)]
     return out
+
+
+def rank_count(config: Config) -> int | None:
+    """How many ranks the run starts, when the config says (a hostfile's count is mlx.launch's)."""
+    d = config.distributed
+    if d.hostfile:
+        return None
+    return len(d.hosts) if d.hosts else d.ranks
+
+
+def undealt(accumulation: int, size: int) -> ConfigError | None:
+    """The micro-batch is the unit of distribution: each rank must get as many."""
+    if size <= 1 or accumulation % size == 0:
+        return None
+    return ConfigError(
+        "training.gradient_accumulation_steps",
+        f"{accumulation} micro-batches cannot be dealt out evenly to {size} ranks "
+        "(the micro-batch is the unit of distribution; use a multiple of the rank count)",
+        kind="ranks",
+    )

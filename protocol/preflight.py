@@ -1,15 +1,27 @@
-"""What can be checked about a run's folders before anything loads, by the worker at start and by
-``grpo-tui check``: an output folder that cannot hold a run, and a model that lives inside an
-output folder whose checkpoints a fresh start moves aside (README, "When something goes wrong").
-Each problem is one sentence naming the key and what to do."""
+"""What can be checked about a run before anything loads, by the worker and by ``grpo-tui check``
+(README, "When something goes wrong"): an output folder that cannot hold a run, a model that lives
+inside an output folder whose checkpoints a fresh start moves aside, a quantized model with full
+fine-tuning, LoRA keys that match no module (read from the weight files' headers, no weights
+loaded), reward and tool files that do not compile or tools without type hints or a docstring
+(read as source, never run), and the data's first rows (``data_check``). Each problem is one
+sentence naming the key, file or line and what to do; the worker builds the same sentences here.
+
+Only the standard library: ``grpo-tui check`` runs without MLX.
+"""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
-from .config import Config
-from .layout import parse_checkpoint_dir_name
+from .config import Config, ConfigError, LoraConfig, ModelConfig
+from .data_check import data_problems
+from .distributed import rank_count, undealt
+from .layout import STATE_FILE, parse_checkpoint_dir_name, read_state
 
 _NO_FILES = ("/proc", "/sys", "/dev")  # virtual file systems: nothing can be saved there
 
@@ -50,5 +62,177 @@ def model_inside_output_problem(config: Config) -> str | None:
             "checkpoint.output_dir to another folder")
 
 
+def not_a_checkpoint(resume: str) -> str:
+    return (f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {STATE_FILE}); name a checkpoint-N, "
+            'final or emergency-N folder, or use "latest"')
+
+
+def resume_problem(config: Config) -> str | None:
+    """``checkpoint.resume`` naming a folder that is not a checkpoint."""
+    resume = config.checkpoint.resume
+    if not isinstance(resume, str) or resume == "latest" or read_state(Path(resume)) is not None:
+        return None
+    return not_a_checkpoint(resume)
+
+
 def folder_problems(config: Config) -> list[str]:
     return [p for p in (output_dir_problem(config.checkpoint.output_dir), model_inside_output_problem(config)) if p]
+
+
+# ---------------------------------------------------------------- the model
+
+
+def quantization(model_config: dict[str, Any]) -> dict[str, Any] | None:
+    """mlx's quantization block (``{"bits", "group_size", ...}``) or a Hugging Face one, if any."""
+    found = model_config.get("quantization") or model_config.get("quantization_config")
+    return found if isinstance(found, dict) else None
+
+
+def quantized_full_finetune(model: ModelConfig, model_config: dict[str, Any]) -> ConfigError | None:
+    """Full fine-tuning of a quantized model would train only its few unquantized tensors (norms,
+    biases): a config error that names the fix."""
+    q = quantization(model_config)
+    if q is None or model.lora is not None or model.dequantize:
+        return None
+    bits = q.get("bits")
+    kind = f"{bits}-bit quantized" if bits else "quantized"
+    return ConfigError(
+        "model.lora",
+        f"{model.path!r} is a {kind} model, and full fine-tuning would train only its few unquantized "
+        "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA), or set "
+        "model.dequantize = true to fine-tune all of it in float32",
+    )
+
+
+def lora_keys_match_nothing(lora: LoraConfig, blocks: int, names: list[str]) -> ConfigError:
+    """``names``: the linear modules of the last block, as mlx-lm names them inside a block."""
+    return ConfigError(
+        "model.lora.keys", f"{list(lora.keys or [])} match no linear module of the last {blocks} blocks, so nothing "
+        f"would train; use names like {', '.join(repr(n) for n in sorted(names)[:6])}",
+    )
+
+
+_BLOCK_WEIGHT = re.compile(r"(?:^|\.)layers\.(\d+)\.(.+)\.weight$")
+
+
+def _tensor_shapes(folder: Path) -> dict[str, list[int]]:
+    """Every tensor's name and shape, from the safetensors headers (no weights read)."""
+    shapes: dict[str, list[int]] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with open(file, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(length))
+        shapes.update({k: v.get("shape", []) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)})
+    return shapes
+
+
+def lora_keys_problem(model: ModelConfig) -> ConfigError | None:
+    """``[model.lora] keys`` that match no module of the blocks that get adapters, read from a
+    local model folder's weight headers (a hub id or a GGUF file: the worker checks at load)."""
+    lora, folder = model.lora, Path(model.path)
+    if lora is None or lora.keys is None or not (folder / "config.json").is_file():
+        return None
+    blocks: dict[int, dict[str, int]] = {}
+    try:
+        for name, shape in _tensor_shapes(folder).items():
+            if (found := _BLOCK_WEIGHT.search(name)) is not None:
+                blocks.setdefault(int(found.group(1)), {})[found.group(2)] = len(shape)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # the worker names a damaged weight file
+    if not blocks:
+        return None
+    count = max(blocks) + 1
+    adapted = count if lora.layers == -1 else min(lora.layers, count)
+    candidates = {n for i in range(count - adapted, count) for n, ndim in blocks.get(i, {}).items() if ndim >= 2}
+    if candidates & set(lora.keys):
+        return None
+    return lora_keys_match_nothing(lora, adapted, [n for n, ndim in blocks.get(count - 1, {}).items() if ndim == 2])
+
+
+def no_config_json(folder: Path) -> str:
+    return f"model folder {str(folder)!r} has no config.json, so it is not a model"
+
+
+def no_weights(folder: Path) -> str:
+    return f"model folder {str(folder)!r} has no weights (no *.safetensors file); copy the model's weight files into it"
+
+
+def model_problems(config: Config) -> list[str]:
+    """A local model folder without config.json or weights, its quantization and LoRA keys, from
+    config.json and the weight headers (a GGUF file or a hub id: the worker checks them)."""
+    folder = Path(config.model.path)
+    if folder.is_dir() and not any(folder.glob("*.gguf")):
+        if not (folder / "config.json").is_file():
+            return [no_config_json(folder)]
+        if not any(folder.glob("*.safetensors")):
+            return [no_weights(folder)]
+    try:
+        model_config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # not a local folder (a hub id, a GGUF file), or one the worker names at load
+    if not isinstance(model_config, dict):
+        return []
+    problems = [quantized_full_finetune(config.model, model_config), lora_keys_problem(config.model)]
+    return [str(p) for p in problems if p is not None]
+
+
+# ---------------------------------------------------------------- reward and tool files
+
+
+def syntax_error(exc: SyntaxError) -> str:
+    """A Python file that does not compile: the file, the line and what is wrong."""
+    return f"{exc.filename}, line {exc.lineno}: syntax error ({exc.msg}); fix that line"
+
+
+def no_type_hint(param: str, function: str) -> str:
+    return (f"parameter {param!r} of {function} has no type hint; annotate it (e.g. {param}: int or str), since the "
+            "model is told each parameter's type")
+
+
+def no_docstring(key: str, function: str, where: str) -> str:
+    return (f"{key}: {function} in {where} has no docstring; add one that says what the tool does (the model reads "
+            "it as the tool's description, and its Args: section describes each parameter)")
+
+
+def _source(path: str) -> ast.Module | SyntaxError | None:
+    try:
+        return ast.parse(Path(path).read_text(encoding="utf-8-sig"), filename=path)
+    except SyntaxError as exc:
+        return exc
+    except (OSError, ValueError):
+        return None
+
+
+def code_problems(config: Config) -> list[str]:
+    """Reward and tool files (``file.py:func``) that do not compile, and tools without a type hint
+    on a parameter or without a docstring, read from the source without running it."""
+    problems: list[str] = []
+    for key, spec, tool in [*((f"reward {r.function}", r.function, False) for r in config.rewards),
+                            *((f"tools[{i}].function: {t.function}", t.function, True) for i, t in enumerate(config.tools))]:
+        if spec is None or not spec.rsplit(":", 1)[0].endswith(".py"):
+            continue
+        where, name = spec.rsplit(":", 1)
+        tree = _source(where)
+        if isinstance(tree, SyntaxError):
+            problems.append(f"{key}: {syntax_error(tree)}")
+            continue
+        if not tool or tree is None:
+            continue
+        fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+        if fn is None:
+            continue  # made some other way (a decorator, an assignment): the worker imports it
+        params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        if (untyped := next((p.arg for p in params if p.annotation is None), None)) is not None:
+            problems.append(f"{key.split(': ')[0]}: {where}: {no_type_hint(untyped, name)}")
+        elif not (ast.get_docstring(fn) or "").strip():
+            problems.append(no_docstring(key.split(": ")[0], name, where))
+    return problems
+
+
+def check_problems(config: Config) -> list[str]:
+    """Everything ``grpo-tui check`` finds without training, in the order the worker meets it."""
+    count = rank_count(config)
+    ranks = undealt(config.training.gradient_accumulation_steps, count) if count is not None else None
+    resume = resume_problem(config)
+    return ([str(ranks)] if ranks else []) or folder_problems(config) or ([resume] if resume else []) or \
+        code_problems(config) or data_problems(config) or model_problems(config)

@@ -57,10 +57,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = _load(args.config, args.set)
     if config is None:
         return 2
-    from grpo_tui.protocol.preflight import folder_problems
+    from grpo_tui.protocol.preflight import check_problems
     from grpo_tui.protocol.recipes import report
 
-    if problems := folder_problems(config):  # what the worker would stop on before loading anything
+    if problems := check_problems(config):  # what the worker would stop on, found without training
         for problem in problems:
             print(f"grpo-tui: {problem}", file=sys.stderr)
         return Exit.MISTAKE
@@ -84,8 +84,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return run_headless(argv, config.checkpoint.output_dir)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def runnable(args: argparse.Namespace) -> Config | None:
+    """``run``'s config, or None when it says a mistake itself: a config that does not load, or an
+    output folder that cannot hold the run (its supervisor lives there, so no dashboard would open)."""
     config = _load(args.config, args.set, args.resume)
+    if config is None:
+        return None
+    from grpo_tui.protocol.preflight import folder_problems
+
+    if problems := folder_problems(config):
+        for problem in problems:
+            print(f"grpo-tui: {problem}", file=sys.stderr)
+        return None
+    return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = runnable(args)
     if config is None:
         return Exit.MISTAKE
     if args.detach:

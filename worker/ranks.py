@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from grpo_tui.protocol.config import Config, ConfigError
+from grpo_tui.protocol import distributed
 from grpo_tui.protocol.distributed import add_arguments
 from grpo_tui.protocol.outcome import Exit
 
@@ -96,6 +97,9 @@ def apply_arguments(config: Config, args: argparse.Namespace) -> None:
         d.hostfile, d.hosts = os.path.abspath(args.hostfile), []
     if args.backend:
         d.backend = args.backend
+    if (count := distributed.rank_count(config)) is not None and (
+            error := distributed.undealt(config.training.gradient_accumulation_steps, count)) is not None:
+        raise error  # before mlx.launch starts a rank, each of which would say it
     if wanted(config) and d.backend == "mpi" and shutil.which("mpirun") is None:
         raise ConfigError(
             "distributed.backend", "'mpi' needs mpirun (Open MPI), which is not installed here; use the ring backend "

@@ -14,9 +14,9 @@ from grpo_tui.protocol.blas import active_blas
 from grpo_tui.protocol.blas import describe as describe_blas
 from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
+from grpo_tui.protocol.layout import ADAPTERS_FILE, MODEL_WEIGHTS_FILE, RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.protocol.preflight import folder_problems
+from grpo_tui.protocol.preflight import folder_problems, not_a_checkpoint
 
 from . import checkpoint as ckpt
 from . import ranks
@@ -178,17 +178,31 @@ async def find_resume(run: RunContext) -> Resume | None:
         for path in await run.mlx(ckpt.skipped_newer, output_dir, found[1].step if found else -1):
             run.log("info", f"resume = latest: not resuming from {path}, saved after non-finite steps (or a copy "
                     f"kept then); to resume from it anyway: {ckpt.resume_command(run.config_path, path)}")
+        if found is not None:
+            check_same_kind(run, found[0])
         return found
     state = ckpt.read_state(Path(str(resume)))
     if state is None:
-        raise Mistake(
-            "resume", f"checkpoint.resume: {resume} is not a complete checkpoint (no valid {ckpt.STATE_FILE}); "
-            'name a checkpoint-N, final or emergency-N folder, or use "latest"',
-        )
+        raise Mistake("resume", not_a_checkpoint(str(resume)))
     if (why := await run.mlx(ckpt.damage, Path(str(resume)))) is not None:
         raise Mistake("resume", f"checkpoint.resume: {resume} is damaged ({why}); resume from another checkpoint "
                                 f"or start again: {ckpt.resume_command(run.config_path, None)}")
+    check_same_kind(run, Path(str(resume)))
     return Path(str(resume)), state
+
+
+def check_same_kind(run: RunContext, path: Path) -> None:
+    """Before the model loads: a full fine-tuning checkpoint resumes only without ``[model.lora]``,
+    and a LoRA checkpoint (adapters on the base) only with it."""
+    lora = run.config.model.lora is not None
+    full, adapters = (path / MODEL_WEIGHTS_FILE).is_file(), (path / ADAPTERS_FILE).is_file()
+    again = f"or start again ({ckpt.resume_command(run.config_path, None)}: the old checkpoints are set aside)"
+    if lora and full and not adapters:
+        raise Mistake("resume", f"{path} is a full fine-tuning checkpoint ({MODEL_WEIGHTS_FILE}, no LoRA adapters), but "
+                                f"{run.config_path} has a [model.lora] table; remove [model.lora] to resume it, {again}")
+    if not lora and adapters and not full:
+        raise Mistake("resume", f"{path} holds LoRA adapters ({ADAPTERS_FILE}), but {run.config_path} has no "
+                                f"[model.lora] table; add the one it was trained with to resume it, {again}")
 
 
 async def latest_that_loads(run: RunContext) -> Resume | None:

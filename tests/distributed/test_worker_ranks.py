@@ -136,19 +136,18 @@ def test_a_resumed_two_rank_run_keeps_the_synced_reference_on_both_ranks(tmp_pat
         assert kls["split"][step][1] == pytest.approx(kls["straight"][step][1], rel=1e-4, abs=1e-8)
 
 
-def test_a_batch_that_cannot_be_dealt_out_is_one_mistake_and_exit_code_2(tmp_path, tiny_model):
-    """Every rank makes the same mistake; the launch says it once, without a traceback, and exits 2
-    (mlx.launch itself exits 0 whatever its ranks do)."""
-    training = {**SETTINGS["training"], "gradient_accumulation_steps": 1}
-    config = write_config(tmp_path, tiny_model, **{**SETTINGS, "training": training})
+def test_a_mistake_every_rank_makes_is_said_once_and_exit_code_2(tmp_path, tiny_model):
+    """Every rank meets the same mistake in the data; the launch says it once, without a traceback,
+    and exits 2 (mlx.launch itself exits 0 whatever its ranks do). A batch that cannot be dealt out
+    is said before any rank starts (the user-mistakes suite, tests/faults/test_user_mistakes.py)."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"question": "What is 1+2?", "answer": "3"}\n' * 4)
+    config = write_config(tmp_path, tiny_model, **{**SETTINGS, "data": {"path": str(data)}})
     done = subprocess.run(
         [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain", "--ranks", "2"],
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    sentence = (
-        "training.gradient_accumulation_steps: 1 micro-batches cannot be dealt out evenly to 2 ranks (the "
-        "micro-batch is the unit of distribution; use a multiple of the rank count)"
-    )
+    sentence = f"{data}:1: no 'prompt' column (the row has 'question', 'answer')"
     both = done.stdout + done.stderr
     assert done.returncode == 2, both
     assert both.count(sentence) == 1 and f"[mistake] {sentence}" in done.stdout, both

@@ -1,14 +1,17 @@
 """The mistakes a user makes on a first run, each through the real program, as the user meets them.
 
 The CLI half runs ``grpo-tui worker CONFIG --plain`` and asserts the exact sentence (once), the exit
-code (2: a fixable mistake, ``protocol/outcome.py``) and no traceback anywhere on the terminal. The
-dashboard half runs the real dashboard with the real worker (Pilot) and asserts that the mistake's
-modal shows the sentence and that nothing restarts. The cases are in tests/helpers/mistake_cases.py; most
-are caught before the model loads, so the suite stays fast.
+code (2: a fixable mistake, ``protocol/outcome.py``), no traceback anywhere on the terminal, and the
+traceback in the run's log where there is one. ``grpo-tui check`` finds the cases marked ``check``
+with the same sentence, without training. The dashboard half runs every case through the real
+dashboard with the real worker (Pilot) and asserts that the mistake's modal shows the sentence and
+that nothing restarts. Both halves take their cases from tests/helpers/mistake_cases.py; most are
+caught before the model loads, so the suite stays fast.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from grpo_tui.protocol import distributed
 from grpo_tui.protocol.config import ConfigError, load_config
-from tests.helpers.mistake_cases import CASES, ROOT, Case, Setup, custom_reward, write_run
+from grpo_tui.protocol.layout import RUN_LOG_FILE
+from tests.helpers.mistake_cases import CASES, ROOT, Setup, custom_reward, write_run
 
 PREFIXES = ("[mistake] ", "grpo-tui: config error: ", "grpo-tui: ")
-READY = [c for c in CASES if c.sentence(Path("/x"))]
 
 
 def grpo_tui(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -43,21 +47,25 @@ def said(output: str) -> list[str]:
     return lines
 
 
-def _setup(case: Case, folder: Path) -> Setup:
-    return case.build(folder)
-
-
-@pytest.mark.parametrize("case", READY, ids=[c.id for c in READY])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_mistake_is_one_sentence_exit_2_and_no_traceback(tmp_path, case):
     if case.root_can and os.geteuid() == 0:
         pytest.skip("root writes read-only folders")
-    setup = _setup(case, tmp_path)
+    setup = case.build(tmp_path)
+    log = Path(load_config(setup.config).checkpoint.output_dir) / RUN_LOG_FILE if _loads(setup) else None
+    before = log.stat().st_size if log is not None and log.is_file() else 0
     done = grpo_tui("worker", str(setup.config), "--plain", *setup.args, env=setup.env)
     both = done.stdout + done.stderr
     sentence = case.sentence(tmp_path)
     assert done.returncode == case.code, both[-3000:]
     assert said(both).count(sentence) == 1, both[-3000:]
     assert "Traceback" not in both and 'File "' not in both
+    if log is not None and log.is_file() and log.stat().st_size > before:  # the run's log keeps the traceback
+        with open(log, "rb") as f:
+            f.seek(before)
+            errors = [e for e in map(json.loads, f.read().splitlines()) if e.get("type") == "error" and e.get("fatal")]
+        assert [e["message"] for e in errors] == [sentence]
+        assert errors[0]["traceback"].startswith("Traceback (most recent call last)")
 
 
 def test_a_worker_that_dies_through_os_exit_says_why_and_where_the_log_is(tmp_path):
@@ -79,9 +87,9 @@ def test_a_config_saved_with_a_bom_loads(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith(f"# {config}: valid."), done.stderr
 
 
-def _loads(case: Case, folder: Path) -> bool:
+def _loads(setup: Setup) -> bool:
     try:
-        load_config(case.build(folder).config)
+        load_config(setup.config)
         return True
     except ConfigError:
         return False
@@ -98,41 +106,63 @@ def test_check_piped_into_head_ends_quietly(tmp_path):
     assert gone.stderr == "" and gone.returncode == 0
 
 
-@pytest.mark.parametrize("case", [c for c in READY if c.kind == "output" and c.id != "output-locked"],
-                         ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [c for c in CASES if c.check], ids=lambda c: c.id)
 def test_check_says_what_the_worker_would_stop_on_before_training(tmp_path, case):
     if case.root_can and os.geteuid() == 0:
         pytest.skip("root writes read-only folders")
     setup = case.build(tmp_path)
-    done = grpo_tui("check", str(setup.config))
+    done = grpo_tui("check", str(setup.config), env=setup.env)
     assert done.returncode == 2 and said(done.stderr) == [case.sentence(tmp_path)], done.stderr
     assert not (tmp_path / "out").is_dir() or list((tmp_path / "out").iterdir())  # nothing created or moved
 
 
-# The dashboard half: the real dashboard, the real worker, a few mistakes of each stage (the
-# config loads; the worker finds the mistake at start, at load, or in a step).
-DASHBOARD = ["output-locked", "no-prompt-column", "reward-wrong-count", "quantized-full-finetune", "memory-budget-too-small"]
+def test_check_says_a_batch_cannot_be_dealt_out_to_the_configured_ranks(tmp_path):
+    config = write_run(tmp_path, distributed={"ranks": 2})
+    done = grpo_tui("check", str(config))
+    assert done.returncode == 2 and said(done.stderr) == [
+        "training.gradient_accumulation_steps: 1 micro-batches cannot be dealt out evenly to 2 ranks (the micro-batch "
+        "is the unit of distribution; use a multiple of the rank count)"], done.stderr
 
 
-@pytest.mark.parametrize("case", [c for c in READY if c.id in DASHBOARD], ids=lambda c: c.id)
-async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, case):
+# The dashboard half: every case, through the real dashboard and the real worker, as `grpo-tui run`
+# starts them. A config that does not load, a --resume that names nothing and an output folder that
+# cannot hold the run are refused by `run` before the dashboard opens; the rest reach the worker,
+# whose sentence the mistake's modal shows.
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, case, monkeypatch, capsys):
     from textual.widgets import Static
 
+    from grpo_tui.tui import cli
     from grpo_tui.tui.app import GrpoApp
     from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 
+    if case.root_can and os.geteuid() == 0:
+        pytest.skip("root writes read-only folders")
     setup = case.build(tmp_path)
-    app = GrpoApp(str(setup.config), load_config(setup.config))
+    for key, value in setup.env.items():
+        monkeypatch.setenv(key, value)
+    sentence = case.sentence(tmp_path)
+    args = cli.build_parser().parse_args(["run", str(setup.config), *setup.args])
+    config = cli.runnable(args)
+    if config is None:  # `grpo-tui run` says it and opens nothing
+        assert cli.main(["run", str(setup.config), *setup.args]) == 2
+        assert said(capsys.readouterr().err).count(sentence) == 2  # once from each call
+        return
+    worker_args = distributed.forwarded(args) + cli._sets(args) + cli._resume_args(args)
+    app = GrpoApp(args.config, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", args.config, *worker_args])
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(1200):  # up to 60 s
-            if isinstance(app.screen, (MistakeScreen, CrashScreen)):
+        for _ in range(2400):  # up to 120 s on a loaded machine
+            if isinstance(app.screen, (MistakeScreen, CrashScreen)) and app.screen.is_mounted:
                 break
             await pilot.pause(0.05)
         assert isinstance(app.screen, MistakeScreen), app.state.error
-        await pilot.pause(0.3)  # composed
-        shown = str(app.screen.query_one("#mistake-text", Static).render())
-        assert " ".join(case.sentence(tmp_path).split()) in " ".join(shown.split())
-        assert "Traceback" not in shown
-        await pilot.pause(0.5)
-        assert isinstance(app.screen, MistakeScreen) and app.restarts == 0 and app.worker_code == 2
+        text = app.screen.query_one("#mistake-text", Static)
+        for _ in range(100):
+            if " ".join(sentence.split()) in " ".join(str(text.render()).split()):
+                break
+            await pilot.pause(0.05)
+        shown = " ".join(str(text.render()).split())
+        assert " ".join(sentence.split()) in shown and "Traceback" not in shown
+        assert app.restarts == 0 and app.worker_code == 2
         await pilot.press("escape", "q")
+    assert app.restarts == 0

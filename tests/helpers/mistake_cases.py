@@ -104,8 +104,8 @@ class Case:
     build: Callable[[Path], Setup]
     sentence: Callable[[Path], str]
     code: int = 2
-    dashboard: bool = True  # also through the dashboard (the config loads; the worker says it)
     root_can: bool = False  # root may do it anyway (writing a read-only folder): skipped as root
+    check: bool = False  # grpo-tui check finds it too, without training
 
 
 def cfg(**kw: Any) -> Callable[[Path], Setup]:
@@ -118,6 +118,7 @@ def _config_error(f: Path, key_text: str) -> str:
 
 GOOD_REWARD = "def score(completions, **kwargs):\n    return [0.5] * len(completions)\n"
 NO_PROMPT = [{"question": "What is 1+2?", "answer": "3"}] * 4
+CHAT_ROWS = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in ROWS]
 
 
 def _locked(f: Path) -> Setup:
@@ -159,6 +160,33 @@ def _not_a_checkpoint(f: Path) -> Setup:
     return Setup(write_run(f, checkpoint={"resume": str(f / "somewhere")}))
 
 
+def _checkpoint(f: Path, weights: str, model: dict[str, str] | None = None) -> Path:
+    """``out/checkpoint-2`` as a run leaves it: the state, and the weights (tiny-arith's) as ``weights``."""
+    from grpo_tui.protocol.layout import TrainingState, write_state
+
+    folder = f / "out" / "checkpoint-2"
+    folder.mkdir(parents=True)
+    shutil.copy(TINY / "model.safetensors", folder / weights)
+    write_state(folder, TrainingState(step=2, epoch=0, step_in_epoch=2, kind="periodic", run_id=1, seed=0, dataset_size=4,
+                                       dataset_hash="", config_digest="", total_steps=4, model=model or {}))
+    return folder
+
+
+def _full_checkpoint_with_lora(f: Path) -> Setup:
+    _checkpoint(f, "model.safetensors")
+    return Setup(write_run(f, model={"lora": {"rank": 2}}))
+
+
+def _lora_checkpoint_without_lora(f: Path) -> Setup:
+    _checkpoint(f, "adapters.safetensors")
+    return Setup(write_run(f))
+
+
+def _checkpoint_of_another_model(f: Path) -> Setup:
+    _checkpoint(f, "model.safetensors", {"path": "/elsewhere/other-model", "fingerprint": "0" * 32})
+    return Setup(write_run(f))
+
+
 def _resume_flag_not_a_folder(f: Path) -> Setup:
     return Setup(write_run(f), args=["--resume", str(f / "nowhere")])
 
@@ -167,18 +195,18 @@ CASES: list[Case] = [
     # ---- config
     Case("unknown-key", "config", cfg(training={"learnin_rate": 0.1}),
          lambda f: _config_error(f, "training.learnin_rate: unknown key (expected one of: "
-                                    f"{', '.join(TrainingConfig.__struct_fields__)})")),
+                                    f"{', '.join(TrainingConfig.__struct_fields__)})"), check=True),
     Case("bad-value", "config", cfg(grpo={"loss_type": "dpo"}),
-         lambda f: _config_error(f, "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo")),
+         lambda f: _config_error(f, "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo"), check=True),
     Case("missing-data-file", "data", cfg(data={"path": "no-such.jsonl"}),
-         lambda f: _config_error(f, f"data.path: 'no-such.jsonl' does not exist (looked at {f / 'no-such.jsonl'})")),
+         lambda f: _config_error(f, f"data.path: 'no-such.jsonl' does not exist (looked at {f / 'no-such.jsonl'})"), check=True),
     # ---- model
     Case("model-not-found", "model", cfg(model={"path": "/nonexistent/models/x"}),
-         lambda f: _config_error(f, "model.path: '/nonexistent/models/x' does not exist (looked at /nonexistent/models/x)")),
+         lambda f: _config_error(f, "model.path: '/nonexistent/models/x' does not exist (looked at /nonexistent/models/x)"), check=True),
     Case("model-folder-empty", "model", lambda f: Setup(write_run(f, model={"path": str(_mkdir(f / "empty"))})),
-         lambda f: f"model folder '{f / 'empty'}' has no config.json, so it is not a model"),
+         lambda f: f"model folder '{f / 'empty'}' has no config.json, so it is not a model", check=True),
     Case("model-no-weights", "model", lambda f: Setup(write_run(f, model={"path": str(_no_weights(f))})),
-         lambda f: f"model folder '{f / 'model'}' has no weights (no *.safetensors file); copy the model's weight files into it"),
+         lambda f: f"model folder '{f / 'model'}' has no weights (no *.safetensors file); copy the model's weight files into it", check=True),
     Case("unsupported-architecture", "model",
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, model_type="zebra_lm"))})),
          lambda f: f"model type 'zebra_lm' ({f / 'model' / 'config.json'}) is not supported by mlx-lm {_mlx_lm()}, which "
@@ -191,32 +219,53 @@ CASES: list[Case] = [
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, quantization={"group_size": 64, "bits": 4}))})),
          lambda f: f"model.lora: '{f / 'model'}' is a 4-bit quantized model, and full fine-tuning would train only its few "
                    "unquantized tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA), or set "
-                   "model.dequantize = true to fine-tune all of it in float32"),
+                   "model.dequantize = true to fine-tune all of it in float32", check=True),
     # ---- data
     Case("empty-data-file", "data", lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", ""))})),
-         lambda f: f"{f / 'd.jsonl'}: the dataset is empty"),
+         lambda f: f"{f / 'd.jsonl'}: the dataset is empty", check=True),
     Case("blank-lines-data", "data", lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", "\n\n  \n"))})),
-         lambda f: f"{f / 'd.jsonl'}: the dataset is empty"),
+         lambda f: f"{f / 'd.jsonl'}: the dataset is empty", check=True),
     Case("no-prompt-column", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", NO_PROMPT))})),
-         lambda f: f"{f / 'd.jsonl'}:1: no 'prompt' column (the row has 'question', 'answer')"),
+         lambda f: f"{f / 'd.jsonl'}:1: no 'prompt' column (the row has 'question', 'answer')", check=True),
     Case("bad-json-line", "data",
          lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", json.dumps(ROWS[0]) + "\n{oops\n"))})),
          lambda f: f"{f / 'd.jsonl'}:2: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
     Case("mixed-formats", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", [
-        ROWS[0], {"prompt": [{"role": "user", "content": "What is 1+1?"}], "answer": "2"}]))})), lambda f: ""),
+        ROWS[0], {"prompt": [{"role": "user", "content": "What is 1+1?"}], "answer": "2"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:2: the 'prompt' column is a list of chat messages (conversational format), but "
+                   f"{f / 'd.jsonl'}:1 has a string (standard format); write every row of {f / 'd.jsonl'} in one format "
+                   "(reward functions get prompts and completions in the data's format)", check=True),
     Case("eval-in-another-format", "data", lambda f: Setup(write_run(f, data={
-        "path": str(jsonl(f / "d.jsonl", [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in ROWS])),
-        "eval_path": str(jsonl(f / "e.jsonl", ROWS))}, eval={"every": 1, "limit": 2})), lambda f: ""),
+        "path": str(jsonl(f / "d.jsonl", CHAT_ROWS)), "eval_path": str(jsonl(f / "e.jsonl", ROWS))}, eval={"every": 1, "limit": 2})),
+         lambda f: f"the eval set {f / 'e.jsonl'} has string prompts (TRL's standard format), but the training set "
+                   f"{f / 'd.jsonl'} has lists of chat messages (TRL's conversational format); the same reward functions "
+                   f"score both, so convert {f / 'e.jsonl'} to the conversational format", check=True),
+    Case("accuracy-without-answer-column", "data", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "accuracy"\n',
+        data={"path": str(jsonl(f / "d.jsonl", [{"prompt": r["prompt"], "solution": r["answer"]} for r in ROWS]))})),
+         lambda f: f"the 'accuracy' reward compares completions with the 'answer' column, which no row of {f / 'd.jsonl'} "
+                   "has (its columns: 'solution'); set data.answer_column to the column that holds the answers", check=True),
+    Case("answer-column-nowhere", "data", cfg(data={"answer_column": "solution"}),
+         lambda f: f"data.answer_column = 'solution', but no row of {f / 'data.jsonl'} has that column (its columns: "
+                   "'answer'); set data.answer_column to the column that holds the answers", check=True),
+    Case("row-not-an-object", "data", lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", json.dumps(ROWS[0]) + "\n[1, 2]\n"))})),
+         lambda f: f"{f / 'd.jsonl'}:2: a row must be a JSON object, not list"),
     Case("latin1-byte", "data", lambda f: Setup(write_run(f, data={"path": str(_bytes(f / "d.jsonl",
         (json.dumps(ROWS[0]) + "\n").encode() + b'{"prompt": "caf\xe9", "answer": "1"}\n'))})),
          lambda f: f"{f / 'd.jsonl'}:2: not UTF-8 (byte 0xe9 at column 16); save the file as UTF-8"),
     Case("null-prompt", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl",
         ROWS + [{"prompt": None, "answer": "1"}]))})),
-         lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is null; give every row a prompt (or remove the row)"),
+         lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is null; give every row a prompt (or remove the row)", check=True),
     # ---- rewards
     Case("reward-file-missing", "reward", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nfunction = "{f}/nope.py:score"\n')),
-         lambda f: _config_error(f, f"rewards[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)")),
-    Case("reward-syntax-error", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw)\n    return []\n"))), lambda f: ""),
+         lambda f: _config_error(f, f"rewards[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)"), check=True),
+    Case("reward-syntax-error", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "import math\n\ndef score(completions, **kw)\n    return []\n"))),
+         lambda f: f"reward {f / 'my_rewards.py'}:score: {f / 'my_rewards.py'}, line 3: syntax error (expected ':'); fix that line",
+         check=True),
+    Case("reward-import-fails", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "import no_such_module_here\n" + GOOD_REWARD))),
+         lambda f: f"reward {f / 'my_rewards.py'}:score: cannot import {f / 'my_rewards.py'}: ModuleNotFoundError: No module "
+                   "named 'no_such_module_here'"),
+    Case("reward-returns-a-number", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw):\n    return 1.0\n"))),
+         lambda f: "reward function 'score' returned a float, not a list of 4 numbers (one per completion)"),
     Case("reward-function-missing", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, GOOD_REWARD, "scorer"))),
          lambda f: f"reward {f / 'my_rewards.py'}:scorer: 'scorer' is not a function in {f / 'my_rewards.py'}"),
     Case("reward-wrong-signature", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions):\n    return [0.0] * len(completions)\n"))),
@@ -231,33 +280,43 @@ CASES: list[Case] = [
                    "at most 3.4e38); scale the reward down"),
     Case("builtin-reward-unknown-param", "reward", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "length"\nparams = {target_len = 5}\n')),
          lambda f: _config_error(f, "rewards[0].params: 'target_len' is not a parameter of the built-in reward 'length' (it "
-                                    "takes: target, max_completion_length)")),
+                                    "takes: target, max_completion_length)"), check=True),
     # ---- tools
     Case("tool-file-missing", "tool", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nname = "length"\n[[tools]]\nfunction = "{f}/nope.py:add"\n')),
-         lambda f: _config_error(f, f"tools[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)")),
+         lambda f: _config_error(f, f"tools[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)"), check=True),
     Case("tool-not-callable", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "add = 3\n"))),
          lambda f: f"tools[0].function: {f / 'my_tools.py'}:add: 'add' is not a function in {f / 'my_tools.py'}"),
     Case("tool-no-type-hints", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, 'def add(a, b):\n    """Add."""\n    return a + b\n'))),
-         lambda f: "tools[0].function: parameter 'a' of add has no type hint"),
-    Case("tool-no-docstring", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "def add(a: int, b: int) -> int:\n    return a + b\n"))), lambda f: ""),
+         lambda f: f"tools[0].function: {f / 'my_tools.py'}: parameter 'a' of add has no type hint; annotate it (e.g. a: int "
+                   "or str), since the model is told each parameter's type", check=True),
+    Case("tool-no-docstring", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "def add(a: int, b: int) -> int:\n    return a + b\n"))),
+         lambda f: f"tools[0].function: add in {f / 'my_tools.py'} has no docstring; add one that says what the tool does "
+                   "(the model reads it as the tool's description, and its Args: section describes each parameter)", check=True),
+    Case("tool-syntax-error", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "def add(a: int, b: int) -> int\n    return a + b\n"))),
+         lambda f: f"tools[0].function: {f / 'my_tools.py'}:add: {f / 'my_tools.py'}, line 1: syntax error (expected ':'); "
+                   "fix that line", check=True),
     # ---- output folder
     Case("output-locked", "output", _locked,
          lambda f: f"another worker is already training in {f / 'out'}; stop it first, or set checkpoint.output_dir to another folder"),
     Case("output-read-only", "output", _read_only,
          lambda f: f"checkpoint.output_dir: {f / 'out'} cannot be written ({f / 'out'} is read-only for this user); choose a "
-                   "folder you can write to", root_can=True),
+                   "folder you can write to", root_can=True, check=True),
     Case("output-is-a-file", "output", _a_file,
-         lambda f: f"checkpoint.output_dir: {f / 'out'} is a file, not a folder; name a folder (it is created if missing)"),
+         lambda f: f"checkpoint.output_dir: {f / 'out'} is a file, not a folder; name a folder (it is created if missing)", check=True),
     Case("output-under-proc", "output", cfg(checkpoint={"output_dir": "/proc/grpo-tui-run"}),
-         lambda f: "checkpoint.output_dir: /proc/grpo-tui-run is under /proc, which cannot hold files; choose another folder"),
+         lambda f: "checkpoint.output_dir: /proc/grpo-tui-run is under /proc, which cannot hold files; choose another folder", check=True),
     Case("model-inside-output-fresh-start", "output", _model_in_output,
          lambda f: f"model.path {f / 'out' / 'final'} is inside checkpoint.output_dir {f / 'out'}, whose checkpoints "
                    "resume = false moves aside into previous-.../; copy the model out of it, or set checkpoint.output_dir "
-                   "to another folder"),
+                   "to another folder", check=True),
     # ---- ranks, memory, LoRA
+    Case("ranks-batch-not-dealt-out", "ranks", lambda f: Setup(write_run(f), args=["--ranks", "2"]),
+         lambda f: "training.gradient_accumulation_steps: 1 micro-batches cannot be dealt out evenly to 2 ranks (the "
+                   "micro-batch is the unit of distribution; use a multiple of the rank count)"),
     Case("ranks-zero", "ranks", lambda f: Setup(write_run(f), args=["--ranks", "0"]),
          lambda f: "distributed.ranks: 0 (from --ranks) must be at least 1"),
-    Case("backend-not-installed", "ranks", lambda f: Setup(write_run(f), args=["--ranks", "2", "--backend", "mpi"],
+    Case("backend-not-installed", "ranks", lambda f: Setup(write_run(f, training={"gradient_accumulation_steps": 2}),
+                                                            args=["--ranks", "2", "--backend", "mpi"],
                                                             env={"PATH": str(Path(sys.executable).parent)}),
          lambda f: "distributed.backend: 'mpi' needs mpirun (Open MPI), which is not installed here; use the ring backend "
                    "(the default) or install Open MPI"),
@@ -268,14 +327,26 @@ CASES: list[Case] = [
     Case("lora-keys-match-nothing", "config", cfg(model={"lora": {"keys": ["self_attn.nothing"]}}),
          lambda f: "model.lora.keys: ['self_attn.nothing'] match no linear module of the last 2 blocks, so nothing would "
                    "train; use names like 'mlp.down_proj', 'mlp.gate_proj', 'mlp.up_proj', 'self_attn.k_proj', "
-                   "'self_attn.o_proj', 'self_attn.q_proj'"),
+                   "'self_attn.o_proj', 'self_attn.q_proj'", check=True),
     # ---- resume
     Case("resume-not-a-checkpoint", "resume", _not_a_checkpoint,
          lambda f: f"checkpoint.resume: {f / 'somewhere'} is not a complete checkpoint (no valid training_state.json); "
-                   'name a checkpoint-N, final or emergency-N folder, or use "latest"'),
+                   'name a checkpoint-N, final or emergency-N folder, or use "latest"', check=True),
+    Case("resume-full-finetune-with-lora", "resume", _full_checkpoint_with_lora,
+         lambda f: f"{f / 'out' / 'checkpoint-2'} is a full fine-tuning checkpoint (model.safetensors, no LoRA adapters), "
+                   f"but {f / 'config.toml'} has a [model.lora] table; remove [model.lora] to resume it, or start again "
+                   f"(`grpo-tui run {f / 'config.toml'} --set checkpoint.resume=false`: the old checkpoints are set aside)"),
+    Case("resume-lora-without-lora", "resume", _lora_checkpoint_without_lora,
+         lambda f: f"{f / 'out' / 'checkpoint-2'} holds LoRA adapters (adapters.safetensors), but {f / 'config.toml'} has "
+                   f"no [model.lora] table; add the one it was trained with to resume it, or start again (`grpo-tui run "
+                   f"{f / 'config.toml'} --set checkpoint.resume=false`: the old checkpoints are set aside)"),
+    Case("resume-another-model", "model", _checkpoint_of_another_model,
+         lambda f: f"{f / 'out' / 'checkpoint-2'} was trained from the model /elsewhere/other-model, but model.path is now "
+                   f"{TINY} (another model); to train it, start again (`grpo-tui run {f / 'config.toml'} --set "
+                   "checkpoint.resume=false`: the old checkpoints are set aside) or set another checkpoint.output_dir"),
     Case("resume-flag-not-a-folder", "resume", _resume_flag_not_a_folder,
          lambda f: f"--resume: '{f / 'nowhere'}' is not a checkpoint folder; name a checkpoint-N, final or emergency-N "
-                   'folder, or use "latest"', dashboard=False),
+                   'folder, or use "latest"'),
 ]
 
 

@@ -40,8 +40,10 @@ def test_an_unknown_recipe_is_a_config_error_naming_the_choices():
 
 
 def test_check_prints_which_keys_the_recipe_set(tmp_path, capsys):
-    (tmp_path / "m").mkdir()
-    (tmp_path / "d.jsonl").write_text("")
+    (tmp_path / "m").mkdir()  # a model folder and data as check reads them (no weights are loaded)
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "qwen3"}')
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"")
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
     path = tmp_path / "c.toml"
     path.write_text(BASE + 'recipe = "dapo"\nepsilon_high = 0.3\n')
     assert main(["check", str(path)]) == 0

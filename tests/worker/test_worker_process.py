@@ -321,4 +321,5 @@ def test_a_tool_without_type_hints_stops_the_start_with_its_config_key(tmp_path,
     assert worker.finish() != 0
     errors = worker.of(m.Error)
     assert errors and errors[0].fatal
-    assert errors[0].message == "tools[0].function: parameter 'a' of add has no type hint"
+    assert errors[0].message == (f"tools[0].function: {tmp_path / 'bad_tool.py'}: parameter 'a' of add has no type hint; "
+                                 "annotate it (e.g. a: int or str), since the model is told each parameter's type")

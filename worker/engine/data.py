@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from grpo_tui.protocol import data_check
 from grpo_tui.protocol.config import DataConfig, RewardConfig
 from grpo_tui.protocol.outcome import Mistake
 
@@ -26,8 +27,6 @@ from . import dataset_sources
 # The roles of TRL's conversational format; another passes into the chat template unchecked (some
 # drop it, some render it as text), so the model trains on prompts nobody meant.
 ROLES = ("system", "user", "assistant", "tool")
-# Built-in rewards that compare with a dataset column, and the column.
-REWARD_COLUMNS = {"accuracy": "answer"}
 
 
 class DataError(Mistake, ValueError):
@@ -64,6 +63,8 @@ def read_dataset(path: str, config: DataConfig, split: str | None = None,
     examples = [_example(row, config, where) for where, row in rows.rows]
     if not examples:
         raise DataError(f"{rows.label}: the dataset is empty")
+    if mixed := data_check.mixed_formats(rows.rows, config.prompt_column, rows.label):
+        raise DataError(mixed)
     for example, row_tools in zip(examples, tools):
         example.tools = row_tools
     return examples, rows.fingerprint
@@ -71,10 +72,8 @@ def read_dataset(path: str, config: DataConfig, split: str | None = None,
 
 def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:
     column = config.prompt_column
-    if column in row and row[column] is None:
-        raise DataError(f"{where}: the {column!r} column is null; give every row a {column} (or remove the row)")
-    if column not in row:
-        raise DataError(f"{where}: no {column!r} column (the row has {', '.join(map(repr, row)) or 'no columns'})")
+    if problem := data_check.row_problem(row, column, where):
+        raise DataError(problem)
     prompt = row[column]
     if isinstance(prompt, str):
         messages = [{"role": "user", "content": prompt}]
@@ -111,19 +110,19 @@ def _kind(value: Any) -> str:
 
 def check_columns(examples: list[Example], config: DataConfig, rewards: list[RewardConfig], label: str) -> None:
     """Before any rollout: ``data.answer_column``, when set, names a column of the data, and every
-    built-in reward that compares with a column has it. Without this, ``accuracy`` scores every
-    completion None and the run trains on nothing, silently."""
+    built-in reward that compares with a column has it (``protocol/data_check.py``)."""
     present = {k for ex in examples for k in ex.columns}
-    have = ", ".join(repr(k) for k in sorted(present)) or "none besides the prompt"
-    if config.answer_column != "answer" and config.answer_column not in present:
-        raise Mistake("data", f"data.answer_column = {config.answer_column!r}, but no row of {label} has that "
-                              f"column (its columns: {have}); set data.answer_column to the column that holds the answers")
-    for reward in rewards:
-        needed = REWARD_COLUMNS.get(reward.name or "")
-        if needed is not None and needed not in present:
-            raise Mistake("data", f"the {reward.name!r} reward compares completions with the {needed!r} column, "
-                                  f"which no row of {label} has (its columns: {have}); set data.answer_column "
-                                  f"to the column that holds the answers")
+    if problem := data_check.columns_problem(present, config, rewards, label):
+        raise Mistake("data", problem)
+
+
+def check_same_format(train: list[Example], train_label: str, held_out: list[Example], eval_label: str) -> None:
+    """Before any rollout: an eval set in another format than the training set (its rewards would
+    get completions in a format they were not written for, and fail at the first evaluation)."""
+    problem = data_check.eval_format_problem(train_label, data_check.dataset_format(e.prompt for e in train),
+                                             eval_label, data_check.dataset_format(e.prompt for e in held_out))
+    if problem:
+        raise Mistake("data", problem)
 
 
 def render(examples: list[Example], tokenizer: Any, enable_thinking: bool) -> None:

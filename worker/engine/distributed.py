@@ -24,7 +24,7 @@ import mlx.core as mx
 import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
-from grpo_tui.protocol.config import ConfigError
+from grpo_tui.protocol.distributed import undealt
 from grpo_tui.protocol.messages import RankTiming
 
 from ..ranks import launched
@@ -56,13 +56,8 @@ class Ranks:
     # ------------------------------------------------------------ the split
 
     def check(self, batch_size: int, accumulation: int) -> None:
-        if accumulation % self.size:
-            raise ConfigError(
-                "training.gradient_accumulation_steps",
-                f"{accumulation} micro-batches cannot be dealt out evenly to {self.size} ranks "
-                "(the micro-batch is the unit of distribution; use a multiple of the rank count)",
-                kind="ranks",
-            )
+        if (error := undealt(accumulation, self.size)) is not None:
+            raise error
 
     def micro_batches(self, accumulation: int) -> range:
         """The micro-batches this rank computes."""

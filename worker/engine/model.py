@@ -13,7 +13,8 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm import load as mlx_load
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
-from grpo_tui.protocol.config import ConfigError, LoraConfig, ModelConfig
+from grpo_tui.protocol import preflight
+from grpo_tui.protocol.config import LoraConfig, ModelConfig
 
 from . import gguf, model_source
 from .accel.patches import row_major_weight_grads
@@ -48,9 +49,7 @@ def _load(path: str) -> tuple[nn.Module, Any]:
     try:
         model, tokenizer = mlx_load(str(folder))
     except FileNotFoundError as exc:  # a folder without weights: the user's to fix
-        raise model_source.ModelSourceError(
-            f"model folder {str(folder)!r} has no weights (no *.safetensors file); copy the model's weight files into it"
-        ) from exc
+        raise model_source.ModelSourceError(preflight.no_weights(folder)) from exc
     except Exception as exc:  # weights that do not fit the config...
         raise RuntimeError(f"cannot load model {path!r} from {folder}: {exc.__class__.__name__}: {exc}") from exc
     return model, tokenizer
@@ -150,11 +149,8 @@ def add_lora(model: nn.Module, lora: LoraConfig) -> None:
     layers = num_lora_layers(model, lora)
     linear_to_lora_layers(model, layers, lora_parameters(lora))
     if lora.keys is not None and not tree_flatten(model.trainable_parameters()):
-        names = sorted({n for n, m in model.layers[-1].named_modules() if isinstance(m, (nn.Linear, nn.QuantizedLinear)) and n})
-        raise ConfigError(
-            "model.lora.keys", f"{list(lora.keys)} match no linear module of the last {layers} blocks, so nothing would "
-            f"train; use names like {', '.join(repr(n) for n in names[:6])}",
-        )
+        names = [n for n, m in model.layers[-1].named_modules() if isinstance(m, (nn.Linear, nn.QuantizedLinear)) and n]
+        raise preflight.lora_keys_match_nothing(lora, layers, names)
 
 
 def trainable_weights(model: nn.Module) -> dict[str, mx.array]:

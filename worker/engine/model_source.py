@@ -20,7 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grpo_tui.protocol.config import ConfigError, ModelConfig
+from grpo_tui.protocol import preflight
+from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.protocol.outcome import Mistake
 
 from . import gguf
@@ -57,7 +58,7 @@ def resolve(path: str) -> Path:
         if gguf_file is not None:
             return gguf.converted(gguf_file, log=lambda line: NOTES.__setitem__(path, line))
         if not (local / "config.json").exists():
-            raise ModelSourceError(f"model folder {str(local)!r} has no config.json, so it is not a model")
+            raise ModelSourceError(preflight.no_config_json(local))
         return local
     if path.count("/") != 1 or path.startswith(("/", ".", "~")):
         raise ModelSourceError(f"model {path!r} was not found: it is neither an existing folder nor {HUB_ID_HELP}")
@@ -104,25 +105,10 @@ def check_architecture(folder: Path, config: dict[str, Any]) -> str:
     return str(model_type)
 
 
-def quantization(config: dict[str, Any]) -> dict[str, Any] | None:
-    """mlx's quantization block (``{"bits", "group_size", ...}``) or a Hugging Face one, if any."""
-    found = config.get("quantization") or config.get("quantization_config")
-    return found if isinstance(found, dict) else None
-
-
 def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
     """Full fine-tuning of a quantized model is a config error (one sentence, names the fix)."""
-    q = quantization(config)
-    if q is None or model.lora is not None or model.dequantize:
-        return
-    bits = q.get("bits")
-    kind = f"{bits}-bit quantized" if bits else "quantized"
-    raise ConfigError(
-        "model.lora",
-        f"{model.path!r} is a {kind} model, and full fine-tuning would train only its few unquantized "
-        "tensors; add a [model.lora] table to train LoRA adapters on the quantized base (QLoRA), or set "
-        "model.dequantize = true to fine-tune all of it in float32",
-    )
+    if (error := preflight.quantized_full_finetune(model, config)) is not None:
+        raise error
 
 
 # Architecture fields that tell two models apart even where their weight files cannot be read.
@@ -180,7 +166,7 @@ def parameter_count(path: str, dequantized: bool = False) -> int | None:
     try:
         folder = resolve(path)
         files = sorted(folder.glob("*.safetensors"))
-        q = quantization(read_config(folder)) or {} if dequantized else {}
+        q = preflight.quantization(read_config(folder)) or {} if dequantized else {}
         total = 0
         for file in files:
             with open(file, "rb") as handle:

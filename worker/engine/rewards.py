@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from grpo_tui.protocol import preflight
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.protocol.outcome import Mistake
 
@@ -252,6 +253,8 @@ def load_function(spec: str) -> RewardFn:
         module = _import(target)
     except RewardError:
         raise
+    except SyntaxError as exc:
+        raise RewardError(f"reward {spec}: {preflight.syntax_error(exc)}") from exc
     except Exception as exc:  # noqa: BLE001
         raise RewardError(f"reward {spec}: cannot import {target}: {describe_error(exc)}") from exc
     fn = getattr(module, name, None)

@@ -16,6 +16,8 @@ import types
 import typing
 from typing import Any, Callable, Literal
 
+from grpo_tui.protocol import preflight
+
 _BASIC: dict[Any, str] = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?):\s*$")
 
@@ -104,7 +106,7 @@ def function_schema(fn: Callable[..., Any]) -> dict[str, Any]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if param.name not in hints:
-            raise SchemaError(f"parameter {param.name!r} of {name} has no type hint")
+            raise SchemaError(preflight.no_type_hint(param.name, name))
         try:
             prop = type_schema(hints[param.name])
         except SchemaError as exc:

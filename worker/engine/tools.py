@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from grpo_tui.protocol import preflight
 from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
 from grpo_tui.protocol.outcome import Mistake
@@ -54,11 +55,16 @@ def load_tools(configs: list[ToolConfig]) -> list[Tool]:
     tools = []
     for i, config in enumerate(configs):
         key = f"tools[{i}].function"
+        where, name = config.function.rsplit(":", 1)
         try:
             fn = load_function(config.function)
             schema = function_schema(fn)
-        except (RewardError, SchemaError) as exc:
+        except RewardError as exc:
             raise ToolError(f"{key}: {str(exc).removeprefix('reward ')}") from None
+        except SchemaError as exc:
+            raise ToolError(f"{key}: {where}: {exc}") from None
+        if not (inspect.getdoc(fn) or "").strip():  # TRL's tools need one too: it is the tool's description
+            raise ToolError(preflight.no_docstring(key, name, where))
         schema["function"]["name"] = config.function.rsplit(":", 1)[1]  # the name the config gave
         tools.append(Tool(schema["function"]["name"], fn, config.timeout_s, schema))
     return tools

@@ -23,7 +23,8 @@ from grpo_tui.protocol.messages import LogLevel, Phase
 from ..records import EvalBatch, Generation, StepOutput
 from . import agent, checkpointing, data, distributed, dynamic_sampling, memory_fit, model as model_io
 from . import judge, model_source
-from . import plan as engine_plan, rollout, sampling, timed_calls, tools as agent_tools
+from . import plan as engine_plan, rollout, sampling, timed_calls
+from .inputs import Inputs, load_inputs
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
 from .batch import MicroBatch, pack
@@ -32,7 +33,7 @@ from .logps import token_logps
 from .loss import LossFunctions
 from .parsing import parse_tool_calls, split_thinking
 from .reward_call import StepLog, TrainerState, tool_conversation
-from .rewards import RewardError, load_rewards, score
+from .rewards import RewardError, score
 from .step_output import StepResults, step_metrics
 from .update import PassResult, make_optimizer, optimize_pass
 
@@ -62,7 +63,8 @@ def default_log(level: LogLevel, message: str) -> None:
 
 
 class Trainer:
-    def __init__(self, config: Config, log: Callable[[LogLevel, str], None] = default_log) -> None:
+    def __init__(self, config: Config, log: Callable[[LogLevel, str], None] = default_log,
+                 inputs: Inputs | None = None) -> None:
         # Before MLX evaluates or allocates anything.
         keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
                                                          parameters=model_source.parameter_count(config.model.path, config.model.dequantize))
@@ -74,25 +76,20 @@ class Trainer:
         log("info", f"loading {config.model.path}")
         if note := model_source.NOTES.get(config.model.path):  # where a GGUF file's mlx-lm folder is
             log("info", note)
+        # The user's files before the model loads (the worker reads them before MLX: ``inputs``).
+        # The rewards before the plan's memory estimate: a judge model's weights live beside the
+        # policy's all run long.
+        inputs = inputs or load_inputs(config)
+        self.tools, self.rewards = inputs.tools, inputs.rewards
+        self.dataset, self.dataset_hash, self.eval_dataset = inputs.dataset, inputs.dataset_hash, inputs.eval_dataset
+        d, eval_label = config.data, inputs.eval_label
         self.model, self.tokenizer = model_io.load(config.model)
         self.model_identity = model_source.identity(config.model.path)  # recorded in every checkpoint
-        # Tools the model calls during rollouts: their schemas reach the chat template of every row
-        # without a ``tools`` column of its own.
-        self.tools = agent_tools.load_tools(config.tools)
-        schemas = [t.schema for t in self.tools] or None
-        d = config.data
-        self.dataset, self.dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
-        data.check_columns(self.dataset, d, config.rewards, d.path)
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
         self._fit_prompts(self.dataset, d.path)
-        self.eval_dataset = None
-        if d.eval_path or d.eval_split:
-            self.eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
-            data.check_columns(self.eval_dataset, d, config.rewards, d.eval_path or f"{d.path} ({d.eval_split})")
+        if self.eval_dataset is not None:
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
-            self._fit_prompts(self.eval_dataset, d.eval_path or f"{d.path} ({d.eval_split})")
-        # Before the plan's memory estimate: a judge model's weights live beside the policy's all run long.
-        self.rewards = load_rewards(config.rewards)
+            self._fit_prompts(self.eval_dataset, eval_label)
         self.plan = engine_plan.decide(self.model, config, prompt_tokens=max(len(e.prompt_ids) for e in self.dataset),
                                        extra_bytes=judge.weights_bytes(self.rewards),
                                        keeps_freed_memory=keeps_freed_memory)

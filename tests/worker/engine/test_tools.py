@@ -65,7 +65,7 @@ def test_a_parameter_without_a_type_hint_is_an_error_naming_the_key(tmp_path):
     with pytest.raises(SchemaError, match="'a' of untyped has no type hint"):
         function_schema(untyped)
     (tmp_path / "t.py").write_text("def f(x):\n    return x\n")
-    with pytest.raises(ToolError, match=r"^tools\[0\]\.function: parameter 'x' of f has no type hint"):
+    with pytest.raises(ToolError, match=r"^tools\[0\]\.function: .*t\.py: parameter 'x' of f has no type hint; annotate it"):
         load_tools([ToolConfig(function=f"{tmp_path / 't.py'}:f")])
     with pytest.raises(ToolError, match=r"^tools\[0\]\.function: .*'g' is not a function"):
         load_tools([ToolConfig(function=f"{tmp_path / 't.py'}:g")])

@@ -1,0 +1,39 @@
+"""The user's files of a run, read before MLX loads so that their mistakes are said at once (issue
+31's "detected early"): the ``[[tools]]`` (their schemas reach the chat template of every row without
+a ``tools`` column of its own), the data and its eval set with their columns and formats, and the
+reward functions. No MLX here: the worker reads these before it imports the trainer (a judge reward
+loads its model, and MLX with it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_tui.protocol.config import Config
+
+from . import data, tools as agent_tools
+from .rewards import Reward, load_rewards
+
+
+@dataclass
+class Inputs:
+    tools: list[agent_tools.Tool]
+    dataset: list[data.Example]
+    dataset_hash: str
+    eval_dataset: list[data.Example] | None
+    eval_label: str  # how errors name the eval set
+    rewards: list[Reward]
+
+
+def load_inputs(config: Config) -> Inputs:
+    tools = agent_tools.load_tools(config.tools)
+    schemas = [t.schema for t in tools] or None
+    d = config.data
+    dataset, dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
+    data.check_columns(dataset, d, config.rewards, d.path)
+    eval_dataset = None
+    eval_label = d.eval_path or f"{d.path} ({d.eval_split})"
+    if d.eval_path or d.eval_split:
+        eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
+        data.check_columns(eval_dataset, d, config.rewards, eval_label)
+        data.check_same_format(dataset, d.path, eval_dataset, eval_label)
+    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, load_rewards(config.rewards))
