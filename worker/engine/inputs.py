@@ -1,5 +1,5 @@
-"""The user's files of a run, read before MLX loads so that their mistakes are said at once (issue
-31's "detected early"): the ``[[tools]]`` (their schemas reach the chat template of every row without
+"""The user's files of a run, read before MLX loads so that their mistakes are said at once (README,
+"When something goes wrong"): the ``[[tools]]`` (their schemas reach the chat template of every row without
 a ``tools`` column of its own), the data and its eval set with their columns and formats, and the
 reward functions. No MLX here: the worker reads these before it imports the trainer (a judge reward
 loads its model, and MLX with it)."""
