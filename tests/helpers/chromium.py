@@ -1,8 +1,12 @@
 """A page in real headless Chromium (Debian's ``chromium``), driven over the DevTools protocol.
 
 ``--screenshot`` alone does not wait for a websocket app to draw (virtual time stops at the first
-idle moment), so this opens the page, waits in real time until its text shows what we want, and
-captures it. Used by tests/tui/test_web.py and screenshots/make.py (``web`` shot).
+idle moment), so this opens the page, waits in real time until it shows what we want, and captures
+it. Used by tests/tui/test_web.py and screenshots/make.py (``web`` shot).
+
+xterm.js draws on a canvas, so the page's DOM text is empty; what the app drew is read from the
+websocket instead: a script added before the page's own wraps ``WebSocket`` and keeps the text of
+every screen update the app sent (``Page.drawn``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Installed before the page's scripts: keeps the last 256 KiB of the app's output, escapes removed.
+TAP = r"""
+(() => {
+  const Native = window.WebSocket;
+  const decoder = new TextDecoder();
+  window.__drawn = "";
+  window.WebSocket = function (...args) {
+    const socket = new Native(...args);
+    socket.addEventListener("message", (e) => {
+      if (typeof e.data === "string") return;
+      const text = decoder.decode(new Uint8Array(e.data), {stream: true}).replace(/\x1b\[[0-9;?<>=]*[ -\/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]|\x1b[=>]/g, "");
+      window.__drawn = (window.__drawn + text).slice(-262144);
+    });
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();
+"""
+
+
 class Page:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws, self.ids = ws, itertools.count(1)
@@ -53,14 +78,24 @@ class Page:
 
     async def press(self, key: str) -> None:
         """Type one character into the page's terminal (xterm.js reads a hidden textarea)."""
-        await self.call("Runtime.evaluate", expression="document.querySelector('.xterm-helper-textarea').focus()")
+        focus = "(() => { const t = document.querySelector('.xterm-helper-textarea'); t && t.focus(); " \
+                "return !!t && document.activeElement === t; })()"
+        if await self._value(focus) != "True":
+            raise RuntimeError("the page's terminal cannot take keys (no focused xterm textarea)")
         code = {"code": f"Key{key.upper()}", "windowsVirtualKeyCode": ord(key.upper())} if key.isalpha() else {}
         await self.call("Input.dispatchKeyEvent", type="keyDown", key=key, text=key, unmodifiedText=key, **code)
         await self.call("Input.dispatchKeyEvent", type="keyUp", key=key, **code)
 
     async def text(self) -> str:
-        """What the page shows as text (xterm.js keeps its rows in the DOM)."""
-        result = await self.call("Runtime.evaluate", expression="document.body.innerText", returnByValue=True)
+        """The page's DOM text (the intro dialog's; xterm.js draws the terminal on a canvas)."""
+        return await self._value("document.body.innerText")
+
+    async def drawn(self) -> str:
+        """The text of what the app sent to the page's terminal (the newest 256 KiB, escapes removed)."""
+        return await self._value("window.__drawn || ''")
+
+    async def _value(self, expression: str) -> str:
+        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         return str(result.get("result", {}).get("value", ""))
 
 
@@ -68,9 +103,8 @@ async def screenshot(
     url: str, out: Path, *, ready: Callable[[str], bool], size: tuple[int, int] = (1600, 1000), timeout: float = 60.0,
     then: Callable[[Page], Any] | None = None,
 ) -> str:
-    """Open ``url``, wait until ``ready(page text)``, save a PNG to ``out``, then await ``then(page)``
-    if given; returns the page text. (xterm.js draws on a canvas: the text is often empty, so
-    ``ready`` may look elsewhere, e.g. at the run's viewer count.)"""
+    """Open ``url``, wait until ``ready(text the app drew)`` (``Page.drawn``), save a PNG to ``out``,
+    then await ``then(page)`` if given; returns that text."""
     browser = find_chromium()
     if browser is None:
         raise FileNotFoundError("chromium is not installed (apt-get install chromium)")
@@ -87,10 +121,12 @@ async def screenshot(
                 async with http.ws_connect(target, max_msg_size=0) as ws:
                     page = Page(ws)
                     await page.call("Page.enable")
+                    await page.call("Page.addScriptToEvaluateOnNewDocument", source=TAP)
+                    await page.call("Emulation.setFocusEmulationEnabled", enabled=True)  # focus as in a shown window
                     await page.call("Page.navigate", url=url)
                     deadline = time.monotonic() + timeout
                     text = ""
-                    while not ready(text := await page.text()):
+                    while not ready(text := await page.drawn()):
                         if time.monotonic() > deadline:
                             raise TimeoutError(f"the page never showed what was expected; it shows: {text[:500]!r}")
                         await asyncio.sleep(0.5)
