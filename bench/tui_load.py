@@ -28,7 +28,7 @@ from textual import events
 
 from grpo_tui.protocol.config import parse_config
 from grpo_tui.tui.app import GrpoApp
-from grpo_tui.tui.worker_proc import WorkerEvent
+from grpo_tui.tui.worker_proc import WorkerEvent, WorkerFrames
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "helpers" / "fake_worker.py"
@@ -72,7 +72,8 @@ async def run(args: argparse.Namespace) -> None:
 
         def counting(message: object) -> object:  # count frames as they arrive
             nonlocal frames
-            frames += isinstance(message, WorkerEvent)
+            if isinstance(message, WorkerFrames):
+                frames += sum(isinstance(item, WorkerEvent) for item in message.items)
             return post(message)  # type: ignore[arg-type]
 
         app.proc._post = counting  # type: ignore[union-attr]
