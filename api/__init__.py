@@ -12,9 +12,26 @@ It writes a TOML config and runs the same worker process as ``grpo-tui run`` / `
 ``grpo_tui.protocol``, ``grpo_tui.worker`` and ``grpo_tui.tui`` are the packages underneath.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from grpo_tui.protocol import __version__
 
-from .config import GRPOConfig
-from .trainer import GRPOTrainer, TrainerState, TrainingError
+if TYPE_CHECKING:
+    from .config import GRPOConfig
+    from .trainer import GRPOTrainer, TrainerState, TrainingError
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "TrainerState", "TrainingError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's classes are imported on first use: every ``grpo-tui`` command (the worker, the
+    supervisor, the dashboard) imports this package first, and needs none of them."""
+    if name == "GRPOConfig":
+        from .config import GRPOConfig
+
+        return GRPOConfig
+    if name in ("GRPOTrainer", "TrainerState", "TrainingError"):
+        from . import trainer
+
+        return getattr(trainer, name)
+    raise AttributeError(f"module 'grpo_tui' has no attribute {name!r}")

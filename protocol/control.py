@@ -122,6 +122,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     pid: int
     output_dir: str
     config: str = ""
+    overrides: list[str] = []  # the run's ``--set KEY=VALUE`` items, over ``config`` (attach reads the run's config so)
     started_at: float = 0.0
     updated_at: float = 0.0
     status: RunStatus = "starting"

@@ -251,6 +251,13 @@ class Resumed(_Message):
     step: int
 
 
+class SampleDisplayChanged(_Message):
+    """The worker's answer to ``set_sample_display``: the mode it uses from now on. Every viewer shows
+    the worker's mode (this, the ``init`` frame's and each sample's), never its own."""
+
+    mode: SampleDisplay
+
+
 class Complete(_Message):
     total_steps: int
     seconds: float
@@ -285,6 +292,7 @@ Event = Union[
     Log,
     Paused,
     Resumed,
+    SampleDisplayChanged,
     Complete,
     Error,
 ]

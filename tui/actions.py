@@ -22,8 +22,6 @@ from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.state import RunState, group_of
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View, as_view
-from grpo_tui.tui.widgets.charts_view import ChartsView
-from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
@@ -67,7 +65,10 @@ class DashboardKeys(App[int]):
     config: Config
     state: RunState
     proc: RunConnection | None
-    display_mode: m.SampleDisplay
+
+    @property
+    def display_mode(self) -> m.SampleDisplay:
+        raise NotImplementedError
     _last_tab: View | None
     quitting: bool
     detached: bool
@@ -119,9 +120,10 @@ class DashboardKeys(App[int]):
         self.notify("checkpoint requested")
 
     async def action_cycle_display(self) -> None:
-        self.display_mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
-        await self._send(m.SetSampleDisplay(mode=self.display_mode))
-        self.query_one(SamplesPanel).show(self.state.samples, self.display_mode)
+        """m: the run's next sample display. The worker answers with the mode it uses, and every
+        viewer (this one too) shows that."""
+        mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
+        await self._send(m.SetSampleDisplay(mode=mode))
 
     def action_show_tab(self, tab: View) -> None:
         tabs = self.query_one(TabbedContent)
@@ -146,10 +148,12 @@ class DashboardKeys(App[int]):
 
     def focus_tab(self, view: View | None) -> None:
         """Focus the main widget of ``view`` so its keys work at once."""
-        if view == "database":
-            self.query_one(DatabaseView).focus_table()
+        if view == "database":  # lazy tabs (GrpoApp.tab_widgets): made when first shown
+            for database in self.query("#database-view"):
+                database.focus_table()  # type: ignore[attr-defined]
         elif view == "charts":
-            self.query_one(ChartsView).focus_chart()
+            for charts in self.query("#charts-view"):
+                charts.focus_chart()  # type: ignore[attr-defined]
         elif view is not None:
             with contextlib.suppress(NoMatches):  # an id lookup (cached), not a walk of every widget
                 self.query_one(TAB_FOCUS[view]).focus()
@@ -161,12 +165,18 @@ class DashboardKeys(App[int]):
             self.screen.set_focus(None)
         tabs.active = VIEWS[((VIEWS.index(current) if current else 0) + direction) % len(VIEWS)]
 
+    def make_lazy_tab(self, view: View | None) -> bool:
+        raise NotImplementedError
+
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         # keys act on what you see: focus the tab's main widget, and show the tab's own keys
         if not self.screen_stack:  # activated while the app tears down
             return
         view = as_view(event.pane.id)
-        self.focus_tab(view)
+        if self.make_lazy_tab(view):  # its first showing: focus it once it is mounted
+            self.call_after_refresh(self.focus_tab, view)
+        else:
+            self.focus_tab(view)
         if "logs" in (view, self._last_tab):  # the log-level key shows on the Logs tab only
             self.refresh_bindings()
         self._last_tab = view
@@ -176,7 +186,8 @@ class DashboardKeys(App[int]):
 
     def action_smoothing(self, direction: int) -> None:
         value = self.query_one(RewardChart).change_smoothing(direction)
-        self.query_one(ChartsView).set_smoothing(value)  # one EMA for the main chart and the Charts tab
+        for charts in self.query("#charts-view"):  # one EMA for the main chart and the Charts tab
+            charts.set_smoothing(value)  # type: ignore[attr-defined]
         self.notify(f"chart smoothing (EMA) {value:g}", timeout=2)
 
     def action_open_sample(self) -> None:

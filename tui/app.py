@@ -3,7 +3,8 @@
 The run belongs to its supervisor (tui/supervisor.py), which owns the worker and its restarts; the
 dashboard starts one (``grpo-tui run``) or attaches to one (``grpo-tui attach``) and talks to it over
 the control socket (tui/connection.py). Leaving the dashboard leaves the run going. The run's output
-arrives as typed messages (``WorkerEvent`` and friends, tui/worker_proc.py) that are buffered in order; a timer flushes the buffer a few times a second, folding every event
+arrives in batches of typed items (``WorkerFrames`` of ``WorkerEvent`` and friends, tui/worker_proc.py)
+that are buffered in order; a timer flushes the buffer a few times a second, folding every event
 into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard"). The
 keys and the command palette live in tui/actions.py.
 """
@@ -21,11 +22,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import assert_never
 
-from textual import on, work
+from textual import work
 from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
@@ -41,9 +43,7 @@ from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.series import HISTORY_LIMIT
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, log_entry_for
 from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
-from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
-from grpo_tui.tui.widgets.database_view import DatabaseView
 from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.metric_tile import MetricTile
@@ -56,14 +56,27 @@ from grpo_tui.tui.worker_proc import (
     WorkerBadLine,
     WorkerEvent,
     WorkerExited,
+    WorkerFrames,
     WorkerHistory,
     WorkerOutput,
     WorkerStderr,
 )
 
-# Frames are folded and widgets redrawn twice a second, however fast the worker sends: a widget
-# redraws at most that often, and the dashboard's work per second does not grow with the step rate.
-FLUSH_INTERVAL_S = 0.5
+# Frames are folded and widgets redrawn once a second (with the header's clock), however fast the
+# worker sends: a widget redraws at most that often, and a dashboard's work per second does not grow
+# with the step rate. Drawing is most of a viewer's cost, and several viewers share the machine with
+# training. What answers a key (paused, resumed, the sample display, an exit) is drawn at once.
+FLUSH_INTERVAL_S = 1.0
+PROMPT_S = 0.05  # how soon an answer to a key is drawn
+LAZY_TABS: tuple[View, ...] = ("database", "charts")  # made when first shown (``GrpoApp.tab_widgets``)
+
+
+def _answers_a_key(item: WorkerOutput) -> bool:
+    """Frames a person waits for after a key: drawn at once, not at the next second."""
+    if isinstance(item, WorkerEvent):
+        return isinstance(item.event, (m.Paused, m.Resumed, m.SampleDisplayChanged, m.Complete, m.Checkpoint)) or (
+            isinstance(item.event, m.Error))
+    return isinstance(item, WorkerExited)
 
 
 class CheckpointsScanned(Message):
@@ -98,7 +111,6 @@ class GrpoApp(RunControl):
         self.worker_argv = list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path])
         self.stop_timeout_s, self.flush_interval_s = stop_timeout_s, flush_interval_s
         self.state = RunState(clock=clock, run_name=config.run_name)
-        self.display_mode = config.display.sample_display
         self._banner_note: str | None = ZERO_STD_NOTE
         self.run_dir = str(Path(run_dir or config.checkpoint.output_dir).resolve())
         self.launch = launch  # start the run's supervisor (grpo-tui run), or attach to it
@@ -113,12 +125,19 @@ class GrpoApp(RunControl):
         self._refused = False
         self._greeted = False
         self._pending: list[WorkerOutput] = []
+        self._prompt: Timer | None = None  # a flush soon: an answer to a key came
         self._worker_gone = asyncio.Event()
         self._stderr_tail: deque[str] = deque(maxlen=20)
         self._footer_status = ""
         self._last_tab: View | None = VIEWS[0]
         # No animations: the tab underline's slide alone repainted the tab bar ~10 times per switch.
         self.animation_level = "none"
+
+    @property
+    def display_mode(self) -> m.SampleDisplay:
+        """The run's sample display: what its worker says it uses (any viewer's ``m`` changes it for
+        all), or the config's until the worker has said."""
+        return self.state.sample_display or self.config.display.sample_display
 
     # ------------------------------------------------------------ layout
 
@@ -139,28 +158,55 @@ class GrpoApp(RunControl):
                 yield ProgressPanel(id="progress")
                 yield StatsPanel(id="stats")
             with TabbedContent(id="tabs", initial=VIEWS[0]):
-                for i, (view, widget) in enumerate(self.tab_widgets(self.state).items()):
+                for i, (view, make) in enumerate(self.tab_widgets().items()):
                     with TabPane(f"{i + 1} {VIEW_TITLES[view]}", id=view):
-                        yield widget
+                        if view not in LAZY_TABS:
+                            yield make(self)
         yield KeyBar(id="keys")
 
     @staticmethod
-    def tab_widgets(state: RunState | None = None) -> dict[View, Widget]:
-        """The main widget of each tab, in tab order (the Charts tab draws from ``state``'s books)."""
+    def tab_widgets() -> dict[View, Callable[[GrpoApp], Widget]]:
+        """How to make the main widget of each tab, in tab order. The Database and Charts tabs
+        (``LAZY_TABS``) are made, and their modules imported, when first shown: until then a
+        dashboard pays nothing for them, at start or while frames come."""
+
+        def database(app: GrpoApp) -> Widget:
+            from grpo_tui.tui.widgets.database_view import DatabaseView
+
+            store = app.state.database
+            return DatabaseView(store.path if store else None, store.run_id if store else None, id="database-view")
+
+        def charts(app: GrpoApp) -> Widget:
+            from grpo_tui.tui.widgets.charts_view import ChartsView
+
+            view = ChartsView(app.state.book, app.state.spread, id="charts-view")
+            view.settings.change(smoothing=app.query_one(RewardChart).smoothing)  # one EMA for both
+            return view
+
         return {
-            "samples": SamplesPanel(id="samples-panel"),
-            "logs": LogsPanel(id="logs-panel"),
-            "config": ConfigPanel(id="config-panel"),
-            "database": DatabaseView(id="database-view"),
-            "charts": ChartsView(state.book if state else None, state.spread if state else None, id="charts-view"),
+            "samples": lambda app: SamplesPanel(id="samples-panel"),
+            "logs": lambda app: LogsPanel(id="logs-panel"),
+            "config": lambda app: ConfigPanel(id="config-panel"),
+            "database": database,
+            "charts": charts,
         }
+
+    def make_lazy_tab(self, view: View | None) -> bool:
+        """Mount a lazy tab's widget the first time the tab is shown (tui/actions.py calls it);
+        True when it did."""
+        if view not in LAZY_TABS:
+            return False
+        pane = self.query_one(f"TabPane#{view}", TabPane)
+        if pane.children:
+            return False
+        pane.mount(self.tab_widgets()[view](self))
+        return True
 
     async def on_mount(self) -> None:
         self.query_one("#zero-std").display = False
         self._render({"header", "metrics", "progress", "stats", "samples"})
         self.query_one("#config-panel", ConfigPanel).show_config(self.config.to_dict())
         self.set_interval(self.flush_interval_s, self._on_timer)
-        self.set_interval(1.0, lambda: self._on_timer({"header"}))
         self.call_after_refresh(self._freeze_startup_objects)
         await self._connect()
 
@@ -190,33 +236,37 @@ class GrpoApp(RunControl):
 
     # ------------------------------------------------------------ the flush loop
 
-    @on(WorkerEvent)
-    @on(WorkerStderr)
-    @on(WorkerBadLine)
-    def buffer(self, message: WorkerEvent | WorkerStderr | WorkerBadLine) -> None:
-        self._pending.append(message)
-
-    def on_worker_exited(self, message: WorkerExited) -> None:
-        self._pending.append(message)
-        if message.final:
+    def on_worker_frames(self, message: WorkerFrames) -> None:
+        """Live frames wait for the next flush (once a second, however fast they come); an answer
+        to a key is drawn at once."""
+        self._pending.extend(message.items)
+        if any(isinstance(item, WorkerExited) and item.final for item in message.items):
             self._worker_gone.set()
+        if self._prompt is None and any(_answers_a_key(item) for item in message.items):
+            self._prompt = self.set_timer(PROMPT_S, self._prompt_flush)
+
+    def _prompt_flush(self) -> None:
+        self._prompt = None
+        self._on_timer(clock=False)
 
     def on_worker_history(self, message: WorkerHistory) -> None:  # before we connected: folded and drawn at once
         self._pending.extend(message.items)
         self._on_timer()
 
-    def _on_timer(self, dirty: set[Part] | None = None) -> None:
+    def _on_timer(self, clock: bool = True) -> None:
         try:
-            self._render(dirty) if dirty else self.flush()
+            self.flush(always={"header"} if clock else set())  # the header's elapsed time and ETA tick
         except NoMatches:  # a tick that lands while the app is tearing down its widgets
             pass
 
-    def flush(self) -> None:
-        """Fold every buffered frame into the state, then refresh each changed view once."""
+    def flush(self, always: set[Part] | None = None) -> None:
+        """Fold every buffered frame into the state, then refresh each changed view (and ``always``) once."""
         if not self._pending:
+            if always:
+                self._render(always)
             return
         batch, self._pending = self._pending, []
-        dirty: set[Part] = set()
+        dirty: set[Part] = set(always or ())
         logs: list[LogEntry] = []
         steps = [i for i, item in enumerate(batch) if isinstance(item, WorkerEvent) and isinstance(item.event, m.Step)]
         charted = steps[-HISTORY_LIMIT] if len(steps) > HISTORY_LIMIT else 0  # older steps would leave the charts
@@ -230,7 +280,6 @@ class GrpoApp(RunControl):
                     if self._refused or (not self._greeted and not self._check_hello(event)):
                         continue
                     dirty |= self.state.apply(event)
-                    self._keep_display(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
                 case WorkerStderr(line=line):
@@ -250,12 +299,6 @@ class GrpoApp(RunControl):
                     assert_never(item)
         self._add_logs(logs)
         self._render(dirty)
-
-    def _keep_display(self, event: m.Event) -> None:
-        """A worker that starts (a crash restart: it read the config's mode) with another sample
-        display than the one on screen is told the dashboard's again."""
-        if isinstance(event, m.Init) and event.sample_display not in (None, self.display_mode):
-            self.run_worker(self._send(m.SetSampleDisplay(mode=self.display_mode)), group="display", exclusive=True)
 
     def _add_logs(self, entries: list[LogEntry]) -> None:
         if entries:
@@ -291,7 +334,8 @@ class GrpoApp(RunControl):
         if "config" in dirty or "checkpoints" in dirty:
             self.scan_checkpoints()
         if "database" in dirty and s.database:
-            self.query_one("#database-view", DatabaseView).set_store(s.database.path, s.database.run_id)
+            for view in self.query("#database-view"):  # none until the tab is first shown (it reads the store then)
+                view.set_store(s.database.path, s.database.run_id)  # type: ignore[attr-defined]
         if "bindings" in dirty or s.status != self._footer_status:
             self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
             self.refresh_bindings()

@@ -150,6 +150,12 @@ def attach_target(run_dir: str | None) -> tuple[Path, Config] | str:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
+    if args.set:  # a run's config is fixed when it starts; attach only watches and steers it
+        return _fail(
+            f"attach takes no --set ({args.set[0]}): a run keeps the config and overrides it was started with, "
+            "and attach shows it so; to change a key, stop the run (q, then y) and start it again with "
+            "grpo-tui run CONFIG --resume latest --set KEY=VALUE."
+        )
     target = attach_target(args.run_dir)
     if isinstance(target, str):
         return _fail(target)
@@ -243,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on with --web (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to serve on with --web (default 8000)")
     p.add_argument("--token", default=None, help="with --web: require ?token=TOKEN (default: a random one off 127.0.0.1)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)  # refused, with why
     p.set_defaults(func=cmd_attach)
 
     p = sub.add_parser("ls", help="list the runs under a folder: status, step, pid, start, reward")

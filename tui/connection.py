@@ -33,6 +33,7 @@ from grpo_tui.tui.worker_proc import (
     WorkerBadLine,
     WorkerEvent,
     WorkerExited,
+    WorkerFrames,
     WorkerHistory,
     WorkerOutput,
     WorkerStderr,
@@ -152,7 +153,7 @@ class RunConnection:
     frames were sent before it (they are the first lines of ``run.jsonl`` from the run's offset) and
     how many stderr lines; every frame after it arrives live."""
 
-    def __init__(self, output_dir: str | Path, post: Callable[[WorkerOutput | WorkerHistory], object]) -> None:
+    def __init__(self, output_dir: str | Path, post: Callable[[WorkerFrames | WorkerHistory], object]) -> None:
         self.output_dir = Path(output_dir)
         self._post = post
         self.supervisor_pid = 0
@@ -227,25 +228,12 @@ class RunConnection:
     async def _follow(self) -> None:
         while True:
             assert self._reader is not None
+            lines = LineSplitter(self._reader)
             try:
-                while line := await _readline(self._reader):
-                    if not line.strip():
-                        continue
-                    if line.startswith(b'{"type":"worker_started"'):
-                        self.worker_pid = _started_pid(line)
-                        continue
-                    out = to_output(line)
-                    if not self._counted(out):
-                        continue
-                    if isinstance(out, WorkerExited):
-                        self.ended = out.final
-                        self.exit_code = out.code if out.final else None
-                        if not out.final:
-                            self.worker_pid = 0
-                    elif isinstance(out, WorkerEvent) and isinstance(out.event, m.Hello):
-                        self.worker_pid = out.event.pid
-                    if out is not None:
-                        self._post(out)
+                while (chunk := await lines.read()) is not None:
+                    batch = [out for line in chunk if (out := self._live(line)) is not None]
+                    if batch:
+                        self._post(WorkerFrames(batch))
             except (ConnectionError, OSError):
                 pass
             self.connected = False
@@ -263,10 +251,29 @@ class RunConnection:
             self.ended = True
             record = c.read_record(self.output_dir)
             if record is not None and record.exit_code is not None and record.status not in c.LIVE_STATUSES:
-                self._post(WorkerExited(record.exit_code, record.reason))
+                self._post(WorkerFrames([WorkerExited(record.exit_code, record.reason)]))
             else:
-                self._post(WorkerExited(-9, f"the run's supervisor (pid {self.supervisor_pid}) is gone"))
+                self._post(WorkerFrames([WorkerExited(-9, f"the run's supervisor (pid {self.supervisor_pid}) is gone")]))
             return
+
+    def _live(self, line: bytes) -> WorkerOutput | None:
+        """One live line as a message for the app (None: nothing to show)."""
+        if not line.strip():
+            return None
+        if line.startswith(b'{"type":"worker_started"'):
+            self.worker_pid = _started_pid(line)
+            return None
+        out = to_output(line)
+        if not self._counted(out):
+            return None
+        if isinstance(out, WorkerExited):
+            self.ended = out.final
+            self.exit_code = out.code if out.final else None
+            if not out.final:
+                self.worker_pid = 0
+        elif isinstance(out, WorkerEvent) and isinstance(out.event, m.Hello):
+            self.worker_pid = out.event.pid
+        return out
 
     async def send(self, command: m.Command | c.Restart) -> bool:
         """Write one command; False when the run cannot take it."""
@@ -339,11 +346,24 @@ class JsonlCursor:
                 data = f.read()
         except OSError:
             return []
+        end = data.rfind(b"\n") + 1  # a line the worker is still writing is read next time
+        if not end:
+            return []
+        if b"\n\n" in data[:end] or data.startswith(b"\n"):  # blank lines (a torn write's repair): not frames
+            return self._next_lines_slowly(data, count)
+        lines = data[:end - 1].split(b"\n", count)  # in C: a long run's history is tens of thousands of lines
+        if len(lines) > count:
+            end -= len(lines.pop()) + 1  # the lines after the ``count``-th are read later
+        self.offset = (self.offset or 0) + end
+        self.line += len(lines)
+        return lines
+
+    def _next_lines_slowly(self, data: bytes, count: int) -> list[bytes]:
         out: list[bytes] = []
         pos = 0
         while len(out) < count:
             nl = data.find(b"\n", pos)
-            if nl < 0:  # a line the worker is still writing is read next time
+            if nl < 0:
                 break
             if data[pos:nl].strip():
                 out.append(data[pos:nl])
@@ -365,33 +385,50 @@ def read_history(output_dir: Path) -> list[WorkerOutput]:
     return decode_lines([line for line in data.splitlines() if line.strip()])
 
 
+_SAMPLE, _STATUS, _STEP = b'{"type":"sample"', b'{"type":"status"', b'{"type":"step"'
+
+
 def decode_lines(lines: list[bytes]) -> list[WorkerOutput]:
-    """run.jsonl lines as messages. Only the newest step's samples are shown, so the others (a long
-    run has many) are not decoded."""
-    sample = b'{"type":"sample"'
-    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(sample)), -1)
-    first_kept = last
-    if last >= 0:
-        step = _step_of(lines[last])
-        while first_kept > 0 and lines[first_kept - 1].startswith(sample) and _step_of(lines[first_kept - 1]) == step:
-            first_kept -= 1
+    """run.jsonl lines as messages, for a dashboard to fold. A long run's history is mostly samples
+    and phase changes; only what the screen can show is decoded: the newest step's samples, the
+    newest phase (and phases that carry a message, for the log), every other frame, and of the steps
+    that would leave the charts (``HISTORY_LIMIT`` newer ones follow) only their counters."""
+    if not lines:
+        return []
+    # what to keep, by index: every frame but samples and phases (list comprehensions: C-speed loops)
+    kept = [i for i, line in enumerate(lines) if not (line.startswith(_SAMPLE) or line.startswith(_STATUS))]
+    kept += [i for i, line in enumerate(lines) if line.startswith(_STATUS) and b'"message":""' not in line]
+    last_status = _last_index(lines, _STATUS)
+    last_sample = _last_index(lines, _SAMPLE)
+    extra = [last_status] if last_status >= 0 else []
+    if last_sample >= 0:  # the newest step's samples (consecutive lines of one step)
+        step, first = _step_of(lines[last_sample]), last_sample
+        while first > 0 and lines[first - 1].startswith(_SAMPLE) and _step_of(lines[first - 1]) == step:
+            first -= 1
+        extra += range(first, last_sample + 1)
+    order = sorted(set(kept).union(extra))
+    steps = [i for i in order if lines[i].startswith(_STEP)]
+    charted = steps[-HISTORY_LIMIT] if len(steps) > HISTORY_LIMIT else 0
     out: list[WorkerOutput] = []
-    last_status = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(b'{"type":"status"')), -1)
-    step_lines = [i for i, line in enumerate(lines) if line.startswith(b'{"type":"step"')]
-    charted = step_lines[-HISTORY_LIMIT] if len(step_lines) > HISTORY_LIMIT else 0
-    for i, line in enumerate(lines):
-        if i < first_kept and line.startswith(sample):
-            continue
-        if i < last_status and line.startswith(b'{"type":"status"') and b'"message":""' in line:
-            continue  # a phase that has passed, with nothing for the log
-        if i < charted and line.startswith(b'{"type":"step"'):  # off the charts: its counters are enough
+    for i in order:
+        line = lines[i]
+        if i < charted and line.startswith(_STEP):  # off the charts: its counters are enough
             with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                out.append(WorkerEvent(m.Step(**msgspec.structs.asdict(_counters.decode(line)))))
+                n = _counters.decode(line)
+                out.append(WorkerEvent(m.Step(step=n.step, epoch=n.epoch, num_tokens=n.num_tokens, generation_ms=n.generation_ms,
+                                              scoring_ms=n.scoring_ms, training_ms=n.training_ms)))
                 continue
-        item = to_output(line)
-        if item is not None:
-            out.append(item)
+        if not line.strip():
+            continue
+        try:  # run.jsonl holds the worker's frames only
+            out.append(WorkerEvent(codec.decode_event(line)))
+        except codec.ProtocolError as exc:
+            out.append(WorkerBadLine(f"bad frame ({exc.reason.split(' (')[0]}): {exc.line}"))
     return out
+
+
+def _last_index(lines: list[bytes], prefix: bytes) -> int:
+    return next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(prefix)), -1)
 
 
 def _started_pid(line: bytes) -> int:
@@ -429,8 +466,36 @@ def _step_of(line: bytes) -> int:
     return -1
 
 
-async def _readline(stream: asyncio.StreamReader) -> bytes:
-    try:
-        return await stream.readline()
-    except ValueError:  # LimitOverrunError: asyncio drops the line; say so instead of going silent
-        return f"(a line over the {codec.MAX_LINE_BYTES // 2**20} MiB line limit was dropped)\n".encode()
+class LineSplitter:
+    """The complete lines a stream has now, as they come: one wake-up for a burst of frames, not one
+    per frame. A line over ``codec.MAX_LINE_BYTES`` is dropped and said so (asyncio's limit)."""
+
+    def __init__(self, stream: asyncio.StreamReader, limit: int = codec.MAX_LINE_BYTES) -> None:
+        self.stream, self.limit = stream, limit
+        self._partial = bytearray()
+        self._dropping = False  # inside a line over the limit: skip to its end
+
+    async def read(self) -> list[bytes] | None:
+        """The next lines (at least one, or a dropped line's note); None at the end of the stream."""
+        while True:
+            data = await self.stream.read(1 << 18)
+            if not data:
+                return None
+            self._partial += data
+            end = self._partial.rfind(b"\n")
+            if end < 0:
+                if len(self._partial) > self.limit and not self._dropping:
+                    self._partial.clear()
+                    self._dropping = True
+                    return [self._dropped()]
+                if self._dropping:
+                    self._partial.clear()
+                continue
+            lines = bytes(self._partial[:end]).split(b"\n")
+            del self._partial[:end + 1]
+            if self._dropping:  # the rest of the long line
+                lines, self._dropping = lines[1:], False
+            return lines
+
+    def _dropped(self) -> bytes:
+        return f"(a line over the {self.limit // 2**20} MiB line limit was dropped)".encode()

@@ -119,11 +119,12 @@ def format_runs(runs: list[RunInfo], root: Path) -> list[str]:
 
 
 def config_for(folder: Path) -> Config | None:
-    """The run's config: its file (from the record), else the one its ``init`` frame carried."""
+    """The run's config: its file with the run's ``--set`` overrides (from the record), else the one
+    its ``init`` frame carried."""
     record = c.read_record(folder)
     if record is not None and record.config:
         try:
-            return load_config(record.config, check_paths=False)
+            return load_config(record.config, check_paths=False, overrides=record.overrides)
         except (ConfigError, OSError):
             pass
     init = _first_init(folder / RUN_LOG_FILE)

@@ -27,42 +27,69 @@ def _finite(value: object) -> float | None:
 
 
 class SeriesBook:
-    """Columns of floats (None: missing or non-finite) aligned on a shared step axis."""
+    """Columns of floats (None: missing or non-finite) aligned on a shared step axis.
+
+    Step frames are flattened when the book is first read after them (``append_step``): a
+    dashboard that folds a long history pays for its charts only once the Charts tab shows them."""
 
     def __init__(self, limit: int = HISTORY_LIMIT) -> None:
         self.limit = limit
-        self.steps: deque[int] = deque(maxlen=limit)
+        self._steps: deque[int] = deque(maxlen=limit)
         self._columns: dict[str, deque[float | None]] = {}
+        self._unread: deque[tuple[int, m.Step | m.StepSummary]] = deque(maxlen=limit)
         self.version = 0  # bumped on every change: widgets redraw only when it moved
+
+    @property
+    def steps(self) -> deque[int]:
+        self._settle()
+        return self._steps
 
     def __len__(self) -> int:
         return len(self.steps)
 
     def keys(self) -> list[str]:
+        self._settle()
         return list(self._columns)
+
+    def append_step(self, step: int, row: m.Step | m.StepSummary) -> None:
+        """Add a step frame's values (``flatten_step``), flattened when the book is next read."""
+        self._unread.append((step, row))  # more than ``limit`` unread: the oldest would leave the book anyway
+        self.version += 1
 
     def append(self, step: int, values: Mapping[str, float | None]) -> None:
         """Add one step's values; a key seen for the first time gets a column padded with None."""
-        self.steps.append(step)  # at the limit, every column drops its oldest value with the step
+        self._settle()
+        self._append(step, values)
+        self.version += 1
+
+    def _append(self, step: int, values: Mapping[str, float | None]) -> None:
+        self._steps.append(step)  # at the limit, every column drops its oldest value with the step
         for key in values:
             if key not in self._columns:
                 column: deque[float | None] = deque(maxlen=self.limit)
-                column.extend([None] * (len(self.steps) - 1))
+                column.extend([None] * (len(self._steps) - 1))
                 self._columns[key] = column
         for key, column in self._columns.items():
             column.append(_finite(values.get(key)))
-        self.version += 1
+
+    def _settle(self) -> None:
+        while self._unread:
+            step, row = self._unread.popleft()
+            self._append(step, flatten_step(row))
 
     def clear(self) -> None:
-        self.steps.clear()
+        self._steps.clear()
         self._columns.clear()
+        self._unread.clear()
         self.version += 1
 
     def column(self, key: str) -> list[float | None]:
+        self._settle()
         values = self._columns.get(key)
-        return list(values) if values is not None else [None] * len(self.steps)
+        return list(values) if values is not None else [None] * len(self._steps)
 
     def latest(self, key: str) -> float | None:
+        self._settle()
         for value in reversed(self._columns.get(key, ())):
             if value is not None:
                 return value
@@ -107,36 +134,59 @@ class Spread:
 
 class RewardSpread:
     """Per-step reward distributions: from the step frame's ``completion_rewards`` when the worker
-    sends them, else from the step's sample frames (a subset under best_worst / random display)."""
+    sends them, else from the step's sample frames (a subset under best_worst / random display).
+    Like ``SeriesBook``, what is added is sorted into rows when they are next read."""
 
     def __init__(self, limit: int = HISTORY_LIMIT) -> None:
-        self.rows: deque[Spread] = deque(maxlen=limit)
+        self._rows: deque[Spread] = deque(maxlen=limit)
+        self._unread: list[tuple[int, Iterable[float | None] | float | None]] = []
         self.version = 0
 
+    @property
+    def rows(self) -> deque[Spread]:
+        for step, added in self._unread:
+            if isinstance(added, (float, int)) or added is None:
+                self._add_sample(step, added)
+            else:
+                self._add_step(step, added)
+        self._unread.clear()
+        return self._rows
+
     def clear(self) -> None:
-        self.rows.clear()
+        self._rows.clear()
+        self._unread.clear()
         self.version += 1
 
     def _row(self, step: int) -> Spread:
-        if not self.rows or self.rows[-1].step != step:
-            self.rows.append(Spread(step))
-        return self.rows[-1]
+        if not self._rows or self._rows[-1].step != step:
+            self._rows.append(Spread(step))
+        return self._rows[-1]
 
     def add_step(self, step: int, rewards: Iterable[float | None]) -> None:
+        self._add_unread(step, rewards)
+
+    def add_sample(self, step: int, reward: float | None) -> None:
+        self._add_unread(step, reward)
+
+    def _add_unread(self, step: int, added: Iterable[float | None] | float | None) -> None:
+        self._unread.append((step, added))
+        self.version += 1
+        if len(self._unread) > 4 * (self._rows.maxlen or 0):  # never read (the tab never shown): bounded all the same
+            _ = self.rows
+
+    def _add_step(self, step: int, rewards: Iterable[float | None]) -> None:
         values = [v for v in (_finite(r) for r in rewards) if v is not None]
         if values:
             row = self._row(step)
             row.rewards, row.complete = values, True
-            self.version += 1
 
-    def add_sample(self, step: int, reward: float | None) -> None:
+    def _add_sample(self, step: int, reward: float | None) -> None:
         value = _finite(reward)
         if value is None:
             return
         row = self._row(step)
         if not row.complete:
             row.rewards.append(value)
-            self.version += 1
 
     @property
     def partial(self) -> bool:

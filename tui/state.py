@@ -17,7 +17,7 @@ from grpo_tui.protocol.control import refusal as refusal  # re-exported: the das
 from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import format_duration
-from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook, flatten_step
+from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook
 from grpo_tui.tui.views import Part
 
 RunStatus = Literal["starting", "running", "paused", "stopping", "done", "error", "restarting"]
@@ -96,6 +96,7 @@ class RunState:
     step_in_epoch: int = 0
     last_step: m.Step | None = None
     samples: list[m.Sample] = field(default_factory=list)
+    sample_display: m.SampleDisplay | None = None  # the mode the worker says it uses (None: not said yet)
     checkpoints: list[m.Checkpoint] = field(default_factory=list)
     evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step and decoding mode
     slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
@@ -200,6 +201,9 @@ class RunState:
             case m.Eval():
                 self.evals = [e for e in self.evals if (e.step, e.greedy) != (event.step, event.greedy)] + [event]
                 return {"metrics"}
+            case m.SampleDisplayChanged():
+                self.sample_display = event.mode
+                return {"samples"}
             case m.Paused() | m.Resumed():
                 if self.status != "stopping":
                     self.status = "paused" if isinstance(event, m.Paused) else "running"
@@ -235,7 +239,9 @@ class RunState:
         self.total_epochs, self.output_dir = max(e.num_epochs, 1), e.output_dir
         self.ranks, self.backend = e.ranks, e.backend
         self.run_name = self.run_name or (e.config.get("name") or "")
-        return {"header", "config", "progress"}
+        if e.sample_display is not None:  # a restarted worker starts with the config's (its supervisor tells it again)
+            self.sample_display = e.sample_display
+        return {"header", "config", "progress", "samples"}
 
     def _on_database_path(self, e: m.DatabasePath) -> set[Part]:
         self.database, self.run_name = e, e.run_name or self.run_name
@@ -286,12 +292,14 @@ class RunState:
         self.history_steps.append(step)
         for key, _ in METRICS:
             self.history[key].append(finite(getattr(row, key)))
-        self.book.append(step, flatten_step(row))
+        self.book.append_step(step, row)
 
     def _on_sample(self, e: m.Sample) -> set[Part]:
         if self.samples and self.samples[0].step != e.step:
             self.samples = []
         self.samples.append(e)
+        if e.display is not None:
+            self.sample_display = e.display
         self.spread.add_sample(e.step, e.reward)  # the distribution's fallback when steps carry none
         return {"samples"}
 

@@ -9,7 +9,9 @@ closed terminal (SIGHUP) never reaches it (docs/architecture.md, "Processes"; do
 - The worker's stdout frames are read as fast as they come and handed, byte for byte, to each
   viewer's bounded queue. A viewer that does not keep up is cut off when its queue overflows; it
   reconnects and catches up from ``run.jsonl``. Training never waits for a viewer.
-- Viewers' commands go to the worker's stdin; ``restart`` answers a crash countdown.
+- Viewers' commands go to the worker's stdin; ``restart`` answers a crash countdown. The run's
+  sample display is the worker's (any viewer's ``m`` changes it for all); a restarted worker is told
+  the mode the run had.
 - After a crash (``protocol.outcome.restartable``) it counts down ``restart_delay_s`` and starts the
   worker again with ``--resume latest``, at most ``max_restarts`` times. A fixable mistake, a NaN
   stop or a user's stop is never restarted.
@@ -45,6 +47,7 @@ RECORD_EVERY_S = 1.0  # supervisor.json is rewritten at most this often for step
 # Twice the longest frame, so one long completion alone never cuts a viewer off.
 QUEUE_BYTES = int(os.environ.get("GRPO_TUI_VIEWER_QUEUE_KB", str(2 * codec.MAX_LINE_BYTES // 1024))) * 1024
 QUEUE_FRAMES = 20_000
+BATCH_S = 0.05  # a viewer gets the frames of this long in one write
 
 
 class Viewer:
@@ -69,15 +72,19 @@ class Viewer:
         self.wake.set()
 
     async def pump(self) -> None:
+        """What waits goes out in one write, then the frames of the next ``BATCH_S`` gather: a fast
+        run costs each viewer (and this process) a few wake-ups a second, not one per frame."""
         try:
             while not self.closed:
                 await self.wake.wait()
                 self.wake.clear()
-                while self.queue and not self.closed:
-                    data = self.queue.popleft()
-                    self.queued_bytes -= len(data)
+                if self.queue and not self.closed:
+                    data = b"".join(self.queue)
+                    self.queue.clear()
+                    self.queued_bytes = 0
                     self.writer.write(data)
                     await self.writer.drain()
+                    await asyncio.sleep(BATCH_S)
         except (ConnectionError, OSError):
             pass
         finally:
@@ -99,7 +106,8 @@ class Supervisor:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **json.loads(args.env_json or "{}")}
         jsonl = self.out / RUN_LOG_FILE
         self.record = c.RunRecord(
-            pid=os.getpid(), output_dir=str(self.out), config=args.config, started_at=time.time(),
+            pid=os.getpid(), output_dir=str(self.out), config=args.config, overrides=set_items(self.worker_argv),
+            started_at=time.time(),
             jsonl_offset=jsonl.stat().st_size if jsonl.exists() else 0,
         )
         self.viewers: set[Viewer] = set()
@@ -118,6 +126,8 @@ class Supervisor:
         self.greeted = False  # the current worker's first frame was checked
         self.saved = False  # a checkpoint of this run exists (a mistake's retry resumes from it)
         self.frames = 0  # the worker frames broadcast so far (all workers of this run)
+        self.display: m.SampleDisplay | None = None  # the run's sample display, as its worker last said
+        self._display_task: asyncio.Future[None] | None = None
         self.stderr_count = 0
         self._recorded_at = 0.0
         self._record_due = False
@@ -218,6 +228,13 @@ class Supervisor:
         match event:
             case m.Init():
                 self._update_record(total_steps=event.total_steps)
+                if self.display is None:
+                    self.display = event.sample_display
+                elif event.sample_display not in (None, self.display):
+                    # a restarted worker starts with the config's mode: the run keeps the one a viewer chose
+                    self._display_task = asyncio.ensure_future(self.to_worker(m.SetSampleDisplay(mode=self.display)))
+            case m.SampleDisplayChanged():
+                self.display = event.mode
             case m.ResumeState():
                 self._update_record(step=event.step, status="running")
             case m.Step():
@@ -390,6 +407,11 @@ class Supervisor:
             self.restart_answer.set_result(False)
         if self.proc and self.proc.returncode is None:
             _kill_group(self.proc.pid, signal.SIGTERM)
+
+
+def set_items(worker_argv: list[str]) -> list[str]:
+    """The ``--set KEY=VALUE`` items of the worker's command line: the run's overrides of its config."""
+    return [worker_argv[i + 1] for i, arg in enumerate(worker_argv[:-1]) if arg == "--set"]
 
 
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:

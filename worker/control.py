@@ -33,7 +33,7 @@ class Control:
         """Apply one command; return the frames to send now (an ``error`` when it makes no sense)."""
         if isinstance(command, m.SetSampleDisplay):
             self.display = command.mode
-            return [_log("info", f"sample display: {command.mode}")]
+            return [m.SampleDisplayChanged(mode=command.mode), _log("info", f"sample display: {command.mode}")]
         if self.stop_reason is not None:
             return [_refuse(command, "the run is stopping")]
         if isinstance(command, m.Pause):

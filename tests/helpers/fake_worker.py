@@ -54,7 +54,7 @@ class Fake:
         self.out = sys.stdout.buffer
         self.commands: queue.Queue[m.Command | None] = queue.Queue()
         self.paused = False
-        self.mode = "best_worst"
+        self.mode: m.SampleDisplay = "best_worst"
         self.start = time.monotonic()
         self.frames = 0
         self.last_checkpoint = 0
@@ -97,6 +97,7 @@ class Fake:
             self.checkpoint(step, "manual")
         elif isinstance(cmd, m.SetSampleDisplay):
             self.mode = cmd.mode
+            self.send(m.SampleDisplayChanged(mode=cmd.mode))
             self.send(m.Log(level="info", message=f"sample display: {cmd.mode}"))
         elif isinstance(cmd, m.Stop):
             if self.args.ignore_stop:
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     fake.send(m.Init(
         model="tiny-fake", model_path="/models/tiny-fake", config={"name": "fake-run", "grpo": {"group_size": 4}},
         dataset_size=steps_per_epoch * 4, steps_per_epoch=steps_per_epoch, total_steps=args.steps,
-        num_epochs=2, output_dir=args.output_dir,
+        num_epochs=2, output_dir=args.output_dir, sample_display=fake.mode,
     ))
     fake.send(m.DatabasePath(path=os.path.join(args.output_dir or "/tmp", "outputs.db"), run_id=1, run_name="fake-run"))
     if args.garbage:

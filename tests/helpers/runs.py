@@ -14,13 +14,15 @@ from tests.helpers.worker_harness import write_config
 CLI = [sys.executable, "-m", "grpo_tui.tui.cli"]
 
 
-def start_detached(tmp_path: Path, model: Path, steps: int = 400, env: dict[str, str] | None = None) -> tuple[Path, str]:
-    """``grpo-tui run CONFIG --detach``: returns the run folder and the attach command it printed."""
+def start_detached(
+    tmp_path: Path, model: Path, steps: int = 400, env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+) -> tuple[Path, str]:
+    """``grpo-tui run CONFIG --detach [ARGS]``: returns the run folder and the attach command it printed."""
     config = write_config(tmp_path, model, training={"max_steps": steps, "num_epochs": 200, "silent_patience": 0},
                           checkpoint={"save_every": 0})  # the tiny model ties every group: no silent stop
     began = time.monotonic()
     done = subprocess.run(
-        [*CLI, "run", str(config), "--detach"], capture_output=True, text=True, timeout=60,
+        [*CLI, "run", str(config), "--detach", *args], capture_output=True, text=True, timeout=60,
         env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr

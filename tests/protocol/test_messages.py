@@ -29,6 +29,7 @@ EVENTS = [
     m.Log(level="warning", message="careful", time=1.5),
     m.Paused(step=4),
     m.Resumed(step=4),
+    m.SampleDisplayChanged(mode="all"),
     m.Complete(total_steps=10, seconds=12.0, status="stopped"),
     m.Error(message="boom", fatal=True, traceback="Traceback..."),
 ]

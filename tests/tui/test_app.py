@@ -86,12 +86,12 @@ async def test_m_cycles_the_sample_display_and_tells_the_worker(make_app):
     app = make_app("--steps", "3", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 3)
-        await pilot.press("m")
-        assert app.display_mode == "random"
+        await pilot.press("m")  # the worker answers with the mode it uses now; the dashboard shows that
+        await wait_until(pilot, lambda: app.display_mode == "random")
         await wait_until(pilot, lambda: "sample display: random" in log_text(app))
         await pilot.press("m")
-        assert app.display_mode == "all"
-        assert "display all" in str(app.query_one("#samples-title", Static).render())
+        await wait_until(pilot, lambda: app.display_mode == "all")
+        await wait_until(pilot, lambda: "display all" in str(app.query_one("#samples-title", Static).render()))
 
 
 async def test_number_keys_and_tab_switch_tabs(make_app):
@@ -257,11 +257,20 @@ async def test_other_protocol_version_is_refused(make_app):
 
 
 async def test_crash_counts_down_and_resumes_with_history(make_app):
-    app = make_app("--steps", "8", "--hold", "--crash-at", "5", "--save-every", "2", delay=2.0, clock=time.monotonic)
+    app = make_app("--steps", "8", "--hold", "--crash-at", "5", "--save-every", "2", delay=5.0, clock=time.monotonic)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, CrashScreen))
-        assert app.state.status == "error" and "code 7" in app.state.error
-        assert "Traceback" in str(app.screen.query_one("#crash-text", Static).render())
+        seen: list[tuple[str, str, str]] = []
+
+        def crash_shown() -> bool:  # read at once: the 2 s countdown may end before the next look
+            if isinstance(app.screen, CrashScreen) and not seen:
+                text = str(app.screen.query_one("#crash-text", Static).render())
+                if text:  # drawn
+                    seen.append((app.state.status, app.state.error, text))
+            return bool(seen)
+
+        await wait_until(pilot, crash_shown)
+        status, error, text = seen[0]
+        assert status == "error" and "code 7" in error and "Traceback" in text
         await wait_until(pilot, lambda: app.state.step == 8)  # the countdown ran out, restarted, resumed
         assert app.restarts == 1 and app.state.status == "running"
         assert list(app.state.history_steps) == list(range(1, 9))  # 1-4 from resume_state, 5-8 live

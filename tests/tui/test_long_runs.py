@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from textual.widgets import Static
 
 from grpo_tui.protocol import control as c
 from grpo_tui.tui.app import GrpoApp
@@ -154,16 +155,42 @@ def test_sighup_to_the_dashboard_never_stops_the_run(tmp_path, tiny_model):
     assert c.is_live(c.read_record(out))
 
 
+def samples_title(app: GrpoApp) -> str:
+    return str(app.query_one("#samples-title", Static).render())
+
+
 @pytest.mark.slow
-async def test_two_viewers_both_see_a_pause(tmp_path, tiny_model):
-    out, attach = start_detached(tmp_path, tiny_model)
+async def test_two_viewers_share_the_run_s_pause_and_sample_display(tmp_path, tiny_model):
+    """Both viewers show the run's state, not their own: a pause in one is a pause in both, and the
+    sample display is the worker's. The run was started with --set (random; the file says
+    best_worst): attach reads the run's config with its overrides, a viewer that connects never
+    changes the mode, and m in one viewer changes it for both."""
+    out, attach = start_detached(tmp_path, tiny_model, args=("--set", "display.sample_display=random"))
+    record = c.read_record(out)
+    assert record is not None and record.overrides == ["display.sample_display=random"]
     one, two = attach_app(attach), attach_app(attach)
+    assert one.config.display.sample_display == "random"  # the run's config, overrides included
     async with one.run_test(size=SIZE) as pilot_one, two.run_test(size=SIZE) as pilot_two:
         await wait_until(pilot_one, lambda: one.state.step >= 1 and two.state.step >= 1, timeout=120)
+        connected_at = max(one.state.step, two.state.step)
+        both = (one, two)
+        await wait_until(pilot_two, lambda: all(a.state.step >= connected_at + 1 for a in both), timeout=120)
+        for app in both:  # the worker still chooses at random: no viewer told it otherwise
+            assert app.display_mode == "random" and {s.display for s in app.state.samples} == {"random"}
+        await pilot_one.press("m")  # random -> all, for the whole run
+        await wait_until(pilot_two, lambda: all(a.display_mode == "all" for a in both), timeout=60)
+        await wait_until(pilot_two, lambda: all("display all" in samples_title(a) for a in both), timeout=30)
+        await wait_until(pilot_one, lambda: all({s.display for s in a.state.samples} == {"all"} for a in both),
+                         timeout=60)
+
         await pilot_one.press("p")
         await wait_until(pilot_two, lambda: two.state.status == "paused" and one.state.status == "paused", timeout=60)
         await pilot_two.press("r")
         await wait_until(pilot_one, lambda: one.state.status == "running" and two.state.status == "running", timeout=60)
+
+    done = subprocess.run([*CLI, "attach", str(out), "--set", "display.sample_display=all"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "attach takes no --set" in done.stderr and "Traceback" not in done.stderr
 
 
 def step_seconds(out: Path, steps: range) -> float:

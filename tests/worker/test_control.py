@@ -39,7 +39,7 @@ def test_commands_that_make_no_sense_now_are_refused_without_changing_state():
     c.handle(m.Stop())
     assert c.stop_reason == "stop"
     assert kinds(c.handle(m.Pause())) == kinds(c.handle(m.Stop())) == ["Error"]
-    assert kinds(c.handle(m.SetSampleDisplay(mode="all"))) == ["Log"] and c.display == "all"
+    assert kinds(c.handle(m.SetSampleDisplay(mode="all"))) == ["SampleDisplayChanged", "Log"] and c.display == "all"
 
 
 def test_stop_while_paused_unpauses_and_the_first_reason_wins():

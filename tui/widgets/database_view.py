@@ -73,6 +73,7 @@ class DatabaseView(Vertical):
         self.page_starts: list[Cursor | None] = [None]  # where each visited page began, for "previous"
         self.total: int | None = None
         self.last_refresh = 0.0
+        self._connect_when_shown = False  # set_store while hidden: connect on the first showing
 
     def compose(self) -> ComposeResult:
         yield Static(id="db-crumbs")
@@ -103,7 +104,11 @@ class DatabaseView(Vertical):
             self.store.close()
             self.store = None
         self.db_path, self.initial_run_id = db_path, run_id
-        self._connect()
+        if self.is_on_screen:
+            self._connect()
+        else:  # a hidden tab reads nothing: the store is opened when the tab is first shown
+            self._connect_when_shown = True
+            self._crumbs()
 
     def _connect(self) -> None:
         self._crumbs()
@@ -384,10 +389,15 @@ class DatabaseView(Vertical):
 
     def on_show(self) -> None:
         """Switching to the Database tab shows the store as it is now, not as of the last timer tick."""
-        if self.store is not None and time.monotonic() - self.last_refresh > 2.0:
+        if self._connect_when_shown:
+            self._connect_when_shown = False
+            self._connect()
+        elif self.store is not None and time.monotonic() - self.last_refresh > 2.0:
             self.action_reload()
 
     def _tick(self) -> None:
         # Live refresh only while someone can see us, and not while a detail is being read.
-        if self.is_on_screen and not self.query_one("#db-gens-pane").has_class("detail-max"):
+        if self.is_on_screen and self._connect_when_shown:
+            self.on_show()
+        elif self.is_on_screen and not self.query_one("#db-gens-pane").has_class("detail-max"):
             self.action_reload()
