@@ -35,7 +35,7 @@ def test_every_tracker_gets_trl_names_evals_config_and_completions_and_a_resume_
 
     out, tk = tmp_path / "out", tmp_path / "trackio"
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tk)}
-    done = worker(root, out, env, "training.max_steps=4")
+    done = worker(root, out, env, "training.max_steps=4", "eval.also_sampled=true")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     frames = [decode_event(line) for line in (out / "run.jsonl").read_bytes().splitlines()]
     steps = {e.step: e for e in frames if isinstance(e, m.Step)}
@@ -50,6 +50,8 @@ def test_every_tracker_gets_trl_names_evals_config_and_completions_and_a_resume_
                  "train/clip_ratio/low_mean", "train/entropy", "train/grad_norm", "train/learning_rate"):
         assert name in scalars, name
     assert [s for s, _ in scalars["eval/reward"]] == [0, 2, 4] and "eval/accuracy" in scalars
+    # eval.also_sampled: the greedy pass keeps TRL's eval/ names, the sampled pass is eval_sampled/
+    assert [s for s, _ in scalars["eval_sampled/accuracy"]] == [0, 2, 4]
     table = acc.Tensors("completions")
     assert [t.step for t in table] == [2, 4]
     text = table[0].tensor_proto.string_val[0].decode()
