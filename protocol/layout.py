@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -61,12 +62,6 @@ def checkpoint_dir_name(kind: CheckpointKind, step: int) -> str:
 def last_good_dir_name(step: int) -> str:
     """The folder a copy of the last good checkpoint (of ``step``) is kept in."""
     return f"{_LAST_GOOD}{step}"
-
-
-def is_periodic_dir_name(name: str) -> bool:
-    """A ``checkpoint-<step>`` folder: the only ones ``keep_last`` prunes."""
-    found = parse_checkpoint_dir_name(name)
-    return found is not None and found[0] == "periodic"
 
 
 def parse_checkpoint_dir_name(name: str) -> tuple[FolderKind, int | None] | None:
@@ -134,6 +129,41 @@ def read_step(directory: Path) -> int | None:
         return msgspec.json.decode((directory / STATE_FILE).read_bytes(), type=_StepOnly).step
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+@dataclass(frozen=True)
+class CheckpointFolder:
+    """A folder directly under the output folder that is a checkpoint by its name or by its state."""
+
+    path: Path
+    kind: FolderKind | None  # what the name says; None for another name (``damaged-<name>``)
+    name_step: int | None  # the step in the name (None for ``final/``)
+    state: TrainingState | None  # None: not complete (or written in another shape, e.g. by hand)
+
+
+def list_checkpoints(output_dir: str | Path) -> list[CheckpointFolder]:
+    """Every checkpoint folder directly under ``output_dir`` with its state, oldest step first (the
+    state's step, else the name's; then the time it was written). Saves in progress (hidden
+    folders) are left out. The worker resumes, prunes and sets aside from this list; the
+    dashboard's Config tab shows it."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        if path.name.startswith(".") or not path.is_dir():
+            continue
+        parsed = parse_checkpoint_dir_name(path.name)
+        state = read_state(path)
+        if parsed is not None or state is not None:
+            kind, step = parsed if parsed is not None else (None, None)
+            found.append(CheckpointFolder(path, kind, step, state))
+
+    def order(f: CheckpointFolder) -> tuple[bool, int, float]:
+        step = f.state.step if f.state is not None else f.name_step
+        return step is None, step or 0, f.state.created_at if f.state is not None else 0.0
+
+    return sorted(found, key=order)
 
 
 def cache_dir(kind: str) -> Path:

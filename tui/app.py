@@ -33,7 +33,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.tui.checkpoints import CheckpointInfo, list_checkpoints
+from grpo_tui.tui.checkpoints import CheckpointInfo, describe_checkpoints
 from grpo_tui.protocol.control import refusal
 from grpo_tui.tui.connection import RunConnection
 from grpo_tui.tui.format import eval_note
@@ -240,7 +240,7 @@ class GrpoApp(RunControl):
         """Live frames wait for the next flush (once a second, however fast they come); an answer
         to a key is drawn at once."""
         self._pending.extend(message.items)
-        if any(isinstance(item, WorkerExited) and item.final for item in message.items):
+        if any(isinstance(item, WorkerExited) and item.exit.final for item in message.items):
             self._worker_gone.set()
         if self._prompt is None and any(_answers_a_key(item) for item in message.items):
             self._prompt = self.set_timer(PROMPT_S, self._prompt_flush)
@@ -294,7 +294,7 @@ class GrpoApp(RunControl):
                     self._render(dirty)
                     dirty = set()
                     self._greeted = False  # a restarted worker says hello again
-                    self._worker_exited(item)
+                    self._worker_exited(item.exit)
                 case _:
                     assert_never(item)
         self._add_logs(logs)
@@ -344,7 +344,7 @@ class GrpoApp(RunControl):
     def scan_checkpoints(self) -> None:
         kinds = {c.path: c.kind for c in self.state.checkpoints}
         folder = self.state.output_dir or self.config.checkpoint.output_dir
-        self.post_message(CheckpointsScanned(list_checkpoints(folder, kinds)))
+        self.post_message(CheckpointsScanned(describe_checkpoints(folder, kinds)))
 
     def on_checkpoints_scanned(self, message: CheckpointsScanned) -> None:
         for panel in self.query(ConfigPanel):  # none while the app tears down

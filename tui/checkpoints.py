@@ -13,7 +13,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from grpo_tui.protocol.layout import OPTIMIZER_FILE, parse_checkpoint_dir_name, read_step
+from grpo_tui.protocol.layout import OPTIMIZER_FILE, CheckpointFolder, list_checkpoints, read_step
 
 
 @dataclass(frozen=True)
@@ -26,29 +26,22 @@ class CheckpointInfo:
     dtypes: tuple[str, ...]
 
 
-def _kind_and_step(folder: Path) -> tuple[str, int | None] | None:
-    found = parse_checkpoint_dir_name(folder.name)
-    if found is None or found[0] == "last_good":  # a kept copy of a listed checkpoint: not listed again
-        return None
-    return found
-
-
 def _weights(folder: Path) -> list[Path]:
     # optimizer state is not part of the model; everything else in safetensors is
     optimizer = OPTIMIZER_FILE.split(".")[0]
     return sorted(p for p in folder.glob("*.safetensors") if not p.name.startswith(optimizer))
 
 
-def describe(folder: Path, kinds: Mapping[str, str] | None = None) -> CheckpointInfo | None:
-    """One checkpoint folder, or None when it is not one. ``kinds`` maps paths to announced kinds."""
-    found = _kind_and_step(folder)
-    if found is None or not folder.is_dir():
+def describe(folder: CheckpointFolder, kinds: Mapping[str, str] | None = None) -> CheckpointInfo | None:
+    """One checkpoint, or None when it is not listed (a last-good copy is a kept copy of a listed
+    one; a damaged one is set aside). ``kinds`` maps paths to announced kinds."""
+    if folder.kind is None or folder.kind == "last_good":
         return None
-    kind, step = found
-    if (saved := read_step(folder)) is not None:  # the state's step; the name's when there is none
-        step = saved
+    # the state's step (read leniently: a state of another shape still says it), else the name's
+    saved = folder.state.step if folder.state is not None else read_step(folder.path)
+    step = saved if saved is not None else folder.name_step
     params, dtypes = 0, set()
-    for file in _weights(folder):
+    for file in _weights(folder.path):
         try:
             with safe_open(str(file), framework="numpy") as f:
                 for key in f.keys():
@@ -57,16 +50,13 @@ def describe(folder: Path, kinds: Mapping[str, str] | None = None) -> Checkpoint
                     dtypes.add(str(tensor.get_dtype()))
         except Exception:  # a half-written or foreign file: list it without numbers
             continue
-    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
-    kind = (kinds or {}).get(str(folder), kind)
-    return CheckpointInfo(folder, step, kind, size, params, tuple(sorted(dtypes)))
+    size = sum(p.stat().st_size for p in folder.path.iterdir() if p.is_file())
+    kind = (kinds or {}).get(str(folder.path), folder.kind)
+    return CheckpointInfo(folder.path, step, kind, size, params, tuple(sorted(dtypes)))
 
 
-def list_checkpoints(output_dir: str | Path, kinds: Mapping[str, str] | None = None) -> list[CheckpointInfo]:
-    """Every checkpoint folder directly under ``output_dir``, by step (``final`` last)."""
-    root = Path(output_dir)
-    if not root.is_dir():
-        return []
-    infos = [info for p in root.iterdir() if (info := describe(p, kinds))]
+def describe_checkpoints(output_dir: str | Path, kinds: Mapping[str, str] | None = None) -> list[CheckpointInfo]:
+    """Every checkpoint folder directly under ``output_dir`` (protocol/layout.py's list), described,
+    by step (``final`` last)."""
+    infos = [info for f in list_checkpoints(output_dir) if (info := describe(f, kinds))]
     return sorted(infos, key=lambda i: (i.step is None, i.step or 0, i.kind))
-

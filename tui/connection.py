@@ -138,10 +138,7 @@ def to_output(line: bytes) -> WorkerOutput | None:
         case c.StderrLine(line=text):
             return WorkerStderr(text)
         case c.WorkerExit():
-            return WorkerExited(
-                frame.code, frame.reason, frame.restart_in_s, frame.attempt, frame.max_restarts,
-                frame.restart_on_crash, frame.final, frame.retry,
-            )
+            return WorkerExited(frame)
         case _:
             return WorkerEvent(frame)
 
@@ -251,9 +248,10 @@ class RunConnection:
             self.ended = True
             record = c.read_record(self.output_dir)
             if record is not None and record.exit_code is not None and record.status not in c.LIVE_STATUSES:
-                self._post(WorkerFrames([WorkerExited(record.exit_code, record.reason)]))
+                self._post(WorkerFrames([WorkerExited(c.WorkerExit(code=record.exit_code, reason=record.reason, final=True))]))
             else:
-                self._post(WorkerFrames([WorkerExited(-9, f"the run's supervisor (pid {self.supervisor_pid}) is gone")]))
+                gone = f"the run's supervisor (pid {self.supervisor_pid}) is gone"
+                self._post(WorkerFrames([WorkerExited(c.WorkerExit(code=-9, reason=gone, final=True))]))
             return
 
     def _live(self, line: bytes) -> WorkerOutput | None:
@@ -267,9 +265,9 @@ class RunConnection:
         if not self._counted(out):
             return None
         if isinstance(out, WorkerExited):
-            self.ended = out.final
-            self.exit_code = out.code if out.final else None
-            if not out.final:
+            self.ended = out.exit.final
+            self.exit_code = out.exit.code if out.exit.final else None
+            if not out.exit.final:
                 self.worker_pid = 0
         elif isinstance(out, WorkerEvent) and isinstance(out.event, m.Hello):
             self.worker_pid = out.event.pid

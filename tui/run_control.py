@@ -19,7 +19,7 @@ from textual import work
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.blas import child_env
-from grpo_tui.protocol.control import Restart, read_record
+from grpo_tui.protocol.control import Restart, WorkerExit, read_record
 from grpo_tui.protocol.outcome import restartable
 from grpo_tui.tui.actions import DashboardKeys
 from grpo_tui.tui.connection import RunConnection, RunLive, launch, read_history, supervisor_failure, wait_ready_async
@@ -92,7 +92,7 @@ class RunControl(DashboardKeys):
         self.read_only = True
         items: list[WorkerOutput] = await asyncio.to_thread(read_history, out)
         if (record := read_record(out)) is not None and record.exit_code is not None:
-            items.append(WorkerExited(record.exit_code, record.reason))
+            items.append(WorkerExited(WorkerExit(code=record.exit_code, reason=record.reason, final=True)))
         elif not items:
             self._fail(f"no run in {out}: no control socket and no run.jsonl")
             return
@@ -103,7 +103,7 @@ class RunControl(DashboardKeys):
         self.notify("read-only: this run is over", timeout=5)
         self._render({"header", "bindings"})
 
-    def _worker_exited(self, exited: WorkerExited) -> None:
+    def _worker_exited(self, exited: WorkerExit) -> None:
         """The supervisor decides about restarts (tui/supervisor.py); the dashboard shows its countdown,
         or a mistake's sentence with a retry (``ending``)."""
         s, code = self.state, exited.code

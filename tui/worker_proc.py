@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 
 
@@ -39,18 +40,10 @@ class WorkerBadLine:
 
 @dataclass(eq=False, slots=True)
 class WorkerExited:
-    """The worker is gone, after its last frame and stderr line (the supervisor's ``worker_exit``):
-    it restarts in ``restart_in_s`` seconds (attempt ``attempt`` of ``max_restarts``), or, with
-    ``final``, the run is over."""
+    """The worker is gone, after its last frame and stderr line: the supervisor's ``worker_exit``
+    (protocol/control.py says what it carries: a restart's countdown, or ``final``)."""
 
-    code: int
-    reason: str = ""
-    restart_in_s: float | None = None
-    attempt: int = 0
-    max_restarts: int = 0
-    restart_on_crash: bool = True
-    final: bool = True
-    retry: bool = False  # a fixable mistake: the supervisor waits for a retry (``Restart``) or a cancel
+    exit: c.WorkerExit
 
 
 WorkerOutput = WorkerEvent | WorkerStderr | WorkerBadLine | WorkerExited

@@ -29,7 +29,7 @@ from grpo_tui.protocol.layout import (
     STATE_FILE,
     TMP_PREFIX as _TMP,
     TrainingState,
-    is_periodic_dir_name,
+    list_checkpoints,
     parse_checkpoint_dir_name,
     read_state,
     write_state,
@@ -39,7 +39,7 @@ DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed to load, set aside (prot
 
 __all__ = [  # STATE_FILE, TrainingState and read_state are the worker's names for protocol/layout's
     "DAMAGED_PREFIX", "OPTIMIZER_FILE", "STATE_FILE", "Saver", "damage", "set_damaged_aside", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
-    "list_checkpoints", "nan_stop_message", "resumable", "resume_command", "run_command", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
+    "nan_stop_message", "resumable", "resume_command", "run_command", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
 ]
 
 
@@ -149,18 +149,6 @@ def recover_interrupted(output_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def list_checkpoints(output_dir: Path) -> list[tuple[Path, TrainingState]]:
-    """Every complete checkpoint directly under ``output_dir``, oldest step first."""
-    found = []
-    if output_dir.is_dir():
-        for path in output_dir.iterdir():
-            if path.is_dir() and not path.name.startswith("."):
-                state = read_state(path)
-                if state is not None:
-                    found.append((path, state))
-    return sorted(found, key=lambda item: (item[1].step, item[1].created_at))
-
-
 def resumable(path: Path, state: TrainingState) -> bool:
     """Whether ``resume = "latest"`` may pick this checkpoint: periodic, manual and final ones, and
     an emergency save after a crash (its weights are the last completed step's). A NaN emergency
@@ -176,14 +164,14 @@ def resumable(path: Path, state: TrainingState) -> bool:
 
 def find_latest(output_dir: Path) -> tuple[Path, TrainingState] | None:
     """The newest resumable checkpoint (highest step, then most recently written)."""
-    found = [(p, s) for p, s in list_checkpoints(output_dir) if resumable(p, s)]
+    found = [(f.path, f.state) for f in list_checkpoints(output_dir) if f.state is not None and resumable(f.path, f.state)]
     return found[-1] if found else None
 
 
 def skipped_newer(output_dir: Path, step: int) -> list[Path]:
     """Emergency and last-good checkpoints newer than ``step`` that "latest" passed over."""
-    return [p for p, s in list_checkpoints(output_dir)
-            if s.step > step and parse_checkpoint_dir_name(p.name) is not None and not resumable(p, s)]
+    return [f.path for f in list_checkpoints(output_dir)
+            if f.state is not None and f.state.step > step and f.kind is not None and not resumable(f.path, f.state)]
 
 
 def damage(directory: Path) -> str | None:
@@ -219,7 +207,7 @@ def prune(output_dir: Path, keep_last: int) -> list[Path]:
     """Delete all but the ``keep_last`` newest periodic checkpoints. Returns what was deleted."""
     if keep_last <= 0:
         return []
-    periodic = [p for p, s in list_checkpoints(output_dir) if s.kind == "periodic" and is_periodic_dir_name(p.name)]
+    periodic = [f.path for f in list_checkpoints(output_dir) if f.state is not None and f.state.kind == "periodic" and f.kind == "periodic"]
     doomed = periodic[:-keep_last]
     for path in doomed:
         # Rename first so a kill mid-delete never leaves a half checkpoint that looks complete.
@@ -232,7 +220,7 @@ def prune(output_dir: Path, keep_last: int) -> list[Path]:
 def set_aside(output_dir: Path) -> Path | None:
     """Move an earlier run's checkpoints to ``previous-<time>/`` so a fresh start never resumes
     from them by mistake (and nothing is deleted). Returns the new folder, if any."""
-    old = [p for p, _ in list_checkpoints(output_dir)]
+    old = [f.path for f in list_checkpoints(output_dir) if f.state is not None]
     if not old:
         return None
     dest = output_dir / time.strftime(PREVIOUS_DIR_FORMAT)

@@ -32,7 +32,6 @@ def test_folder_names():
     assert layout.parse_checkpoint_dir_name("emergency-9-sigterm") == ("emergency", 9)
     for other in ("checkpoint-30.tmp", ".tmp-checkpoint-3", "outputs.db", "previous-20250101-000000", "checkpoint-"):
         assert layout.parse_checkpoint_dir_name(other) is None, other
-    assert layout.is_periodic_dir_name("checkpoint-3") and not layout.is_periodic_dir_name("last-good-3")
     assert set(layout.FOLDER_KINDS) == {"periodic", "final", "emergency", "last_good"}
 
 
@@ -69,3 +68,24 @@ def test_toml_output_parses_back_to_the_same_data_without_none():
         "section": {"k": "v", "nested": {"deep": [0.1]}},
     }  # fmt: skip
     assert dumps({"a": 1}).startswith("a = 1")
+
+
+def test_list_checkpoints_is_both_sides_view_of_the_folder(tmp_path: Path):
+    """The worker resumes and prunes from this list, the Config tab shows it: every checkpoint by
+    name or by a complete state, never a save in progress, oldest step first."""
+    def state(step: int) -> layout.TrainingState:
+        return layout.TrainingState(step=step, epoch=0, step_in_epoch=step, kind="periodic", run_id=1, seed=0,
+                                    dataset_size=10, dataset_hash="h", config_digest="d", total_steps=20)
+
+    for name, step in (("checkpoint-8", 8), ("damaged-checkpoint-2", 2), (".tmp-checkpoint-9", 9), ("last-good-4", 4)):
+        (tmp_path / name).mkdir()
+        layout.write_state(tmp_path / name, state(step))
+    for name in ("final", "previous-20250101-000000", "checkpoint-6"):  # no state (final: still being written)
+        (tmp_path / name).mkdir()
+    (tmp_path / "outputs.db").write_text("")
+    found = layout.list_checkpoints(tmp_path)
+    assert [(f.path.name, f.kind, f.state is not None) for f in found] == [
+        ("damaged-checkpoint-2", None, True), ("last-good-4", "last_good", True), ("checkpoint-6", "periodic", False),
+        ("checkpoint-8", "periodic", True), ("final", "final", False),
+    ]
+    assert layout.list_checkpoints(tmp_path / "nowhere") == []

@@ -5,7 +5,7 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from grpo_tui.tui.checkpoints import list_checkpoints
+from grpo_tui.tui.checkpoints import describe_checkpoints
 from grpo_tui.tui.format import human_size
 
 
@@ -21,7 +21,7 @@ def test_lists_checkpoints_with_header_numbers(tmp_path):
     (tmp_path / "checkpoint-30.tmp").mkdir()  # a save in progress is not listed
     (tmp_path / "outputs.db").write_text("")
 
-    infos = list_checkpoints(tmp_path, kinds={str(a): "manual"})
+    infos = describe_checkpoints(tmp_path, kinds={str(a): "manual"})
     assert [(i.step, i.kind, i.parameters, i.dtypes) for i in infos] == [
         (20, "manual", 40, ("F32",)),
         (40, "final", 6, ("F16",)),
@@ -33,10 +33,10 @@ def test_a_corrupt_file_is_listed_without_numbers(tmp_path):
     c = tmp_path / "checkpoint-5"
     c.mkdir()
     (c / "model.safetensors").write_bytes(b"\x00garbage")
-    [info] = list_checkpoints(tmp_path)
+    [info] = describe_checkpoints(tmp_path)
     assert info.step == 5 and info.parameters == 0 and info.dtypes == ()
 
 
 def test_missing_folder_and_sizes(tmp_path):
-    assert list_checkpoints(tmp_path / "nope") == []
+    assert describe_checkpoints(tmp_path / "nope") == []
     assert human_size(512) == "512 B" and human_size(3 * 1024 * 1024) == "3.0 MB"
