@@ -18,6 +18,7 @@ the informative groups it has.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,8 @@ class Selection:
     padding: set[int] = field(default_factory=set)
     rounds: int = 1
     informative: int = 0
+    generation_s: float = 0.0  # the rounds' rollouts
+    scoring_s: float = 0.0  # the rounds' scoring
 
     @property
     def dropped(self) -> set[int]:
@@ -97,6 +100,21 @@ def count_informative(rounds: list[Round], group_size: int) -> int:
     return sum(sum(informative_groups(r.totals, group_size)) for r in rounds)
 
 
+def sample(step: int, indices: list[int], roll: Callable[[int, list[int]], Round], *, group_size: int,
+           batch_size: int, dataset_size: int, seed: int, dynamic: bool, max_rounds: int) -> Selection:
+    """The step's rounds and what trains: round 0 rolls out the step's prompts (``indices``);
+    with ``dynamic``, more rounds follow until there are ``batch_size`` informative groups or
+    ``max_rounds`` ran. ``roll(round, indices)`` rolls out and scores one round."""
+    rounds = [roll(0, indices)]
+    if dynamic:
+        used = set(indices)
+        while count_informative(rounds, group_size) < batch_size and len(rounds) < max_rounds:
+            more = extra_prompts(step, len(rounds), dataset_size, batch_size, seed, used)
+            used.update(more)
+            rounds.append(roll(len(rounds), more))
+    return select(rounds, group_size, batch_size, dynamic)
+
+
 def select(rounds: list[Round], group_size: int, batch_size: int, dynamic: bool) -> Selection:
     """The rounds end to end and the trained slots (every group, in order, when not ``dynamic``)."""
     examples, completions, totals = [], [], []
@@ -110,15 +128,17 @@ def select(rounds: list[Round], group_size: int, batch_size: int, dynamic: bool)
         for label in labels:
             per_fn[label] += round_.per_fn[label]
     logged = _merge_logs([r.logged for r in rounds], len(completions))
+    generation_s, scoring_s = sum(r.generation_s for r in rounds), sum(r.scoring_s for r in rounds)
     if not dynamic:
-        return Selection(examples, completions, totals, per_fn, logged, slots=list(range(len(examples))))
+        return Selection(examples, completions, totals, per_fn, logged, slots=list(range(len(examples))),
+                         generation_s=generation_s, scoring_s=scoring_s)
     useful = informative_groups(totals, group_size)
     good = [g for g, ok in enumerate(useful) if ok]
     slots = good[:batch_size]
     stand_ins = [g for g, ok in enumerate(useful) if not ok][: batch_size - len(slots)]
     padding = set(range(len(slots), len(slots) + len(stand_ins)))
     return Selection(examples, completions, totals, per_fn, logged, slots=slots + stand_ins, padding=padding,
-                     rounds=len(rounds), informative=len(good))
+                     rounds=len(rounds), informative=len(good), generation_s=generation_s, scoring_s=scoring_s)
 
 
 def _merge_logs(logs: list[StepLog], n: int) -> StepLog:

@@ -102,6 +102,66 @@ def high_entropy_mask(entropy: mx.array, mask: mx.array, quantile: float) -> mx.
     return mx.array(((values * counted >= floor) & counted).astype(np.float32))
 
 
+@dataclass(frozen=True)
+class _Counts:
+    """What a loss type divides by: this micro-batch's completion tokens (``seq_tokens`` per row,
+    ``tokens`` in all), its rows, and the accumulated batch's (``part_of``, ``num_items``)."""
+
+    seq_tokens: mx.array
+    tokens: mx.array
+    rows: int
+    batch_tokens: mx.array | None
+    num_items: float | mx.array | None
+    accumulation_steps: int
+    max_completion_length: int | None
+
+
+# One normalisation of the masked per-token loss (N, T) per loss type, TRL's, side by side.
+def _grpo(masked: mx.array, n: _Counts) -> mx.array:  # each completion's mean, then the rows' mean
+    return mx.sum(mx.sum(masked, axis=-1) / mx.maximum(n.seq_tokens, 1.0)) / n.rows / n.accumulation_steps
+
+
+def _bnpo(masked: mx.array, n: _Counts) -> mx.array:  # the micro-batch's token mean
+    denom = n.tokens if n.batch_tokens is None else mx.array(n.batch_tokens, dtype=mx.float32)
+    return mx.sum(masked) / mx.maximum(denom, 1.0) / n.accumulation_steps
+
+
+def _dr_grpo(masked: mx.array, n: _Counts) -> mx.array:  # a constant: rows × the longest completion allowed
+    length = n.max_completion_length if n.max_completion_length is not None else masked.shape[-1]
+    return mx.sum(masked) / (n.rows * length) / n.accumulation_steps
+
+
+def _dapo(masked: mx.array, n: _Counts) -> mx.array:  # the active tokens of the whole accumulated batch
+    denom = n.tokens if n.num_items is None else mx.array(n.num_items, dtype=mx.float32)
+    return mx.sum(masked) / mx.maximum(denom, 1.0)
+
+
+NORMALISATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo}
+
+
+def _log_weight(log_ratio: mx.array, mask: mx.array, seq_tokens: mx.array, level: str) -> mx.array:
+    """The log importance weight: per token, or the completion's mean log ratio (GSPO's sequence level)."""
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        return (mx.sum(log_ratio * mask, axis=-1) / mx.maximum(seq_tokens, 1.0))[:, None]
+    raise ValueError(f"importance_sampling_level must be token or sequence, not {level!r}")
+
+
+def _clip_metrics(ratio: mx.array, adv: mx.array, mask: mx.array, tokens: mx.array,
+                  settings: LossSettings) -> dict[str, mx.array]:
+    """Clip statistics (TRL): a token counts as clipped only when clipping changes its gradient."""
+    ratio_b = mx.broadcast_to(ratio, mask.shape)
+    low = ((ratio_b < 1.0 - settings.epsilon) & (adv < 0)).astype(mx.float32)
+    high = ((ratio_b > 1.0 + settings.epsilon_high) & (adv > 0)).astype(mx.float32)
+    denom = mx.maximum(tokens, 1.0)
+    return {
+        "clip_ratio_low": mx.sum(low * mask) / denom,
+        "clip_ratio_high": mx.sum(high * mask) / denom,
+        "clip_ratio_region": mx.sum(mx.maximum(low, high) * mask) / denom,
+    }
+
+
 def policy_loss(
     logps: mx.array,
     old_logps: mx.array,
@@ -125,64 +185,31 @@ def policy_loss(
     Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
     ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
     """
-    loss_type, epsilon, epsilon_high, beta = settings.loss_type, settings.epsilon, settings.epsilon_high, settings.beta
-    importance_sampling_level, max_completion_length = settings.importance_sampling_level, settings.max_completion_length
-    batch_rows, batch_tokens = (None, None) if part_of is None else (part_of.rows, part_of.tokens)
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {loss_type!r}")
+    if settings.loss_type not in NORMALISATIONS:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {settings.loss_type!r}")
     mask = mask.astype(mx.float32)
     seq_tokens = mx.sum(mask, axis=-1)
     tokens = mx.sum(mask)
-    log_ratio = logps - old_logps
-    if importance_sampling_level == "token":
-        log_weight = log_ratio
-    elif importance_sampling_level == "sequence":
-        log_weight = (mx.sum(log_ratio * mask, axis=-1) / mx.maximum(seq_tokens, 1.0))[:, None]
-    else:
-        raise ValueError(f"importance_sampling_level must be token or sequence, not {importance_sampling_level!r}")
+    log_weight = _log_weight(logps - old_logps, mask, seq_tokens, settings.importance_sampling_level)
 
     ratio = mx.exp(log_weight)
-    clipped = mx.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
+    clipped = mx.clip(ratio, 1.0 - settings.epsilon, 1.0 + settings.epsilon_high)
     adv = advantages[:, None]
     per_token = -mx.minimum(ratio * adv, clipped * adv)
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
 
     kl = mx.array(0.0)
-    if beta != 0.0:
+    if settings.beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
         delta = ref_logps - logps
         per_token_kl = mx.exp(delta) - delta - 1.0  # k3 estimator, >= 0
-        per_token = per_token + beta * per_token_kl
+        per_token = per_token + settings.beta * per_token_kl
         kl = mx.sum(per_token_kl * mask) / mx.maximum(tokens, 1.0)
 
-    masked = per_token * mask
-    rows = mask.shape[0] if batch_rows is None else batch_rows
-    if loss_type == "grpo":
-        loss = mx.sum(mx.sum(masked, axis=-1) / mx.maximum(seq_tokens, 1.0)) / rows / accumulation_steps
-    elif loss_type == "bnpo":
-        denom = tokens if batch_tokens is None else mx.array(batch_tokens, dtype=mx.float32)
-        loss = mx.sum(masked) / mx.maximum(denom, 1.0) / accumulation_steps
-    elif loss_type == "dr_grpo":
-        length = max_completion_length if max_completion_length is not None else mask.shape[-1]
-        loss = mx.sum(masked) / (rows * length) / accumulation_steps
-    elif loss_type == "dapo":  # normalised by the active tokens of the whole accumulated batch
-        denom = tokens if num_items is None else mx.array(num_items, dtype=mx.float32)
-        loss = mx.sum(masked) / mx.maximum(denom, 1.0)
-    else:
-        raise NotImplementedError(f"loss_type {loss_type!r}")
-
-    # Clip statistics (TRL): a token counts as clipped only when clipping changes its gradient.
-    ratio_b = mx.broadcast_to(ratio, mask.shape)
-    low = ((ratio_b < 1.0 - epsilon) & (adv < 0)).astype(mx.float32)
-    high = ((ratio_b > 1.0 + epsilon_high) & (adv > 0)).astype(mx.float32)
-    denom = mx.maximum(tokens, 1.0)
-    metrics = {
-        "clip_ratio_low": mx.sum(low * mask) / denom,
-        "clip_ratio_high": mx.sum(high * mask) / denom,
-        "clip_ratio_region": mx.sum(mx.maximum(low, high) * mask) / denom,
-        "kl": kl,
-        "tokens": tokens,
-    }
-    return loss, metrics
+    counts = _Counts(seq_tokens, tokens, mask.shape[0] if part_of is None else part_of.rows,
+                     None if part_of is None else part_of.tokens, num_items, accumulation_steps,
+                     settings.max_completion_length)
+    loss = NORMALISATIONS[settings.loss_type](per_token * mask, counts)
+    return loss, {**_clip_metrics(ratio, adv, mask, tokens, settings), "kl": kl, "tokens": tokens}

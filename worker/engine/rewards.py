@@ -18,15 +18,21 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
 
 from grpo_tui.protocol import preflight
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.protocol.outcome import Mistake
 
 from . import schema_check, timed_calls
+from .data import Example, columns_for
 from .parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
-from .reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, trl_completions
+from .reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
+
+if TYPE_CHECKING:
+    from .rollout import Completion
 
 RewardFn = Callable[..., Any]
 
@@ -459,3 +465,34 @@ def score(
         present = [w * v for w, v in parts if v is not None]
         totals.append(sum(present) if present else None)
     return totals, per_fn
+
+
+def score_completions(rewards: list[Reward], owners: list[Example], completions: list[Completion],
+                      state: TrainerState, max_completion_length: int, *, with_tools: bool,
+                      warn: Callable[[str], None]) -> tuple[list[float | None], dict[str, list[float | None]], StepLog]:
+    """Score rollout completions (each of prompt ``owners[i]``) as TRL's trainer does: (weighted
+    sums, per-function scores, what the functions logged). The extras are worked out here from the
+    completions: the thinking split off, the tool calls parsed, the token counts."""
+    parsed = [split_thinking(c.text) for c in completions]
+    extras: dict[str, Any] = {
+        "finish_reason": [c.finish_reason for c in completions],
+        "thinking": [thinking for thinking, _ in parsed],
+        "answer": [answer for _, answer in parsed],
+        "tool_calls": [[msgspec.to_builtins(t) for t in parse_tool_calls(answer)] for _, answer in parsed],
+        "num_tokens": [c.model_tokens for c in completions],
+        "prompt_tokens": [len(e.prompt_ids) for e in owners],
+        "max_completion_length": max_completion_length,  # built-ins only
+    }
+    logged = StepLog(len(completions), warn)
+    conversations = None
+    if with_tools:
+        extras["num_tool_calls"] = [sum(t.role == "tool" for t in c.turns) for c in completions]
+        extras["failed_tool_calls"] = [sum(t.role == "tool" and t.error is not None for t in c.turns)
+                                       for c in completions]
+        conversations = [tool_conversation(c.turns) for c in completions]
+    totals, per_fn = score(
+        rewards, [e.prompt for e in owners], [c.text for c in completions], columns_for(owners),
+        extras, warn, completion_ids=[list(c.token_ids) for c in completions], trainer_state=state, log=logged,
+        conversations=conversations,
+    )
+    return totals, per_fn, logged

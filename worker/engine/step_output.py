@@ -1,7 +1,8 @@
 """A training step's output, assembled in one place from what the step produced: the ``step``
 frame's metrics (TRL's names) from its completions and their scores, the optimiser's passes, the
 phases' times and the memory (``Trainer.train_step`` gathers ``StepResults``; ``step_metrics`` turns
-them into a ``Step``). No MLX here: the step hands over plain numbers.
+them into a ``Step``), and the step's generations for the store (``generations``). No MLX here:
+the step hands over plain numbers.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ import numpy as np
 
 from grpo_tui.protocol.messages import ClipRatio, RankTiming, Step, finite, mean_of
 
+from ..records import Generation
+from .agent import tool_calls
+from .data import Example
+from .parsing import parse_tool_calls, split_thinking
+from .reward_call import StepLog
 from .rollout import Completion
 from .update import PassResult
 
@@ -98,3 +104,33 @@ def step_metrics(r: StepResults) -> Step:
         all_reduce_bytes=r.all_reduce_bytes,
     )
 
+
+
+def generations(owners: list[Example], completions: list[Completion], totals: list[float | None],
+                per_fn: dict[str, list[float | None]], advantages: list[float], logged: StepLog, group_size: int,
+                dropped: set[int] | None = None) -> list[Generation]:
+    """The step's generations as the store keeps them: each completion with its prompt (``owners``),
+    scores, advantage and what the reward functions noted; ``dropped``: the prompts not trained on."""
+    out = []
+    for i, (ex, c) in enumerate(zip(owners, completions)):
+        thinking, answer = split_thinking(c.text)
+        out.append(
+            Generation(
+                prompt_index=c.prompt_index,
+                group_index=i % group_size,
+                prompt=ex.prompt_text,
+                completion=answer,
+                raw_completion=c.transcript if c.transcript is not None else c.text,
+                thinking=thinking,
+                reward=totals[i],
+                reward_details={label: values[i] for label, values in per_fn.items()},
+                advantage=advantages[i],
+                num_tokens=c.model_tokens,
+                finish_reason=c.finish_reason,
+                tool_calls=tool_calls(c.turns) if c.turns else parse_tool_calls(answer),
+                reward_notes=logged.notes(i),
+                turns=list(c.turns),
+                dropped=dropped is not None and c.prompt_index in dropped,
+            )
+        )
+    return out

@@ -14,39 +14,29 @@ from pathlib import Path
 from typing import Callable
 
 import mlx.core as mx
-import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel, Phase
 
-from ..records import EvalBatch, Generation, StepOutput
+from ..records import EvalBatch, StepOutput
 from . import agent, checkpointing, data, distributed, dynamic_sampling, memory_fit, model as model_io
 from . import judge, model_source
 from . import plan as engine_plan, rollout, sampling, timed_calls
 from .inputs import Inputs, load_inputs
 from .schedule import scheduled_lr
 from .accel import fastgen, patches
-from .batch import MicroBatch, pack
 from .grpo import group_advantages, group_std
-from .logps import token_logps
 from .loss import LossFunctions
-from .parsing import parse_tool_calls, split_thinking
-from .reward_call import StepLog, TrainerState, tool_conversation
-from .rewards import RewardError, score
+from .reward_call import TrainerState
+from .rewards import RewardError, score_completions
+from . import step_output
 from .step_output import StepResults, step_metrics
-from .update import PassResult, make_optimizer, optimize_pass
+from .update import PassResult, make_optimizer, micro_batches, optimize_pass
 
 __all__ = ["Trainer", "RewardError", "default_log"]
 
 REFERENCE_FILE = "reference.safetensors"  # grpo.sync_ref_model: the synced reference, in checkpoints
-
-def _masked(grpo, finish: str) -> bool:
-    """Whether a completion is left out of the loss (``mask_*_completions``)."""
-    return (grpo.mask_truncated_completions and finish != "stop") or (
-        grpo.mask_repetition_completions and finish == "repetition"
-    )
-
 
 def _advantage_by_completion(selection: dynamic_sampling.Selection, trained: list[float], G: int) -> list[float]:
     """Each generated completion's advantage: its trained slot's, 0 for a dropped group's (its
@@ -155,18 +145,11 @@ class Trainer:
         self.ranks.start_step()
         epoch, _, indices = self.batch(step)
         judge.take_seconds(self.rewards)  # an evaluation's judging since the last step is not this step's
-        rounds = [self._sampling_round(step, 0, [self.dataset[i] for i in indices], on_phase)]
-        if cfg.grpo.dynamic_sampling:
-            used = set(indices)
-            while (dynamic_sampling.count_informative(rounds, G) < cfg.training.batch_size
-                   and len(rounds) < cfg.grpo.max_sampling_rounds):
-                more = dynamic_sampling.extra_prompts(step, len(rounds), self.dataset_size, cfg.training.batch_size,
-                                                      cfg.data.seed, used)
-                used.update(more)
-                rounds.append(self._sampling_round(step, len(rounds), [self.dataset[i] for i in more], on_phase))
-        selection = dynamic_sampling.select(rounds, G, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
-        generation_s = sum(r.generation_s for r in rounds)
-        scoring_s = sum(r.scoring_s for r in rounds)
+        selection = dynamic_sampling.sample(
+            step, indices, lambda r, more: self._sampling_round(step, r, [self.dataset[i] for i in more], on_phase),
+            group_size=G, batch_size=cfg.training.batch_size, dataset_size=self.dataset_size, seed=cfg.data.seed,
+            dynamic=cfg.grpo.dynamic_sampling, max_rounds=cfg.grpo.max_sampling_rounds)
+        generation_s, scoring_s = selection.generation_s, selection.scoring_s
         # The trained batch (examples, completions; all of the step's without dynamic sampling) and
         # what the step generated and scored in every round (generated, all_totals): the reward
         # and length metrics are the latter's, the advantages and the loss the former's.
@@ -207,9 +190,9 @@ class Trainer:
         ))  # fmt: skip
         if not metrics.gradients_applied:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
-        generations = self._generations(owners, generated, all_totals, per_fn,
-                                        _advantage_by_completion(selection, advantages.tolist(), G), logged,
-                                        dropped=selection.dropped)
+        generations = step_output.generations(owners, generated, all_totals, per_fn,
+                                              _advantage_by_completion(selection, advantages.tolist(), G), logged, G,
+                                              dropped=selection.dropped)
         return StepOutput(metrics=metrics, generations=generations)
 
     def _sampling_round(self, step: int, round_: int, examples: list[data.Example],
@@ -246,7 +229,7 @@ class Trainer:
                   advantages: list[float], padding: list[bool] | None = None) -> list[PassResult]:
         """``grpo.num_iterations`` optimiser passes over this rank's micro-batches."""
         cfg = self.config
-        batches = self._micro_batches(examples, completions, advantages, padding)
+        batches = micro_batches(examples, completions, advantages, padding, cfg, self.plan, self.ranks, self.ref_model)
         # A pure function of the step: a resumed run continues the same sequence.
         self.optimizer.learning_rate = scheduled_lr(step, cfg.training, self.total_steps)
         self.model.train()
@@ -299,87 +282,9 @@ class Trainer:
 
     def _score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
-        parsed = [split_thinking(c.text) for c in completions]
-        extras = {
-            "finish_reason": [c.finish_reason for c in completions],
-            "thinking": [thinking for thinking, _ in parsed],
-            "answer": [answer for _, answer in parsed],
-            "tool_calls": [[msgspec.to_builtins(t) for t in parse_tool_calls(answer)] for _, answer in parsed],
-            "num_tokens": [c.model_tokens for c in completions],
-            "prompt_tokens": [len(e.prompt_ids) for e in owners],
-            "max_completion_length": self.config.generation.max_completion_length,  # built-ins only
-        }
-        warn = lambda message: self.log("warning", message)  # noqa: E731
-        logged = StepLog(len(completions), warn)
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
-        conversations = None
-        if self.tools:
-            extras["num_tool_calls"] = [sum(t.role == "tool" for t in c.turns) for c in completions]
-            extras["failed_tool_calls"] = [sum(t.role == "tool" and t.error is not None for t in c.turns)
-                                           for c in completions]
-            conversations = [tool_conversation(c.turns) for c in completions]
-        totals, per_fn = score(
-            self.rewards, [e.prompt for e in owners], [c.text for c in completions], data.columns_for(owners),
-            extras, warn, completion_ids=[list(c.token_ids) for c in completions], trainer_state=state, log=logged,
-            conversations=conversations,
-        )
-        return totals, per_fn, logged
-
-    def _micro_batches(self, examples, completions, advantages: list[float],
-                       padding: list[bool] | None = None) -> list[MicroBatch]:
-        """This rank's micro-batches; ``padding`` (dynamic sampling) marks completions whose loss
-        mask is zeroed."""
-        cfg = self.config
-        G, steps = cfg.grpo.group_size, cfg.training.gradient_accumulation_steps
-        per = len(examples) // steps * G  # completions per micro-batch (whole groups)
-        batches = []
-        for k in self.ranks.micro_batches(steps):  # this rank's share (distributed.py)
-            part = completions[k * per : (k + 1) * per]
-            pads = padding[k * per : (k + 1) * per] if padding is not None else [False] * len(part)
-            keep = [not _masked(cfg.grpo, c.finish_reason) and not pad for c, pad in zip(part, pads)]
-            batch = pack(
-                [examples[c.prompt_index].prompt_ids for c in part],
-                [c.token_ids for c in part],
-                advantages[k * per : (k + 1) * per],
-                keep,
-                group=self.plan.pack_group(G),
-                token_masks=[c.mask for c in part],
-            )
-            if self.ref_model is not None:
-                # The reference is the policy's architecture without LoRA: the plan's head fits it.
-                logps, _ = token_logps(self.ref_model, batch, cfg.generation.temperature, self.plan.head,
-                                       self.plan.vocab_chunk_size)
-                batch.ref_logps = mx.stop_gradient(logps)
-                mx.eval(batch.ref_logps)
-            batches.append(batch)
-        return batches
-
-    def _generations(self, owners, completions, totals, per_fn, advantages, logged: StepLog,
-                     dropped: set[int] | None = None) -> list[Generation]:
-        G = self.config.grpo.group_size
-        out = []
-        for i, (ex, c) in enumerate(zip(owners, completions)):
-            thinking, answer = split_thinking(c.text)
-            out.append(
-                Generation(
-                    prompt_index=c.prompt_index,
-                    group_index=i % G,
-                    prompt=ex.prompt_text,
-                    completion=answer,
-                    raw_completion=c.transcript if c.transcript is not None else c.text,
-                    thinking=thinking,
-                    reward=totals[i],
-                    reward_details={label: values[i] for label, values in per_fn.items()},
-                    advantage=advantages[i],
-                    num_tokens=c.model_tokens,
-                    finish_reason=c.finish_reason,
-                    tool_calls=agent.tool_calls(c.turns) if c.turns else parse_tool_calls(answer),
-                    reward_notes=logged.notes(i),
-                    turns=list(c.turns),
-                    dropped=dropped is not None and c.prompt_index in dropped,
-                )
-            )
-        return out
+        return score_completions(self.rewards, owners, completions, state, self.config.generation.max_completion_length,
+                                 with_tools=bool(self.tools), warn=lambda message: self.log("warning", message))
 
     # ------------------------------------------------------------ evaluation
 

@@ -1,5 +1,5 @@
-"""The update half of the training phase: accumulate each micro-batch's gradient, clip, guard
-against non-finite values and apply AdamW (a fused kernel per parameter)."""
+"""The training phase: pack this rank's micro-batches (``micro_batches``), accumulate each one's
+gradient, clip, guard against non-finite values and apply AdamW (a fused kernel per parameter)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,20 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
-from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.config import Config, GrpoConfig
 
 from . import tied_embedding
 from .accel import two_cores
-from .batch import MicroBatch, halves, row_parts
+from .batch import MicroBatch, halves, pack, row_parts
 from .grpo import LossSettings, high_entropy_mask
 from .logps import token_logps
 from .loss import LossFunctions, loss_grad_parts
 from .plan import EnginePlan
 
 if TYPE_CHECKING:
+    from .data import Example
     from .distributed import Ranks
+    from .rollout import Completion
 
 
 @dataclass
@@ -36,6 +38,43 @@ class PassResult:
     applied: bool
     skipped_reason: str | None
     stats: dict[str, float] = field(default_factory=dict)  # token-weighted means
+
+
+def masked_out(grpo: GrpoConfig, finish: str) -> bool:
+    """Whether a completion is left out of the loss (``mask_*_completions``)."""
+    return (grpo.mask_truncated_completions and finish != "stop") or (
+        grpo.mask_repetition_completions and finish == "repetition"
+    )
+
+
+def micro_batches(examples: list[Example], completions: list[Completion], advantages: list[float],
+                  padding: list[bool] | None, config: Config, plan: EnginePlan, ranks: Ranks,
+                  ref_model: nn.Module | None) -> list[MicroBatch]:
+    """This rank's micro-batches of the step's completions (whole groups each), with the
+    reference's log-probabilities when the loss has a KL term; ``padding`` (dynamic sampling) marks
+    completions whose loss mask is zeroed."""
+    G, steps = config.grpo.group_size, config.training.gradient_accumulation_steps
+    per = len(examples) // steps * G  # completions per micro-batch (whole groups)
+    batches = []
+    for k in ranks.micro_batches(steps):  # this rank's share (distributed.py)
+        part = completions[k * per : (k + 1) * per]
+        pads = padding[k * per : (k + 1) * per] if padding is not None else [False] * len(part)
+        keep = [not masked_out(config.grpo, c.finish_reason) and not pad for c, pad in zip(part, pads)]
+        batch = pack(
+            [examples[c.prompt_index].prompt_ids for c in part],
+            [c.token_ids for c in part],
+            advantages[k * per : (k + 1) * per],
+            keep,
+            group=plan.pack_group(G),
+            token_masks=[c.mask for c in part],
+        )
+        if ref_model is not None:
+            # The reference is the policy's architecture without LoRA: the plan's head fits it.
+            logps, _ = token_logps(ref_model, batch, config.generation.temperature, plan.head, plan.vocab_chunk_size)
+            batch.ref_logps = mx.stop_gradient(logps)
+            mx.eval(batch.ref_logps)
+        batches.append(batch)
+    return batches
 
 
 # AdamW as three single-output kernels, one per array it replaces: MLX writes a single-output

@@ -63,11 +63,11 @@ def test_stop_string_cuts_the_text_and_keeps_the_completing_token(tiny, path):
 
 def test_which_completions_leave_the_loss():
     from grpo_tui.protocol.config import GrpoConfig
-    from grpo_tui.worker.engine.trainer import _masked
+    from grpo_tui.worker.engine.update import masked_out
 
     kept = GrpoConfig()
-    assert not any(_masked(kept, f) for f in ("stop", "length", "repetition"))  # TRL's default: all train
+    assert not any(masked_out(kept, f) for f in ("stop", "length", "repetition"))  # TRL's default: all train
     repetition_only = GrpoConfig(mask_repetition_completions=True)
-    assert [_masked(repetition_only, f) for f in ("stop", "length", "repetition")] == [False, False, True]
+    assert [masked_out(repetition_only, f) for f in ("stop", "length", "repetition")] == [False, False, True]
     truncated = GrpoConfig(mask_truncated_completions=True)
-    assert [_masked(truncated, f) for f in ("stop", "length", "repetition")] == [False, True, True]
+    assert [masked_out(truncated, f) for f in ("stop", "length", "repetition")] == [False, True, True]
