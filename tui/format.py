@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 MISSING = "—"  # no value yet, not measured, or not finite
 
 
-def format_number(value: float | None) -> str:
-    """A metric: four significant digits, thousands separators for big values, e-notation for tiny."""
-    if value is None or not math.isfinite(value):
+def number(value: float | int | str | None) -> str:
+    """Any number shown, live or from the store: four significant digits, thousands separators for
+    big values, e-notation for tiny and huge ones; integers whole; booleans yes / no; text as is."""
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, str):
+        return value
+    if not math.isfinite(value):
         return MISSING
     size = abs(value)
     if size >= 1e6 or (0 < size < 1e-4):
@@ -29,9 +37,9 @@ def format_number(value: float | None) -> str:
 
 
 def fit_number(value: float | None, width: int) -> str:
-    """``format_number(value)`` in at most ``width`` characters, with fewer digits if need be, or an
+    """``number(value)`` in at most ``width`` characters, with fewer digits if need be, or an
     ellipsis: never a number cut short (``-4.02e-0`` read as -4.02 for -4.02e-08)."""
-    text = format_number(value)
+    text = number(value)
     if width <= 0 or len(text) <= width or value is None or not math.isfinite(value):
         return text
     for digits in (1, 0):
@@ -41,19 +49,9 @@ def fit_number(value: float | None, width: int) -> str:
     return "…"
 
 
-def format_duration(seconds: float | None) -> str:
-    """``m:ss`` or ``h:mm:ss`` (elapsed time, ETA)."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return MISSING
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    mins, secs = divmod(rem, 60)
-    return f"{h}:{mins:02d}:{secs:02d}" if h else f"{mins}:{secs:02d}"
-
-
 def whole(value: float | None) -> str:
-    """A count or a millisecond time: no decimals, thousands separators."""
-    return MISSING if value is None else f"{value:,.0f}"
+    """A count or a millisecond time: ``number`` of the value rounded."""
+    return MISSING if value is None or not math.isfinite(value) else number(round(value))
 
 
 def megabytes(value: float | None) -> str:
@@ -73,27 +71,10 @@ def human_size(n: int) -> str:
     return f"{n} B"
 
 
-def number(value: Any, digits: int = 3) -> str:
-    """A store value: integers as is, floats to ``digits`` significant-ish places, booleans as yes/no."""
-    if value is None:
-        return MISSING
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        if value == int(value) and abs(value) < 1e9:
-            return str(int(value))
-        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}f}".rstrip("0").rstrip(".") if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
-
-
-def signed(value: float | None, digits: int = 3) -> str:
-    return MISSING if value is None else f"{value:+.{digits}f}"
+def signed(value: float | None) -> str:
+    """``number`` with its sign, + included (an advantage)."""
+    text = number(value)
+    return f"+{text}" if value is not None and value > 0 and text != MISSING else text
 
 
 def clock(ts: float | None) -> str:
@@ -104,8 +85,8 @@ def clock(ts: float | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """A run's length: ``42s``, ``3m05s``, ``2h07m``."""
-    if seconds is None:
+    """Every length of time shown (elapsed, ETA, a run's length): ``42s``, ``3m05s``, ``2h07m``."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
         return MISSING
     s = int(round(seconds))
     if s < 60:
@@ -120,5 +101,5 @@ def eval_note(evals: list) -> str:
     if not evals:
         return ""
     last = evals[-1]
-    k = f" pass@{last.num_samples} {format_number(last.pass_at_k)}" if last.num_samples > 1 else ""
+    k = f" pass@{last.num_samples} {number(last.pass_at_k)}" if last.num_samples > 1 else ""
     return f"@{last.step}{k}"

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 
-from grpo_tui.tui.format import format_number
+from grpo_tui.tui.format import number
 from grpo_tui.tui.tidy import tidy
 
 LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")
 # braille dot bits by (column, row) inside one 2 x 4 cell
 _DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 _BRAILLE = 0x2800
-AXIS_WIDTH = 8  # y-axis labels (7 characters: format_number's "0.0002", "-1.2e-05") and a rule
+AXIS_WIDTH = 8  # y-axis labels (7 characters: number's "0.0002", "-1.2e-05") and a rule
 HEAT = tuple(
     Style(bgcolor=f"rgb({r},{g},{b})")
     for r, g, b in ((30, 40, 90), (40, 80, 140), (30, 130, 150), (60, 170, 120), (150, 200, 60), (250, 220, 40))
@@ -36,7 +36,7 @@ class Series:
 
 
 def axis_label(value: float, width: int = AXIS_WIDTH - 1) -> str:
-    text = format_number(value)
+    text = number(value)
     if len(text) > width:
         text = f"{value:.1e}"
     return text[:width].rjust(width)

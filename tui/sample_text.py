@@ -8,18 +8,18 @@ import json
 from rich.text import Text
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.format import format_number
+from grpo_tui.tui.format import number
 from grpo_tui.tui.inert import clean, inert
 
 
 def summary(s: m.Sample) -> Text:
     text = Text()
     text.append(f"step {s.step} · group {s.group} · sample {s.index}", "bold")
-    text.append(f"\nreward {format_number(s.reward)} · advantage {format_number(s.advantage)}")
+    text.append(f"\nreward {number(s.reward)} · advantage {number(s.advantage)}")
     text.append(f" · {s.num_tokens} tokens · finish {s.finish_reason}")
     if s.reward_details:
         text.append("\nreward breakdown: ", "dim")
-        text.append(" · ".join(f"{k} {format_number(v)}" for k, v in s.reward_details.items()))
+        text.append(" · ".join(f"{k} {number(v)}" for k, v in s.reward_details.items()))
     for label, note in s.reward_notes.items():  # what a reward noted (log_extra, e.g. schema errors): inert
         text.append(f"\n{label}: ", "dim").append_text(inert(note))
     return text

@@ -16,7 +16,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.control import refusal as refusal  # re-exported: the dashboard checks it too
 from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
-from grpo_tui.tui.format import format_duration
+from grpo_tui.tui.format import duration
 from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook
 from grpo_tui.tui.views import Part
 
@@ -307,7 +307,7 @@ class RunState:
         # A run that stopped on a fatal error (e.g. non-finite steps) keeps showing the error.
         status: RunStatus = "error" if self.status == "error" and e.status == "stopped" else "done"
         self.complete, self.status, self.phase, self.ended_at = e, status, "idle", self.clock()
-        self.phase_message = f"{e.status} after {e.total_steps} steps in {format_duration(e.seconds)}"
+        self.phase_message = f"{e.status} after {e.total_steps} steps in {duration(e.seconds)}"
         return {"header", "bindings", "progress"}
 
 

@@ -54,7 +54,7 @@ async def test_runs_steps_generations_and_back(store_path):
     app = BrowseApp(str(store_path))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert [r.name for r in app.query_one(DatabaseRunsTable).runs] == ["gsm8k-lora", "gsm8k-qwen"]
+        assert [r.name for r in app.query_one(DatabaseRunsTable).rows_data] == ["gsm8k-lora", "gsm8k-qwen"]
         await pilot.press("down", "enter")
         await settle(pilot)
         steps = app.query_one(DatabaseStepsTable)
@@ -323,4 +323,4 @@ async def test_live_refresh_on_key_and_timer(store_path, writer):
             if len(steps.rows_data) == 7:
                 break
         assert len(steps.rows_data) == 7
-        assert app.query_one(DatabaseRunsTable).runs[0].steps == 7
+        assert app.query_one(DatabaseRunsTable).rows_data[0].steps == 7

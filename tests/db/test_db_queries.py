@@ -12,7 +12,7 @@ from grpo_tui.tui.db import GenFilter, QueryError, open_readonly
 from grpo_tui.tui.db import queries as q
 from grpo_tui.tui.db.filters import from_form
 from grpo_tui.tui.db.format import sort_rows, tools
-from grpo_tui.tui.format import duration, number
+from grpo_tui.tui.format import duration, number, signed
 
 from .conftest import all_generations
 from .make_store import HOSTILE, RunSpec, add_steps
@@ -269,7 +269,8 @@ def test_filter_text_helpers():
 
 
 def test_format_helpers():
-    assert [number(v) for v in (None, 3, 0.5, 1.0, 1e-5, 0.12345, True)] == ["—", "3", "0.5", "1", "1.00e-05",
-                                                                          "0.123", "yes"]
+    assert [number(v) for v in (None, 3, 12345, 0.5, 1.0, 1e-5, 0.12345, True)] == [
+        "—", "3", "12,345", "0.5", "1", "1.00e-05", "0.1235", "yes"]
+    assert [signed(v) for v in (0.70711, -0.5, 0.0)] == ["+0.7071", "-0.5", "0"]
     assert [duration(s) for s in (5, 125, 7260)] == ["5s", "2m05s", "2h01m"]
     assert tools(("ok", "ok", "invalid_json")) == "2 ok 1 invalid_json" and tools(()) == ""

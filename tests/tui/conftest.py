@@ -14,7 +14,7 @@ from grpo_tui.protocol.config import Config, parse_config
 from grpo_tui.tui.app import GrpoApp
 
 FAKE_WORKER = Path(__file__).resolve().parent.parent / "helpers" / "fake_worker.py"
-FROZEN = 1000.0  # a clock that never moves: elapsed shows 0:00 in every snapshot
+FROZEN = 1000.0  # a clock that never moves: elapsed shows 0s in every snapshot
 
 CONFIG = """
 name = "fake-run"

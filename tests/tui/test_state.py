@@ -3,7 +3,7 @@
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.format import format_duration, format_number
+from grpo_tui.tui.format import duration, number
 from grpo_tui.tui.state import RunState, ema, log_entry_for, refusal
 
 
@@ -35,7 +35,7 @@ def test_steps_fill_history_progress_and_eta():
     assert s.series("loss") == [1.0, 2.0]
     assert s.eta_seconds() == pytest.approx(8 * 1.0)  # 8 steps left at 1 s each
     clock.now = 165.0
-    assert format_duration(s.elapsed()) == "1:05"
+    assert duration(s.elapsed()) == "1m05s"
 
 
 def test_nan_metrics_are_gaps_not_crashes():
@@ -93,8 +93,8 @@ def test_log_entries_for_events():
 @pytest.mark.parametrize("value, text", [(None, "—"), (float("inf"), "—"), (0.5, "0.5"), (123456.0, "123,456"),
                                          (0.0, "0"), (1234.5, "1,234"), (5.59375, "5.594"), (0.00481, "0.0048"),
                                          (-0.00003, "-3.00e-05"), (2e-4, "0.0002"), (3e7, "3.00e+07")])
-def test_format_number(value, text):
-    assert format_number(value) == text
+def test_number(value, text):
+    assert number(value) == text
 
 
 def test_refusal_names_both_protocol_versions():

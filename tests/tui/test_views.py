@@ -51,8 +51,8 @@ def test_every_display_mode_is_handled_by_the_worker(mode):
 
 
 def test_one_missing_glyph():
-    missing = [fmt.format_number(None), fmt.format_duration(None), fmt.whole(None), fmt.megabytes(None),
-               fmt.number(None), fmt.signed(None), fmt.clock(None), fmt.duration(None)]  # fmt: skip
+    missing = [fmt.number(None), fmt.number(float("nan")), fmt.whole(None), fmt.megabytes(None),
+               fmt.signed(None), fmt.signed(float("inf")), fmt.clock(None), fmt.duration(None), fmt.duration(-1.0)]
     assert set(missing) == {fmt.MISSING}
 
 

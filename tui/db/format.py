@@ -30,7 +30,7 @@ def step_cell(column: str, value: Any) -> str:
             means = json.loads(value)
         except ValueError:
             return value
-        return " ".join(f"{k}={number(v, 2)}" for k, v in means.items()) if isinstance(means, dict) else value
+        return " ".join(f"{k}={number(v)}" for k, v in means.items()) if isinstance(means, dict) else value
     if column == "gradients_applied" and value is not None:
         return "yes" if value else "no"
     return number(value)

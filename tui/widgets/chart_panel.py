@@ -18,7 +18,7 @@ from textual.widget import Widget
 
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
-from grpo_tui.tui.format import format_number
+from grpo_tui.tui.format import number
 from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
 
@@ -147,7 +147,7 @@ class ChartPanel(CachedChart):
         scale = 100.0 if self.spec.percent else 1.0
         latest = [self.book.latest(column) for column, _ in self.spec.lines]
         return " · ".join(
-            "—" if v is None else format_number(v * scale) + (" %" if self.spec.percent else "") for v in latest
+            "—" if v is None else number(v * scale) + (" %" if self.spec.percent else "") for v in latest
         )
 
     def _cache_key(self) -> tuple[object, ...]:

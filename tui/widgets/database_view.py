@@ -31,8 +31,10 @@ from grpo_tui.tui.widgets.database_generation_detail import DatabaseGenerationDe
 from grpo_tui.tui.widgets.database_generations_table import DatabaseGenerationsTable
 from grpo_tui.tui.widgets.database_runs_table import DatabaseRunsTable
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
+from grpo_tui.tui.widgets.database_table import DatabaseTable
 
 LEVELS = ("runs", "steps", "generations")
+TABLES = {"runs": "db-runs", "steps": "db-steps", "generations": "db-gens"}  # each level's table, by id
 HINTS = {
     "runs": "enter open run · c compare · F5 refresh",
     "steps": "enter step's generations · a all generations · o sort by column · esc back · c compare",
@@ -124,7 +126,7 @@ class DatabaseView(Vertical):
         self._query(q.runs, then=self._first_runs)
 
     def _first_runs(self, runs: list[Run]) -> None:
-        self.query_one(DatabaseRunsTable).show(runs)
+        self.query_one(DatabaseRunsTable).show_keeping(runs)
         wanted = self.initial_run_id if self.initial_run_id is not None else (runs[0].id if len(runs) == 1 else None)
         run = next((r for r in runs if r.id == wanted), None)
         if run is not None:
@@ -136,8 +138,7 @@ class DatabaseView(Vertical):
         self.level = level
         for name in LEVELS:
             self.set_class(name == level, name)
-        self.query_one(ContentSwitcher).current = {"runs": "db-runs", "steps": "db-steps",
-                                                   "generations": "db-gens-pane"}[level]
+        self.query_one(ContentSwitcher).current = "db-gens-pane" if level == "generations" else TABLES[level]
         focused = self.app.focused
         if focused is None or self in focused.ancestors:  # never pull focus out of another dashboard tab
             self.focus_table()
@@ -147,9 +148,7 @@ class DatabaseView(Vertical):
 
     def focus_table(self) -> None:
         """Focus the table of the level shown (the dashboard calls it when the tab is shown)."""
-        target = {"runs": DatabaseRunsTable, "steps": DatabaseStepsTable,
-                  "generations": DatabaseGenerationsTable}[self.level]
-        self.query_one(target).focus()
+        self.query_one(f"#{TABLES[self.level]}", DatabaseTable).focus()
 
     def _crumbs(self) -> None:
         parts = [Text(Path(self.db_path or "no store").name, style="bold")]
@@ -212,7 +211,7 @@ class DatabaseView(Vertical):
         self.filter = GenFilter(run_id=run.id, sort=self.filter.sort, descending=self.filter.descending)
         self.before_group = None
         self._set_level("steps")
-        self._query(q.steps, run.id, then=self.query_one(DatabaseStepsTable).show, group="db-steps")
+        self._query(q.steps, run.id, then=self.query_one(DatabaseStepsTable).show_keeping, group="db-steps")
 
     def open_generations(self, f: GenFilter) -> None:
         """Show the first page of ``f`` (replacing the current filter)."""
@@ -245,24 +244,25 @@ class DatabaseView(Vertical):
         self.query_one(DatabaseGenerationDetail).show(detail, "This generation is no longer in the store.",
                                                       search=self.filter.text)
 
-    @on(DatabaseRunsTable.Chosen)
-    def _run_chosen(self, event: DatabaseRunsTable.Chosen) -> None:
-        self.open_run(event.run)
+    @on(DatabaseTable.Chosen, "#db-runs")
+    def _run_chosen(self, event: DatabaseTable.Chosen) -> None:
+        self.open_run(event.row)
 
-    @on(DatabaseStepsTable.Chosen)
-    def _step_chosen(self, event: DatabaseStepsTable.Chosen) -> None:
+    @on(DatabaseTable.Chosen, "#db-steps")
+    def _step_chosen(self, event: DatabaseTable.Chosen) -> None:
         self.before_group = None
-        self.open_generations(replace(self.filter.cleared(), step_min=event.step, step_max=event.step))
+        step = event.row["step"]
+        self.open_generations(replace(self.filter.cleared(), step_min=step, step_max=step))
 
-    @on(DatabaseGenerationsTable.Highlighted)
-    def _generation_highlighted(self, event: DatabaseGenerationsTable.Highlighted) -> None:
+    @on(DatabaseTable.Highlighted, "#db-gens")
+    def _generation_highlighted(self, event: DatabaseTable.Highlighted) -> None:
         if event.row is None:
             self.query_one(DatabaseGenerationDetail).show(None, "No generation matches this filter.")
         else:
             self._query(q.generation, event.row.id, then=self._show_detail, group="db-detail")
 
-    @on(DatabaseGenerationsTable.Chosen)
-    def _generation_chosen(self, event: DatabaseGenerationsTable.Chosen) -> None:
+    @on(DatabaseTable.Chosen, "#db-gens")
+    def _generation_chosen(self, event: DatabaseTable.Chosen) -> None:
         """Enter: the detail pane takes the whole view and the focus, for reading and scrolling."""
         self.query_one("#db-gens-pane").add_class("detail-max")
         self.query_one(DatabaseGenerationDetail).focus()
@@ -375,14 +375,14 @@ class DatabaseView(Vertical):
             return
         self._query(q.runs, then=self._refresh_runs, group="db-runs")
         if self.level == "steps" and self.run_row is not None:
-            self._query(q.steps, self.run_row.id, then=self.query_one(DatabaseStepsTable).show, group="db-steps")
+            self._query(q.steps, self.run_row.id, then=self.query_one(DatabaseStepsTable).show_keeping, group="db-steps")
         elif self.level == "generations" and self.page is not None:
             selected = self.query_one(DatabaseGenerationsTable).selected
             self.load_page(self.page.start, keep_id=selected.id if selected else None, starts=self.page_starts)
             self._query(q.count_generations, self.filter, then=self._show_total, group="db-count", background=True)
 
     def _refresh_runs(self, runs: list[Run]) -> None:
-        self.query_one(DatabaseRunsTable).show(runs)
+        self.query_one(DatabaseRunsTable).show_keeping(runs)
         if self.run_row is not None:
             self.run_row = next((r for r in runs if r.id == self.run_row.id), self.run_row)
             self._crumbs()

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from grpo_tui.tui.format import fit_number, format_number
+from grpo_tui.tui.format import fit_number, number
 from grpo_tui.tui.tidy import tidy
 
 SPARK_POINTS = 60  # the sparkline shows the most recent steps only
@@ -30,7 +30,7 @@ class MetricTile(Vertical):
         super().__init__(id=f"tile-{key}", classes="tile")
         self.key, self.title = key, title
         self.border_title = title
-        self._shown: tuple[str, str] = (format_number(None), "")
+        self._shown: tuple[str, str] = (number(None), "")
         self._spark: list[float] = []
         self._latest: tuple[float | None, str] = (None, "")
 

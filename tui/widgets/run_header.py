@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from grpo_tui.tui.format import MISSING, format_duration
+from grpo_tui.tui.format import MISSING, duration
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.state import STATUS_GLYPHS, RunState
@@ -28,8 +28,8 @@ class RunHeader(Static):
         if state.status in ("starting", "restarting") or (state.status == "running" and state.phase != "training"):
             phase = state.phase + (f": {clean(state.phase_message, single_line=True)}" if state.phase_message else "")
             text.append(f" ({phase})", "dim")
-        text.append(f" · elapsed {format_duration(state.elapsed())}")
-        text.append(f" · ETA {format_duration(state.eta_seconds())}")
+        text.append(f" · elapsed {duration(state.elapsed())}")
+        text.append(f" · ETA {duration(state.eta_seconds())}")
         if state.slow_blas:
             text.append(" · ⚠ slow BLAS (see Logs)", "bold yellow")
         tidy(text)

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
-from grpo_tui.tui.format import format_number
+from grpo_tui.tui.format import number
 
 REDRAW_INTERVAL_S = 1.0  # one table rebuild a second at most, however fast the steps come
 PREVIEW_CHARS = 200  # a row shows the head of a completion (what fits); the detail screen shows all of it
@@ -108,7 +108,7 @@ class SamplesPanel(Vertical):
         for s in samples:
             finish = Text(FINISH_SHORT.get(s.finish_reason, s.finish_reason), "yellow" if s.finish_reason != "stop" else "")
             table.add_row(
-                str(s.group), str(s.index), format_number(s.reward), format_number(s.advantage), finish,
+                str(s.group), str(s.index), number(s.reward), number(s.advantage), finish,
                 str(s.num_tokens), inert(s.completion, single_line=True, limit=self._preview),
             )
         if samples:

@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.text import Text
 from textual.widget import Widget
 
-from grpo_tui.tui.format import format_number, megabytes, whole
+from grpo_tui.tui.format import number, megabytes, whole
 from grpo_tui.tui.state import RunState
 from grpo_tui.tui.tidy import tidy
 
@@ -58,16 +58,16 @@ class StatsPanel(Widget):
             cells.append(Text("waiting for the first step…", "dim"))
         else:
             cells += [
-                cell("tok/s", ("gen", format_number(s.generation_tokens_per_s)),
-                     ("train", format_number(s.training_tokens_per_s))),
+                cell("tok/s", ("gen", number(s.generation_tokens_per_s)),
+                     ("train", number(s.training_tokens_per_s))),
                 cell("ms", ("gen", whole(s.generation_ms)), ("score", whole(s.scoring_ms)),
                      ("train", whole(s.training_ms))),
                 cell("memory", ("peak", megabytes(s.peak_memory_mb)), ("active", megabytes(s.active_memory_mb))),
-                cell("lr", ("", format_number(s.learning_rate))),
-                cell("grad norm", ("", format_number(s.grad_norm))),
+                cell("lr", ("", number(s.learning_rate))),
+                cell("grad norm", ("", number(s.grad_norm))),
             ]
             if s.extra_metrics:  # what reward functions logged with log_metric
-                cells.append(cell("reward metrics", *((k, format_number(v)) for k, v in sorted(s.extra_metrics.items()))))
+                cells.append(cell("reward metrics", *((k, number(v)) for k, v in sorted(s.extra_metrics.items()))))
             if not s.gradients_applied:
                 cells.append(Text(f"update skipped: {s.skipped_reason or 'non-finite loss'}", "bold red"))
         plain = "\n".join(c.plain for c in cells)
