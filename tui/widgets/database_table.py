@@ -18,33 +18,29 @@ from textual.widgets import DataTable
 Row = TypeVar("Row")
 
 
+class RowMessage(Message):
+    """A table's row, for the view that holds the table (``@on(..., "#db-runs")`` tells them apart)."""
+
+    def __init__(self, table: DatabaseTable, row: Any) -> None:
+        super().__init__()
+        self.table, self.row = table, row
+
+    @property
+    def control(self) -> DatabaseTable:
+        return self.table
+
+
 class DatabaseTable(DataTable, Generic[Row]):
     """Store rows of one kind. Subclasses set ``COLUMNS`` (key → header) and ``key`` / ``cells``."""
 
     COLUMNS: ClassVar[dict[str, str]] = {}
     CURSOR: ClassVar[str] = "row"  # "cell" where left / right pick a column (the steps table sorts by it)
 
-    class Highlighted(Message):
+    class Highlighted(RowMessage):
         """The cursor is on ``row`` (None: the table is empty)."""
 
-        def __init__(self, table: DatabaseTable, row: Any) -> None:
-            super().__init__()
-            self.table, self.row = table, row
-
-        @property
-        def control(self) -> DatabaseTable:
-            return self.table
-
-    class Chosen(Message):
+    class Chosen(RowMessage):
         """The user opened ``row`` (enter, or a click on the selected row)."""
-
-        def __init__(self, table: DatabaseTable, row: Any) -> None:
-            super().__init__()
-            self.table, self.row = table, row
-
-        @property
-        def control(self) -> DatabaseTable:
-            return self.table
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type=self.CURSOR, zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
