@@ -213,8 +213,8 @@ class GrpoApp(RunControl):
     @staticmethod
     def _freeze_startup_objects() -> None:
         """What exists once the screen is drawn (Textual, the widgets, their styles) lives as long as
-        the app: frozen out of the collector, a full collection walks only what came after (in
-        bench/tui_load.py the collector's full passes took 1.7 s of CPU in 30 s, 0.7 s frozen)."""
+        the app: frozen out of the collector, a full collection walks only what came after
+        (bench/tui_load.py measures the collector's share)."""
         gc.freeze()
 
     # ------------------------------------------------------------ worker process

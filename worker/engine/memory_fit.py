@@ -236,7 +236,6 @@ def evaluation_limit(limit_gb: float) -> int:
     """MLX's memory limit (``mx.set_memory_limit``, bytes) for ``memory_limit_gb``: the budget less
     the estimate's allowance for the process. Past it MLX's evaluation waits for queued work to
     finish, and free what it held, before it queues more. Without it the evaluation runs ahead of
-    the CPU and allocates the outputs of several chunks' work at once: the 0.5B bench shape's LM
-    head gradient peaks 1,293 MiB above its inputs, with the limit 700 MiB above them at 1,192, in
-    1.10× the time (bench/memory_limit.py; bench/README.md, "MLX's memory limit")."""
+    the CPU and allocates the outputs of several chunks' work at once, in a little more time
+    (bench/memory_limit.py measures it; bench/README.md, "MLX's memory limit")."""
     return max(int(limit_gb * GB - PROCESS_BYTES - STEP_BYTES), int(limit_gb * GB / 2))

@@ -107,7 +107,7 @@ class Trainer:
         self.optimizer = make_optimizer(config)
         # AdamW's moments now rather than inside the first update: the first step's peak is then the
         # run's (what the dashboard shows and a memory limit is about), and the second step does not
-        # grow the heap by the moments' size and page-fault it in (0.6B prompt-heavy: 3.5 GB, ~5 s).
+        # grow the heap by the moments' size and page-fault it in.
         self.optimizer.init(self.model.trainable_parameters())
         mx.eval(self.optimizer.state)
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))

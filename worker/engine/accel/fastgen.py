@@ -58,8 +58,7 @@ class SharedPromptCache(StaticCache):
     """One layer's cache as its prompts' keys/values (one row per prompt, written by the prefill)
     and each row's completion buffer (slot 0 at position ``width``). The x86 attention
     (``patches``) calls ``attend``, which reads a prompt's keys once for its n rows, where a
-    repeated prompt cache is read n times per decode step (8 × 240 prompt positions per layer on the
-    prompt-heavy bench). ``mask``: (rows, 1, L, prompt slots + completion slots)."""
+    repeated prompt cache is read n times per decode step. ``mask``: (rows, 1, L, prompt slots + completion slots)."""
 
     def __init__(self, prompt_keys: mx.array, prompt_values: mx.array, keys: mx.array, values: mx.array,
                  offset: mx.array, width: mx.array, mask: mx.array) -> None:
