@@ -165,18 +165,16 @@ class DashboardKeys(App[int]):
             self.screen.set_focus(None)
         tabs.active = VIEWS[((VIEWS.index(current) if current else 0) + direction) % len(VIEWS)]
 
-    def make_lazy_tab(self, view: View | None) -> bool:
+    async def make_lazy_tab(self, view: View | None) -> None:
         raise NotImplementedError
 
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+    async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         # keys act on what you see: focus the tab's main widget, and show the tab's own keys
         if not self.screen_stack:  # activated while the app tears down
             return
         view = as_view(event.pane.id)
-        if self.make_lazy_tab(view):  # its first showing: focus it once it is mounted
-            self.call_after_refresh(self.focus_tab, view)
-        else:
-            self.focus_tab(view)
+        await self.make_lazy_tab(view)  # its first showing: mounted before it takes the focus
+        self.focus_tab(view)
         if "logs" in (view, self._last_tab):  # the log-level key shows on the Logs tab only
             self.refresh_bindings()
         self._last_tab = view

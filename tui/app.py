@@ -191,16 +191,10 @@ class GrpoApp(RunControl):
             "charts": charts,
         }
 
-    def make_lazy_tab(self, view: View | None) -> bool:
-        """Mount a lazy tab's widget the first time the tab is shown (tui/actions.py calls it);
-        True when it did."""
-        if view not in LAZY_TABS:
-            return False
-        pane = self.query_one(f"TabPane#{view}", TabPane)
-        if pane.children:
-            return False
-        pane.mount(self.tab_widgets()[view](self))
-        return True
+    async def make_lazy_tab(self, view: View | None) -> None:
+        """Mount a lazy tab's widget the first time the tab is shown (tui/actions.py calls it)."""
+        if view in LAZY_TABS and not (pane := self.query_one(f"TabPane#{view}", TabPane)).children:
+            await pane.mount(self.tab_widgets()[view](self))
 
     async def on_mount(self) -> None:
         self.query_one("#zero-std").display = False

@@ -152,6 +152,13 @@ async def test_a_tab_switch_repaints_the_tabs_not_the_metrics(make_app):
         for key in "2345":  # every tab drawn once, so each switch below shows a drawn tab
             await pilot.press(key)
             await pilot.pause(0.3)
+        # the Charts tab (the last shown), made on its first showing, has mounted and drawn its charts
+        def charts_drawn() -> bool:  # those in view (the others draw when scrolled to)
+            shown = app.query_one("#charts-scroll").region
+            return bool(app.query(ChartPanel)) and not any(p.stale for p in app.query(ChartPanel) if p.region.overlaps(shown))
+
+        await wait_until(pilot, charts_drawn)
+        await pilot.pause(0.5)
         await pilot.press("1")
         await pilot.pause(0.5)
         compositor = app.screen._compositor

@@ -64,7 +64,8 @@ def test_the_browser_shows_the_run_and_steers_it(tmp_path, tiny_model):
     `p` is a key of a running run: the dashboard offers it once it has folded the run's history and
     shows the run running. A key typed before that (the page is up, the browser tab's own `attach`
     still reading run.jsonl) does nothing, as it would for a person. So the test types it once the
-    page has drawn the running run, read from what the app sent to the page's terminal."""
+    page has drawn the running run, read from what the app sent to the page's terminal. (One run in
+    five on the loaded machine still lost that p: it is typed again after 20 s.)"""
     out, _ = start_detached(tmp_path, tiny_model, steps=100_000)  # never ends by itself before the pause
     wait_for(lambda: record_step(out) >= 3)
     port = free_port()
@@ -75,7 +76,12 @@ def test_the_browser_shows_the_run_and_steers_it(tmp_path, tiny_model):
         return "▶ running" in drawn and " · step " in drawn
 
     async def pause(page: Page) -> None:
-        await page.press("p")
+        for _ in range(3):  # one p normally does it; a second is harmless (p is not a key of a paused run)
+            await page.press("p")
+            for _ in range(40):
+                await asyncio.sleep(0.5)
+                if (r := c.read_record(out)) is not None and r.status == "paused":
+                    return
 
     shot = tmp_path / "web.png"
     try:
