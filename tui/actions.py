@@ -130,10 +130,17 @@ class DashboardKeys(App[int]):
         if tabs.active == tab:  # already there: still put the focus back into it
             self.focus_tab(tab)
             return
-        # Leaving the Charts tab, let go of the focus first: hiding the tab moved it to the next
-        # chart there, and TabbedContent switched back to the tab that held it.
-        if tabs.active == "charts":
-            self.screen.set_focus(None)
+        self._switch_tab(tabs, tab)
+
+    def _switch_tab(self, tabs: TabbedContent, tab: View) -> None:
+        """Show ``tab``. The focus is let go first: hiding the old tab moved it to the next focusable
+        widget there (the next chart, the Database search box), and TabbedContent switched back to
+        the tab that held it: the number keys seemed dead. A chart shown full screen (enter) is
+        restored; a whole tab full screen (z) stays so, with the new tab in it."""
+        screen = self.screen
+        if screen.maximized is not None and screen.maximized is not tabs:
+            screen.minimize()
+        screen.set_focus(None)
         tabs.active = tab
 
     def action_toggle_maximize(self) -> None:
@@ -161,9 +168,7 @@ class DashboardKeys(App[int]):
     def action_next_tab(self, direction: int) -> None:
         tabs = self.query_one(TabbedContent)
         current = as_view(tabs.active)
-        if current == "charts":  # as in action_show_tab: the hidden tab must not take it back
-            self.screen.set_focus(None)
-        tabs.active = VIEWS[((VIEWS.index(current) if current else 0) + direction) % len(VIEWS)]
+        self._switch_tab(tabs, VIEWS[((VIEWS.index(current) if current else 0) + direction) % len(VIEWS)])
 
     async def make_lazy_tab(self, view: View | None) -> None:
         raise NotImplementedError

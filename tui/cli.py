@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -112,8 +113,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> int:
     """``run --detach``: start the run's supervisor in its own session and return at once."""
-    import shlex
-
     from grpo_tui.protocol.blas import child_env
     from grpo_tui.tui.connection import RunLive, launch, supervisor_failure, wait_ready
 
@@ -137,7 +136,7 @@ def attach_target(run_dir: str | None) -> tuple[Path, Config] | str:
     if run_dir is None:
         newest = newest_live(Path.cwd())
         if newest is None:
-            return f"no live run under {Path.cwd()}; give a run folder (grpo-tui ls lists them)."
+            return f"no live run under {Path.cwd()}; give a run folder (`grpo-tui ls` lists them)."
         folder = newest.folder
     else:
         folder = Path(run_dir).resolve()
@@ -145,7 +144,7 @@ def attach_target(run_dir: str | None) -> tuple[Path, Config] | str:
             return f"{run_dir}: no such folder."
     config = config_for(folder)
     if config is None:
-        return f"{folder}: not a run folder (no run.jsonl and no .control/); grpo-tui ls lists runs."
+        return f"{folder}: not a run folder (no run.jsonl and no .control/); `grpo-tui ls` lists runs."
     return folder, config
 
 
@@ -205,7 +204,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and p.parent.name != "model")
     print(f"wrote {dest}/: {', '.join(files)} and model/ (a bundled tiny model)")
-    print(f"train it: grpo-tui run {dest / 'config.toml'}   (headless: grpo-tui worker {dest / 'config.toml'} --plain)")
+    config = shlex.quote(str(dest / "config.toml"))
+    print(f"train it: `grpo-tui run {config}`   (headless: `grpo-tui worker {config} --plain`)")
     print("its comments say how to switch to a hub model (Qwen/Qwen3-0.6B) and a hub dataset")
     return 0
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def launch(output_dir: str | Path, worker_argv: Sequence[str], **options: object
     folder = c.make_private_dir(c.control_dir(out))
     record = c.read_record(out)
     if c.is_live(record) and record is not None:
-        raise RunLive(f"a run is already going in {out} (pid {record.pid}): grpo-tui attach {out}")
+        raise RunLive(f"a run is already going in {out} (pid {record.pid}): `grpo-tui attach {shlex.quote(str(out))}`")
     env = options.pop("env", None) or {}
     # only what differs from ours goes on the command line (which other users can read; the rest is inherited)
     extra = {k: v for k, v in env.items() if os.environ.get(k) != v}  # type: ignore[attr-defined]

@@ -32,7 +32,7 @@ def write_template(name: str, directory: str | None = None) -> Path:
         raise InitError(f"no template {name!r}: choose one of {', '.join(TEMPLATES)}")
     dest = Path(directory if directory is not None else name).expanduser()
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise InitError(f"{dest} already exists and is not empty: give a new folder (grpo-tui init {name} DIR)")
+        raise InitError(f"{dest} already exists and is not empty: give a new folder (`grpo-tui init {name} DIR`)")
     model, _ = TEMPLATES[name]
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / name, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))

@@ -130,8 +130,11 @@ def config_for(folder: Path) -> Config | None:
     init = _first_init(folder / RUN_LOG_FILE)
     if init is None:
         return None
+    config = dict(init.config)
+    if isinstance(runtime := config.get("runtime"), dict):  # what the worker found at start, not a key
+        config["runtime"] = {k: v for k, v in runtime.items() if k != "active_blas"}
     try:
-        return parse_config(dumps(init.config), base_dir=folder, check_paths=False)
+        return parse_config(dumps(config), base_dir=folder, check_paths=False)
     except (ConfigError, msgspec.MsgspecError, ValueError, TypeError):
         return None
 

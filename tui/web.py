@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from grpo_tui.protocol.install_hint import pip_install
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 COOKIE = "grpo_tui_token"
 WARNING = (
@@ -38,7 +40,7 @@ def serve(folder: Path, *, host: str = "127.0.0.1", port: int = 8000, token: str
         from aiohttp import web
         from textual_serve.server import Server
     except ImportError:
-        print("grpo-tui: --web needs textual-serve: pip install 'grpo-tui[web]'.", file=sys.stderr)
+        print(f"grpo-tui: --web needs textual-serve: {pip_install('textual-serve')}.", file=sys.stderr)
         return 2
     if host not in LOOPBACK and not token:
         token = secrets.token_urlsafe(18)

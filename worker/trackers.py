@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.install_hint import pip_install
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.protocol.trl_names import StepWindow, eval_metrics
 
@@ -34,7 +35,7 @@ def check_installed(config: Config) -> None:
     for name in config.logging.report_to:
         if importlib.util.find_spec(name) is None:
             raise Mistake(
-                "config", f"logging.report_to names {name}, which is not installed: pip install 'grpo-tui[{name}]'"
+                "config", f"logging.report_to names {name}, which is not installed: {pip_install(name)}"
             )
 
 

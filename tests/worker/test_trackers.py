@@ -13,6 +13,7 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event
 from grpo_tui.protocol.config import load_config
+from grpo_tui.protocol.install_hint import pip_install
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker import trackers
 from tests.helpers.tracker_files import tensorboard_scalars, trackio_logs, wandb_history
@@ -102,7 +103,8 @@ def test_a_tracker_that_is_not_installed_is_one_sentence_with_the_pip_command(ro
     monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(Mistake) as err:
         trackers.check_installed(config)
-    assert str(err.value) == "logging.report_to names trackio, which is not installed: pip install 'grpo-tui[trackio]'"
+    assert str(err.value) == f"logging.report_to names trackio, which is not installed: {pip_install('trackio')}"
+    assert "pip install 'trackio>=" in str(err.value)  # the library itself, with grpo-tui's bound
     assert err.value.kind == "config"
 
 
@@ -118,7 +120,7 @@ def test_the_worker_stops_before_loading_when_a_tracker_is_missing(root, tmp_pat
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert done.returncode == 2  # a fixable mistake (protocol/outcome.py), never restarted
-    assert "logging.report_to names wandb, which is not installed: pip install 'grpo-tui[wandb]'" in done.stdout
+    assert f"logging.report_to names wandb, which is not installed: {pip_install('wandb')}" in done.stdout
     assert "steps/epoch" not in done.stdout  # it stopped before loading the model
 
 

@@ -24,6 +24,7 @@ KEYS = (
     ("arrows", "Charts tab: move between charts; enter: full screen"),
     ("l", "cycle the log level filter (Logs tab)"),
     ("/", "Database search: the text as typed; fts: a OR b, NOT, pre* for operators"),
+    ("text box", "takes every printable key as text (1-5, p, q... too); esc leaves it, tab goes to the next tab"),
     ("ctrl+p", "command palette with the same actions"),
     ("?", "this help"),
     ("d", "detach: close the dashboard, the run goes on (grpo-tui attach returns)"),

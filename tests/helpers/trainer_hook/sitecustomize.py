@@ -3,13 +3,15 @@
 Python imports ``sitecustomize`` at start from ``PYTHONPATH``; ``tests.helpers.fake_trainer_env``
 puts this folder there and names the fake in ``GRPO_TUI_TEST_TRAINER=file.py:Class``. The worker
 then builds that class where it would build the engine's trainer (``mlx_thread.engine_trainer``),
-still on its MLX thread: the fake's module loads only then.
+still on its MLX thread: the fake's module loads only then. ``GRPO_TUI_TEST_HIDE=a,b`` makes the
+modules ``a`` and ``b`` look not installed in that process (tests/test_printed_commands.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 
 def _install(spec: str) -> None:
@@ -29,3 +31,7 @@ def _install(spec: str) -> None:
 
 if os.environ.get("GRPO_TUI_TEST_TRAINER"):
     _install(os.environ["GRPO_TUI_TEST_TRAINER"])
+
+
+for _hidden in filter(None, os.environ.get("GRPO_TUI_TEST_HIDE", "").split(",")):
+    sys.modules[_hidden] = None  # type: ignore[assignment]  # find_spec says None, import raises ImportError
