@@ -106,8 +106,9 @@ class Table:
             app.pop_screen()
         if app.screen.maximized is not None:
             app.screen.minimize()
-        if isinstance(app.focused, Input):
+        if isinstance(app.focused, Input):  # leave the text box as a user does, or the digit is typed
             app.focused.value = ""
+            await self.pilot.press("escape")
         if self.tabs.active != place.view:
             await self.pilot.press(str(VIEWS.index(place.view) + 1))
             await until(self.pilot, lambda: self.tabs.active == place.view, f"tab {place.view}")
