@@ -150,7 +150,7 @@ def test_the_attach_commands_of_a_run_in_the_background(home, tiny_model):
     try:
         wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 1, 60, "the attached viewer")
         wait_for(lambda: "grpo-tui" in viewer.text(), 60, "the dashboard")
-        busy = shell("grpo-tui run config.toml", home)  # a second start: the run is going already
+        busy = shell("grpo-tui run config.toml --detach", home)  # a second start: the run is going already
         assert busy.returncode == 2, busy.stdout + busy.stderr
         second = Terminal(the_command(busy.stderr, "grpo-tui attach"), home)
         wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 2, 60, "a second viewer")

@@ -42,7 +42,7 @@ def the_command(text: str, starts: str) -> str:
     return found[0]
 
 
-def shell(command: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+def shell(command: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
     """``command`` typed into a shell in ``cwd``."""
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=user_env(**env), capture_output=True, text=True,
                           timeout=timeout)
