@@ -127,7 +127,9 @@ class DashboardKeys(App[int]):
 
     def action_show_tab(self, tab: View) -> None:
         tabs = self.query_one(TabbedContent)
-        if tabs.active == tab:  # already there: still put the focus back into it
+        if tabs.active == tab:  # already there: the tab itself (not a chart full screen), focused
+            if self.screen.maximized is not None and self.screen.maximized is not tabs:
+                self.screen.minimize()
             self.focus_tab(tab)
             return
         self._switch_tab(tabs, tab)
