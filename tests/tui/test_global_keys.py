@@ -77,7 +77,10 @@ class Table:
     def __init__(self, app: GrpoApp, pilot) -> None:  # type: ignore[no-untyped-def]
         self.app, self.pilot = app, pilot
         self.tabs = app.query_one(TabbedContent)
-        self.db = app.query_one(DatabaseView)
+
+    @property
+    def db(self) -> DatabaseView:
+        return self.app.query_one(DatabaseView)  # mounted when its tab is first shown
 
     # ------------------------------------------------------------ going to a place
 

@@ -147,8 +147,10 @@ class DatabaseView(Vertical):
         self.refresh_bindings()
 
     def focus_table(self) -> None:
-        """Focus the table of the level shown (the dashboard calls it when the tab is shown)."""
-        self.query_one(f"#{TABLES[self.level]}", DatabaseTable).focus()
+        """Focus the table of the level shown (the dashboard calls it when the tab is shown; on the
+        tab's first showing it may come before the tables are composed: then the first level focuses it)."""
+        for table in self.query(f"#{TABLES[self.level]}").results(DatabaseTable):
+            table.focus()
 
     def _crumbs(self) -> None:
         parts = [Text(Path(self.db_path or "no store").name, style="bold")]
