@@ -205,7 +205,7 @@ class Table:
             before = app.display_mode
             await pilot.press("m")
             after = DISPLAY_MODES[(DISPLAY_MODES.index(before) + 1) % len(DISPLAY_MODES)]
-            assert app.display_mode == after, "m did not change the sample display"
+            await until(pilot, lambda: app.display_mode == after, f"the sample display {after}")
             if view == "samples" and zoomed is None:
                 await until(pilot, lambda: f"display {after}" in screen_text(app), f"'display {after}' on screen")
             self.assert_layout(view, zoomed)
