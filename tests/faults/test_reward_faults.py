@@ -124,9 +124,10 @@ def test_on_error_skip_scores_none_and_warns_once(tmp_path, name):
 @pytest.mark.parametrize(
     "body, words",
     [
-        ("def f(prompts, completions:\n", "SyntaxError"),
-        ("raise RuntimeError('no API key')\n", "RuntimeError: no API key"),
-        ("import no_such_module_for_rewards\n", "ModuleNotFoundError"),
+        # a syntax error names its line: the file is compiled before it is imported
+        ("def f(prompts, completions:\n", ["broken_rewards.py, line 1: syntax error ('(' was never closed); fix that line"]),
+        ("raise RuntimeError('no API key')\n", ["cannot import", "RuntimeError: no API key"]),
+        ("import no_such_module_for_rewards\n", ["cannot import", "ModuleNotFoundError"]),
     ],
 )
 def test_a_reward_file_that_does_not_import_is_a_reward_error(tmp_path, body, words):
@@ -134,7 +135,7 @@ def test_a_reward_file_that_does_not_import_is_a_reward_error(tmp_path, body, wo
     path.write_text(body)
     with pytest.raises(RewardError) as info:
         load_rewards([RewardConfig(function=f"{path}:f")])
-    assert f"{path}:f" in str(info.value) and "cannot import" in str(info.value) and words in str(info.value)
+    assert f"{path}:f" in str(info.value) and all(w in str(info.value) for w in words), str(info.value)
 
 
 # ------------------------------------------------------------------ through the real worker
