@@ -10,7 +10,13 @@ The table (message → where the program prints it → what the command must do)
 
 | message | printed by | the command must |
 |---|---|---|
+| NaN stop | worker, NaN guard | resume from the last good checkpoint with the lower rate |
+| resume = latest passed over an emergency checkpoint | worker, start | resume from the emergency checkpoint |
 | damaged store | worker, start | go on with a fresh store / train without one |
+| damaged checkpoint named by checkpoint.resume | worker, start | start again from step 0 |
+| run --detach | cli | attach to the run |
+| a run is already going | cli (run) | attach to that run |
+| d (detach) in the dashboard | dashboard, on exit | attach again |
 | init | cli | train the starter run (dashboard and headless) |
 | init into a folder that is not empty | cli | write the starter run |
 | attach with no live run here | cli | list the runs |
@@ -25,9 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.printed import Terminal, frames, shell, the_command, wait_for
-from tests.helpers.trainer_env import HOOK
-from tests.helpers.worker_harness import tiny_model, write_config
+from grpo_tui.protocol import control as c
+from tests.helpers.printed import Terminal, commands, frame, frames, shell, the_command, wait_for
+from tests.helpers.trainer_env import HOOK, fake_trainer_env
+from tests.helpers.worker_harness import FAULTY_TRAINER, tiny_model, write_config
 
 __all__ = ["tiny_model"]  # the fixture, imported for pytest
 
@@ -45,6 +52,43 @@ def home(tmp_path: Path) -> Path:
 def config_in(home: Path, model: Path, **sections: dict) -> Path:  # type: ignore[type-arg]
     sections.setdefault("training", {}).update(silent_patience=0)  # the tiny model's groups tie
     return write_config(home, model, **sections)
+
+
+def resumes_at(terminal: Terminal, out: Path, step: int, since: int) -> dict:  # type: ignore[type-arg]
+    """The command ran the run again from ``step``: its run.jsonl says so, then a step after it."""
+    resumed = wait_for(lambda: frame(out, "resume_state", since), 90, f"a resume in {out}\n{terminal.text()[-2000:]}")
+    assert resumed["step"] == step, resumed
+    wait_for(lambda: any(f.get("type") == "step" and f["step"] == step + 1 for f in frames(out)[since:]), 90,
+             f"step {step + 1}")
+    return resumed
+
+
+def test_the_nan_stops_resume_commands(home, tiny_model):
+    config_in(home, tiny_model, training={"nan_patience": 2, "max_steps": 6, "learning_rate": 1e-2})
+    out = home / "out"
+    faulty = {**fake_trainer_env(FAULTY_TRAINER), "FAKE_SKIP_STEPS": "3,4"}
+    stopped = shell("grpo-tui worker config.toml --plain", home, **faulty)
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    nan_command = the_command(stopped.stdout + stopped.stderr, "grpo-tui run")
+    assert "training.learning_rate=0.001" in nan_command
+
+    # resume = latest never picks the emergency checkpoint; its log line says how to anyway
+    latest = shell("grpo-tui worker config.toml --plain --set training.max_steps=5", home)
+    assert latest.returncode == 0, latest.stdout + latest.stderr
+    emergency_command = the_command(latest.stdout + latest.stderr, "grpo-tui run")
+    assert "emergency-4" in emergency_command
+
+    # the NaN stop's command: the last good checkpoint, before the two bad steps, at the lower rate
+    for command, step in ((nan_command, 2), (emergency_command, 4)):
+        since = len(frames(out))
+        terminal = Terminal(command, home)
+        try:
+            resumes_at(terminal, out, step, since)
+            init = frame(out, "config", since)
+            if command is nan_command:
+                assert init is None or init["config"]["training"]["learning_rate"] == pytest.approx(1e-3)
+        finally:
+            terminal.end(out)
 
 
 def test_the_damaged_stores_two_commands(home, tiny_model):
@@ -65,6 +109,58 @@ def test_the_damaged_stores_two_commands(home, tiny_model):
         finally:
             terminal.end(out)
     assert list(out.glob("outputs.damaged-*.db")), "the damaged store is kept beside the fresh one"
+
+
+def test_a_damaged_checkpoints_start_again_command(home, tiny_model):
+    config_in(home, tiny_model, training={"max_steps": 2})
+    out = home / "out"
+    first = shell("grpo-tui worker config.toml --plain", home)
+    assert first.returncode == 0, first.stderr
+    weights = next((out / "final").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])  # a copy cut short
+    refused = shell("grpo-tui worker config.toml --plain --resume out/final", home)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    command = the_command(refused.stdout + refused.stderr, "grpo-tui run")
+    since = len(frames(out))
+    terminal = Terminal(command, home)
+    try:
+        wait_for(lambda: any(f.get("type") == "step" for f in frames(out)[since:]), 90, "training again")
+        assert frame(out, "resume_state", since) is None  # from step 0
+        assert [f["step"] for f in frames(out)[since:] if f.get("type") == "step"][0] == 1
+    finally:
+        terminal.end(out)
+
+
+def test_the_attach_commands_of_a_run_in_the_background(home, tiny_model):
+    config_in(home, tiny_model, training={"max_steps": 100000, "num_epochs": 20000}, checkpoint={"save_every": 0})
+    out = (home / "out").resolve()
+    started = shell("grpo-tui run config.toml --detach", home)
+    assert started.returncode == 0, started.stderr
+    from grpo_tui.tui.connection import LAUNCHED
+
+    record = c.read_record(out)
+    assert record is not None
+    LAUNCHED.append(record.pid)  # ended by the autouse fixture if this test fails half-way
+    viewer = Terminal(the_command(started.stdout, "grpo-tui attach"), home)
+    try:
+        wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 1, 60, "the attached viewer")
+        wait_for(lambda: "grpo-tui" in viewer.text(), 60, "the dashboard")
+        busy = shell("grpo-tui run config.toml --detach", home)  # a second start: the run is going already
+        assert busy.returncode == 2, busy.stdout + busy.stderr
+        second = Terminal(the_command(busy.stderr, "grpo-tui attach"), home)
+        wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 2, 60, "a second viewer")
+        second.type("d")  # detach: this dashboard closes, the run goes on
+        second.proc.wait(30)
+        # the dashboard has exited; its last line can still be on its way through the terminal
+        wait_for(lambda: any(cmd.startswith("grpo-tui attach") for cmd in commands(second.text())), 30,
+                 "the attach command printed on detach")
+        again = the_command(second.text(), "grpo-tui attach")
+        second.end()
+        third = Terminal(again, home)
+        wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 2, 60, "the viewer attached again")
+        third.end()
+    finally:
+        viewer.end(out)
 
 
 def test_the_init_commands(home):
