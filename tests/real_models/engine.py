@@ -1,45 +1,36 @@
-"""The one place these tests import the MLX engine from.
-
-worker/ is being restructured (``grpo_tui.worker.trainer`` -> ``grpo_tui.worker.engine.trainer``);
-when the move lands, only ``TRAINER_MODULES`` needs to change (or nothing, while both are tried).
-Everything else the tests need (``rollout``, ``data``, ``split_thinking``, ``parse_tool_calls``) is
-read off the trainer module itself, so it is the code the trainer really runs.
-"""
+"""The one place these tests import the MLX engine from: the trainer, the rollout and the data
+modules, and the parsers the step's stored generations are built with (``step_output`` imports them
+from ``parsing``), so the tests check the code the trainer really runs."""
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
-TRAINER_MODULES = ("grpo_tui.worker.engine.trainer", "grpo_tui.worker.trainer")
+from grpo_tui.worker.engine import data as _data
+from grpo_tui.worker.engine import rollout as _rollout
+from grpo_tui.worker.engine import step_output
+from grpo_tui.worker.engine import trainer as _trainer
 
 
 def trainer_module() -> ModuleType:
-    for name in TRAINER_MODULES:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # Only "this layout does not exist" moves on; a broken import inside the engine is an error.
-            if exc.name is None or not name.startswith(exc.name):
-                raise
-    raise ModuleNotFoundError(f"no trainer module among {TRAINER_MODULES}")
+    return _trainer
 
 
 def Trainer(*args, **kwargs):  # noqa: N802 - reads like the class it builds
-    return trainer_module().Trainer(*args, **kwargs)
+    return _trainer.Trainer(*args, **kwargs)
 
 
 def rollout() -> ModuleType:
-    return trainer_module().rollout
+    return _rollout
 
 
 def data() -> ModuleType:
-    return trainer_module().data
+    return _data
 
 
 def split_thinking(text: str):
-    return trainer_module().split_thinking(text)
+    return step_output.split_thinking(text)
 
 
 def parse_tool_calls(text: str):
-    return trainer_module().parse_tool_calls(text)
+    return step_output.parse_tool_calls(text)

@@ -104,12 +104,14 @@ def test_the_worker_renders_dataset_prompts_with_this_template(qwen_tok, tmp_pat
     from grpo_tui.protocol.config import DataConfig
 
     data = engine.data()
-    path = tmp_path / "d.jsonl"
     rows = [{"prompt": "Say 世界 🎉", "answer": "x"},
             {"prompt": [{"role": "user", "content": "héllo"}, {"role": "assistant", "content": "hi"},
                         {"role": "user", "content": "again"}]}]  # fmt: skip
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    examples = data.read_dataset(str(path), DataConfig(path=str(path), system_prompt="Be kind."))[0]
+    examples = []
+    for i, row in enumerate(rows):  # one file per format: a file that mixes them is a mistake
+        path = tmp_path / f"d{i}.jsonl"
+        path.write_text(json.dumps(row, ensure_ascii=False) + "\n")
+        examples += data.read_dataset(str(path), DataConfig(path=str(path), system_prompt="Be kind."))[0]
     for thinking in (False, True):
         data.render(examples, qwen_tok, thinking)
         for ex in examples:
