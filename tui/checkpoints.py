@@ -50,7 +50,10 @@ def describe(folder: CheckpointFolder, kinds: Mapping[str, str] | None = None) -
                     dtypes.add(str(tensor.get_dtype()))
         except Exception:  # a half-written or foreign file: list it without numbers
             continue
-    size = sum(p.stat().st_size for p in folder.path.iterdir() if p.is_file())
+    try:
+        size = sum(p.stat().st_size for p in folder.path.iterdir() if p.is_file())
+    except FileNotFoundError:  # pruned by the worker (keep_last) between the listing and now
+        return None
     kind = (kinds or {}).get(str(folder.path), folder.kind)
     return CheckpointInfo(folder.path, step, kind, size, params, tuple(sorted(dtypes)))
 

@@ -37,6 +37,22 @@ def test_a_corrupt_file_is_listed_without_numbers(tmp_path):
     assert info.step == 5 and info.parameters == 0 and info.dtypes == ()
 
 
+def test_a_checkpoint_pruned_while_it_is_described_is_left_out(tmp_path, monkeypatch):
+    """The worker prunes old checkpoints (keep_last) while the dashboard scans: a folder listed and
+    then gone is left out, never an error (it failed the crash-restart test, once)."""
+    import grpo_tui.tui.checkpoints as checkpoints
+
+    kept = tmp_path / "checkpoint-6"
+    kept.mkdir()
+    (kept / "model.safetensors").write_bytes(b"")
+    pruned = tmp_path / "checkpoint-5"
+    pruned.mkdir()
+    listed = checkpoints.list_checkpoints(tmp_path)
+    pruned.rmdir()
+    monkeypatch.setattr(checkpoints, "list_checkpoints", lambda _: listed)
+    assert [i.step for i in describe_checkpoints(tmp_path)] == [6]
+
+
 def test_missing_folder_and_sizes(tmp_path):
     assert describe_checkpoints(tmp_path / "nope") == []
     assert human_size(512) == "512 B" and human_size(3 * 1024 * 1024) == "3.0 MB"
