@@ -176,10 +176,15 @@ class ChartsView(Vertical):
     def focus_chart(self) -> Widget | None:
         """Focus the chart focused last (the first one the first time); returns it."""
         panels = self.panels()
-        target = self._last_focused if self._last_focused in panels else (panels[0] if panels else None)
-        if target is not None:
-            target.focus()
-        return target
+        if self._last_focused in panels:
+            self._last_focused.focus()
+            return self._last_focused
+        if not panels:
+            return None
+        # the first chart is at the top already; scrolling it "into view" while the tab is still being
+        # laid out scrolled its group title away, depending on timing
+        panels[0].focus(scroll_visible=False)
+        return panels[0]
 
     def on_move(self, message: Move) -> None:
         message.stop()
