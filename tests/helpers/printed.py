@@ -48,6 +48,12 @@ def shell(command: str, cwd: Path, timeout: float = 300, **env: str) -> subproce
                           timeout=timeout)
 
 
+def _hangup_default() -> None:
+    # a terminal's shell dies of a hang-up, even under a test runner started with nohup (which
+    # passes SIGHUP ignored to every child)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Terminal:
     """``command`` typed into a shell in a pseudo-terminal (a dashboard needs one), its output kept."""
 
@@ -55,7 +61,7 @@ class Terminal:
         master, slave = pty.openpty()
         env = user_env(TERM="xterm-256color", COLUMNS=str(size[0]), LINES=str(size[1]))
         self.proc = subprocess.Popen(["bash", "-c", command], cwd=cwd, env=env, stdin=slave, stdout=slave,
-                                     stderr=slave, start_new_session=True)
+                                     stderr=slave, start_new_session=True, preexec_fn=_hangup_default)
         os.close(slave)
         self.master, self.output = master, bytearray()
         threading.Thread(target=self._drain, daemon=True).start()

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import pty
 import shlex
 import signal
 import socket
 import stat
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from grpo_tui.protocol import control as c
 from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.cli import attach_target, build_parser
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
+from tests.helpers.printed import Terminal
 from tests.helpers.runs import CLI, record_step, start_detached, wait_for
 from tests.helpers.worker_harness import query, tiny_model, write_config
 
@@ -89,35 +88,10 @@ async def test_detach_after_steps_then_attach_shows_every_step(tmp_path, tiny_mo
         assert "p" not in {k for k, b in finished.screen.active_bindings.items() if b.binding.show}
 
 
-class PtyViewer:
-    """``grpo-tui attach DIR`` in a pseudo-terminal, as a person's terminal would run it."""
-
-    def __init__(self, out: Path, argv: list[str] | None = None) -> None:
-        master, slave = pty.openpty()
-        self.proc = subprocess.Popen(
-            [*CLI, *(argv or ["attach", str(out)])], stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-            env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"},
-        )
-        os.close(slave)
-        self.master = master
-        self.screen = bytearray()
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                data = os.read(self.master, 65536)
-            except OSError:
-                return
-            if not data:
-                return
-            self.screen += data
-
-
 @pytest.mark.slow
 async def test_kill_9_of_one_viewer_leaves_training_and_the_other_viewer_going(tmp_path, tiny_model):
     out, attach = start_detached(tmp_path, tiny_model)
-    terminal = PtyViewer(out)
+    terminal = Terminal(f"exec grpo-tui attach {shlex.quote(str(out))}", tmp_path)  # the pid is the viewer's
     wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 1, timeout=60)
     app = attach_app(attach)
     async with app.run_test(size=SIZE) as pilot:
@@ -131,7 +105,7 @@ async def test_kill_9_of_one_viewer_leaves_training_and_the_other_viewer_going(t
         assert record_step(out) >= killed_at + 2  # and so does training
         await pilot.press("p")  # and it still steers the run
         await wait_until(pilot, lambda: app.state.status == "paused", timeout=60)
-    assert b"grpo-tui" in terminal.screen  # the terminal viewer had drawn the dashboard
+    assert "grpo-tui" in terminal.text()  # the terminal viewer had drawn the dashboard
 
 
 @pytest.mark.slow
@@ -140,7 +114,7 @@ def test_sighup_to_the_dashboard_never_stops_the_run(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, training={"max_steps": 400, "num_epochs": 200, "silent_patience": 0},
                           checkpoint={"save_every": 0})
     out = (tmp_path / "out").resolve()
-    terminal = PtyViewer(out, ["run", str(config)])
+    terminal = Terminal(f"grpo-tui run {shlex.quote(str(config))}", tmp_path)
     wait_for(lambda: record_step(out) >= 2)
     record = c.read_record(out)
     assert record is not None
