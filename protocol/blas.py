@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from .install_hint import pip_install
+
 # Set in the child so that a re-exec happens at most once, whatever the outcome.
 REEXEC_MARK = "GRPO_TUI_BLAS_REEXEC"
 
@@ -123,5 +125,5 @@ def describe(path: str) -> str:
     if "openblas" in name or "openblas" in path:
         return f"OpenBLAS ({path})"
     if "libblas" in name:
-        return f"reference BLAS ({path}) — slow; `pip install mkl` or set runtime.blas"
+        return f"reference BLAS ({path}) — slow; {pip_install('mkl')} or set runtime.blas"
     return path

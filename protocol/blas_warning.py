@@ -9,6 +9,8 @@ import platform
 import sys
 from pathlib import Path
 
+from .install_hint import pip_install
+
 FAST_NAMES = ("mkl", "openblas", "blis", "accelerate")
 PREFIX = "slow BLAS:"  # the warning starts with this (the dashboard's header looks for it)
 
@@ -31,7 +33,7 @@ def slow_blas_warning(active: str, system: str | None = None, machine: str | Non
     if not system.startswith("linux") or not is_reference_blas(active):
         return None
     if machine in ("x86_64", "AMD64"):
-        fix = "`pip install mkl` in this environment (grpo-tui depends on it on x86-64 Linux; it is missing)"
+        fix = f"{pip_install('mkl')} in this environment (grpo-tui depends on it on x86-64 Linux; it is missing)"
     else:
         fix = "install OpenBLAS (e.g. `apt install libopenblas0`)"
     return (

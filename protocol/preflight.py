@@ -3,7 +3,8 @@
 inside an output folder whose checkpoints a fresh start moves aside, a quantized model with full
 fine-tuning, LoRA keys that match no module (read from the weight files' headers, no weights
 loaded), reward and tool files that do not compile or tools without type hints or a docstring
-(read as source, never run), and the data's first rows (``data_check``). Each problem is one
+(read as source, never run), the data's first rows (``data_check``), and a checkpoint to resume
+that is of the other kind (LoRA or full) or of another model (``resume_check``). Each problem is one
 sentence naming the key, file or line and what to do; the worker builds the same sentences here.
 
 Only the standard library: ``grpo-tui check`` runs without MLX.
@@ -22,6 +23,7 @@ from .config import Config, ConfigError, LoraConfig, ModelConfig
 from .data_check import data_problems
 from .distributed import rank_count, undealt
 from .layout import STATE_FILE, parse_checkpoint_dir_name, read_state
+from .resume_check import Resume, damage, damaged, kind_problem, latest_whole, local_model_identity, model_problem
 
 _NO_FILES = ("/proc", "/sys", "/dev")  # virtual file systems: nothing can be saved there
 
@@ -42,8 +44,16 @@ def output_dir_problem(output_dir: str | Path) -> str | None:
     if not existing.is_dir():
         return f"{key} cannot be created: {existing} is a file; choose another folder"
     if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{key} cannot be written ({existing} is read-only for this user); choose a folder you can write to"
+        why = "is on a read-only file system" if _read_only_mount(existing) else "is read-only for this user"
+        return f"{key} cannot be written ({existing} {why}); choose a folder you can write to"
     return None
+
+
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def model_inside_output_problem(config: Config) -> str | None:
@@ -67,12 +77,33 @@ def not_a_checkpoint(resume: str) -> str:
             'final or emergency-N folder, or use "latest"')
 
 
-def resume_problem(config: Config) -> str | None:
-    """``checkpoint.resume`` naming a folder that is not a checkpoint."""
+def _resumed(config: Config) -> Resume | None:
+    """The checkpoint the worker resumes from (``resume_check.latest_whole`` for "latest")."""
     resume = config.checkpoint.resume
-    if not isinstance(resume, str) or resume == "latest" or read_state(Path(resume)) is not None:
+    if resume is False:
         return None
-    return not_a_checkpoint(resume)
+    if resume == "latest":
+        return latest_whole(Path(config.checkpoint.output_dir))
+    state = read_state(Path(str(resume)))
+    return (Path(str(resume)), state) if state is not None else None
+
+
+def resume_problem(config: Config, config_path: str) -> str | None:
+    """``checkpoint.resume`` naming a folder that is not a checkpoint or a damaged one, or the
+    checkpoint a resume picks being of the other kind than ``[model.lora]`` says, or of another
+    model than a local ``model.path`` folder (a hub id or a GGUF file: the worker checks it once
+    loaded). ``resume_check`` decides, as in the worker."""
+    resume = config.checkpoint.resume
+    if isinstance(resume, str) and resume != "latest":
+        if read_state(Path(resume)) is None:
+            return not_a_checkpoint(resume)
+        if (why := damage(Path(resume))) is not None:
+            return damaged(resume, why, config_path)
+    if (found := _resumed(config)) is None:
+        return None
+    path, state = found
+    return kind_problem(path, config.model.lora is not None, config_path) or \
+        model_problem(path, state.model, local_model_identity(config.model.path), config_path)
 
 
 def folder_problems(config: Config) -> list[str]:
@@ -229,10 +260,11 @@ def code_problems(config: Config) -> list[str]:
     return problems
 
 
-def check_problems(config: Config) -> list[str]:
-    """Everything ``grpo-tui check`` finds without training, in the order the worker meets it."""
+def check_problems(config: Config, config_path: str = "config.toml") -> list[str]:
+    """Everything ``grpo-tui check`` finds without training, in the order the worker meets it
+    (``config_path``: the config as the user named it, for the commands the sentences print)."""
     count = rank_count(config)
     ranks = undealt(config.training.gradient_accumulation_steps, count) if count is not None else None
-    resume = resume_problem(config)
+    resume = resume_problem(config, config_path)
     return ([str(ranks)] if ranks else []) or folder_problems(config) or ([resume] if resume else []) or \
         code_problems(config) or data_problems(config) or model_problems(config)

@@ -13,7 +13,8 @@ The table (message → where the program prints it → what the command must do)
 | NaN stop | worker, NaN guard | resume from the last good checkpoint with the lower rate |
 | resume = latest passed over an emergency checkpoint | worker, start | resume from the emergency checkpoint |
 | damaged store | worker, start | go on with a fresh store / train without one |
-| damaged checkpoint named by checkpoint.resume | worker, start | start again from step 0 |
+| damaged checkpoint named by checkpoint.resume | worker, start; check (protocol/resume_check.py) | start again from step 0 |
+| checkpoint of the other kind (LoRA/full) or of another model | worker, start; check (protocol/resume_check.py) | start again from step 0: the damaged checkpoint's command, made by the same `resume_command` |
 | run --detach | cli | attach to the run |
 | a run is already going | cli (run) | attach to that run |
 | d (detach) in the dashboard | dashboard, on exit | attach again |
@@ -22,11 +23,14 @@ The table (message → where the program prints it → what the command must do)
 | attach with no live run here | cli | list the runs |
 | a tracker that is not installed | worker, trackers | pip: install what provides it |
 | attach --web without textual-serve | cli (web) | pip: install what provides it |
+| the reference BLAS (slow) on x86-64 Linux | worker, start (protocol/blas.py, blas_warning.py) | pip: install MKL |
 """
 
 from __future__ import annotations
 
+import platform
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -235,6 +239,18 @@ def test_the_web_views_pip_command(home, tiny_model):
     assert_pip_command_installs(the_command(refused.stderr, "pip install"), home, "textual-serve")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+                    reason="MKL's command is printed on x86-64 Linux (elsewhere apt's OpenBLAS, or nothing on macOS)")
+def test_the_slow_blas_pip_command(home, tiny_model):
+    config_in(home, tiny_model, training={"max_steps": 1}, runtime={"blas": "off"}, checkpoint={"save_every": 0})
+    slow = shell("grpo-tui worker config.toml --plain", home, LD_PRELOAD="")  # on the wheel's reference BLAS
+    said = slow.stdout + slow.stderr
+    assert slow.returncode == 0, said
+    warning = next(line for line in said.splitlines() if "slow BLAS" in line)
+    assert warning.startswith("[warning]"), said
+    assert_pip_command_installs(the_command(said, "pip install"), home, "mkl")  # said twice (BLAS line, warning): one
+
+
 def test_every_command_printed_in_source_is_in_this_table():
     """A new message with a command must come with its row here: the sources that format one."""
     root = Path(__file__).resolve().parent.parent
@@ -250,7 +266,7 @@ def test_every_command_printed_in_source_is_in_this_table():
 KNOWN_PRINTERS = {
     "worker/checkpoint.py", "worker/start.py", "worker/nan_stop.py", "worker/trackers.py", "tui/cli.py",
     "tui/app.py", "tui/connection.py", "tui/web.py", "tui/init_templates.py", "protocol/blas.py",
-    "protocol/blas_warning.py", "protocol/install_hint.py",
+    "protocol/blas_warning.py", "protocol/install_hint.py", "protocol/commands.py", "protocol/resume_check.py",
     # not a command to run: the header of the config file GRPOTrainer writes names the commands that
     # read it (no path: the file is the one it is in); a comment
     "api/trainer.py", "tui/supervisor.py",

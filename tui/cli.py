@@ -61,7 +61,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from grpo_tui.protocol.preflight import check_problems
     from grpo_tui.protocol.recipes import report
 
-    if problems := check_problems(config):  # what the worker would stop on, found without training
+    if problems := check_problems(config, args.config):  # what the worker would stop on, found without training
         for problem in problems:
             print(f"grpo-tui: {problem}", file=sys.stderr)
         return Exit.MISTAKE

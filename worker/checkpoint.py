@@ -14,12 +14,12 @@ import fcntl
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import time
 from pathlib import Path
 from typing import IO, Protocol
 
+from grpo_tui.protocol.commands import resume_command, run_command
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import (
     LOCK_FILE,
@@ -30,14 +30,14 @@ from grpo_tui.protocol.layout import (
     TMP_PREFIX as _TMP,
     TrainingState,
     list_checkpoints,
-    parse_checkpoint_dir_name,
     read_state,
     write_state,
 )
+from grpo_tui.protocol.resume_check import damage, find_latest, resumable  # shared with grpo-tui check
 
 DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed to load, set aside (protocol/layout.py's parser skips it)
 
-__all__ = [  # STATE_FILE, TrainingState and read_state are the worker's names for protocol/layout's
+__all__ = [  # STATE_FILE, TrainingState, read_state, the resume and command helpers: the worker's names for protocol's
     "DAMAGED_PREFIX", "OPTIMIZER_FILE", "STATE_FILE", "Saver", "damage", "set_damaged_aside", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
     "nan_stop_message", "resumable", "resume_command", "run_command", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
 ]
@@ -149,49 +149,10 @@ def recover_interrupted(output_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def resumable(path: Path, state: TrainingState) -> bool:
-    """Whether ``resume = "latest"`` may pick this checkpoint: periodic, manual and final ones, and
-    an emergency save after a crash (its weights are the last completed step's). A NaN emergency
-    (or an emergency of unknown cause, from before causes were recorded) and last-good copies are
-    resumed only by an explicit path, so a restart never loops back into its own failure."""
-    parsed = parse_checkpoint_dir_name(path.name)
-    if parsed is None:
-        return False
-    if parsed[0] == "emergency":
-        return state.reason == "crash"
-    return parsed[0] in ("periodic", "final") and state.kind != "emergency"
-
-
-def find_latest(output_dir: Path) -> tuple[Path, TrainingState] | None:
-    """The newest resumable checkpoint (highest step, then most recently written)."""
-    found = [(f.path, f.state) for f in list_checkpoints(output_dir) if f.state is not None and resumable(f.path, f.state)]
-    return found[-1] if found else None
-
-
 def skipped_newer(output_dir: Path, step: int) -> list[Path]:
     """Emergency and last-good checkpoints newer than ``step`` that "latest" passed over."""
     return [f.path for f in list_checkpoints(output_dir)
             if f.state is not None and f.state.step > step and f.kind is not None and not resumable(f.path, f.state)]
-
-
-def damage(directory: Path) -> str | None:
-    """Why the checkpoint at ``directory`` cannot load, found without loading it: a safetensors
-    file shorter or longer than its header says (a truncated copy, a full disk), or a header that
-    does not parse. None when every file is whole."""
-    for path in sorted(directory.glob("*.safetensors")):
-        try:
-            size = path.stat().st_size
-            with open(path, "rb") as handle:
-                length = int.from_bytes(handle.read(8), "little")
-                if length <= 0 or 8 + length > size:
-                    return f"{path.name} is cut short ({size:,} bytes)"
-                header = json.loads(handle.read(length))
-            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-            return f"{path.name} does not read ({exc.__class__.__name__}: {exc})"
-        if size != 8 + length + end:
-            return f"{path.name} is {size:,} bytes where its header says {8 + length + end:,}"
-    return None
 
 
 def set_damaged_aside(directory: Path) -> Path:
@@ -228,17 +189,6 @@ def set_aside(output_dir: Path) -> Path | None:
     for path in old:
         os.rename(path, dest / path.name)
     return dest
-
-
-def run_command(config_path: str, *sets: str) -> str:
-    """The command line that runs ``config_path`` again with ``sets`` (``KEY=VALUE``, as ``--set``
-    reads them), in backquotes: a sentence's punctuation is never taken as part of it."""
-    return "`" + " ".join([f"grpo-tui run {shlex.quote(config_path)}", *(f"--set {shlex.quote(s)}" for s in sets)]) + "`"
-
-
-def resume_command(config_path: str, checkpoint: Path | None, *extra: str) -> str:
-    """A command line that runs ``config_path`` again from ``checkpoint`` (None: from scratch)."""
-    return run_command(config_path, f"checkpoint.resume={checkpoint if checkpoint is not None else 'false'}", *extra)
 
 
 def nan_stop_message(streak: int, emergency: Path, last_good: Path | None, learning_rate: float,

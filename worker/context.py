@@ -37,7 +37,7 @@ class RunContext:
         self.store: Store | None = None
         self.run_id = 0
         self.phase: m.Phase = "loading"
-        self.model_identity: dict[str, str] = {}  # the model trained (model_identity.py), recorded in checkpoints
+        self.model_identity: dict[str, str] = {}  # the model trained (protocol/resume_check.py), recorded in checkpoints
 
     @property
     def trainer(self) -> Trainer:

@@ -14,9 +14,10 @@ from grpo_tui.protocol.blas import active_blas
 from grpo_tui.protocol.blas import describe as describe_blas
 from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.layout import ADAPTERS_FILE, MODEL_WEIGHTS_FILE, RUN_LOG_FILE, STORE_FILE
+from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.protocol.preflight import folder_problems, not_a_checkpoint
+from grpo_tui.protocol.resume_check import damaged, kind_problem, local_model_identity, model_problem
 
 from . import checkpoint as ckpt
 from . import ranks
@@ -179,30 +180,27 @@ async def find_resume(run: RunContext) -> Resume | None:
             run.log("info", f"resume = latest: not resuming from {path}, saved after non-finite steps (or a copy "
                     f"kept then); to resume from it anyway: {ckpt.resume_command(run.config_path, path)}")
         if found is not None:
-            check_same_kind(run, found[0])
+            check_fits(run, *found)
         return found
     state = ckpt.read_state(Path(str(resume)))
     if state is None:
         raise Mistake("resume", not_a_checkpoint(str(resume)))
     if (why := await run.mlx(ckpt.damage, Path(str(resume)))) is not None:
-        raise Mistake("resume", f"checkpoint.resume: {resume} is damaged ({why}); resume from another checkpoint "
-                                f"or start again: {ckpt.resume_command(run.config_path, None)}")
-    check_same_kind(run, Path(str(resume)))
+        raise Mistake("resume", damaged(str(resume), why, run.config_path))
+    check_fits(run, Path(str(resume)), state)
     return Path(str(resume)), state
 
 
-def check_same_kind(run: RunContext, path: Path) -> None:
-    """Before the model loads: a full fine-tuning checkpoint resumes only without ``[model.lora]``,
-    and a LoRA checkpoint (adapters on the base) only with it."""
-    lora = run.config.model.lora is not None
-    full, adapters = (path / MODEL_WEIGHTS_FILE).is_file(), (path / ADAPTERS_FILE).is_file()
-    again = f"or start again ({ckpt.resume_command(run.config_path, None)}: the old checkpoints are set aside)"
-    if lora and full and not adapters:
-        raise Mistake("resume", f"{path} is a full fine-tuning checkpoint ({MODEL_WEIGHTS_FILE}, no LoRA adapters), but "
-                                f"{run.config_path} has a [model.lora] table; remove [model.lora] to resume it, {again}")
-    if not lora and adapters and not full:
-        raise Mistake("resume", f"{path} holds LoRA adapters ({ADAPTERS_FILE}), but {run.config_path} has no "
-                                f"[model.lora] table; add the one it was trained with to resume it, {again}")
+def check_fits(run: RunContext, path: Path, state: ckpt.TrainingState) -> None:
+    """Before the model loads: the checkpoint is of the kind ``[model.lora]`` says (full fine-tuning
+    or LoRA adapters) and, for a local model folder, of the model ``model.path`` names (a hub id or
+    a GGUF file: ``check_same_model`` once loaded). ``protocol/resume_check.py`` decides, for
+    ``grpo-tui check`` too."""
+    cfg = run.config
+    if (problem := kind_problem(path, cfg.model.lora is not None, run.config_path)) is not None:
+        raise Mistake("resume", problem)
+    if (problem := model_problem(path, state.model, local_model_identity(cfg.model.path), run.config_path)) is not None:
+        raise Mistake("resume", problem)
 
 
 async def latest_that_loads(run: RunContext) -> Resume | None:
@@ -224,15 +222,10 @@ async def latest_that_loads(run: RunContext) -> Resume | None:
 
 
 def check_same_model(run: RunContext, path: Path, state: ckpt.TrainingState) -> None:
-    """A checkpoint resumes only into the model it was trained from: its weights (or adapters) would
-    silently replace the model that ``model.path`` names now."""
-    then, now = state.model, run.model_identity
-    if not then.get("fingerprint") or not now.get("fingerprint") or then["fingerprint"] == now["fingerprint"]:
-        return
-    raise Mistake("resume", f"{path} was trained from the model {then.get('path')}, but model.path is now "
-                            f"{now.get('path')} (another model); to train it, start again "
-                            f"({ckpt.resume_command(run.config_path, None)}: the old checkpoints are set aside) "
-                            "or set another checkpoint.output_dir")
+    """A checkpoint resumes only into the model it was trained from (the loaded model's identity
+    against the one its state records); ``protocol/resume_check.py`` decides, for ``check`` too."""
+    if (problem := model_problem(path, state.model, run.model_identity, run.config_path)) is not None:
+        raise Mistake("resume", problem)
 
 
 def resolved_config(cfg: Config, active_blas: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from tests.faults import FAULT_TRAINER
+from tests.helpers.read_only import read_only
 from tests.helpers.trainer_env import fake_trainer_env
 from tests.helpers.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
@@ -100,25 +101,6 @@ def test_a_really_full_tmpfs_is_one_clear_error(tmp_path, tiny_model):
         assert [n for n in folders(out) if n.startswith("checkpoint-")] == ["checkpoint-2"]
         filler.unlink()
         finish_after_fix(config, out)
-
-
-@contextlib.contextmanager
-def read_only(path: Path) -> Iterator[None]:
-    """chmod for a normal user; root ignores modes, so a read-only bind mount instead."""
-    if os.geteuid() != 0:
-        path.chmod(0o555)
-        try:
-            yield
-        finally:
-            path.chmod(0o755)
-        return
-    if subprocess.run(["mount", "--bind", str(path), str(path)]).returncode:
-        pytest.skip("running as root without permission to bind-mount: cannot make a folder read-only")
-    try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
-        yield
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @pytest.mark.slow

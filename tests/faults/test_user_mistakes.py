@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,24 @@ import pytest
 from grpo_tui.protocol import distributed
 from grpo_tui.protocol.config import ConfigError, load_config
 from grpo_tui.protocol.layout import RUN_LOG_FILE
-from tests.helpers.mistake_cases import CASES, ROOT, Setup, custom_reward, write_run
+from tests.helpers.mistake_cases import CASES, ROOT, TINY, Case, Setup, custom_reward, write_checkpoint, write_run
 
 PREFIXES = ("[mistake] ", "grpo-tui: config error: ", "grpo-tui: ")
+
+
+@pytest.fixture
+def build(tmp_path: Path) -> Iterator[Callable[[Case], Setup]]:
+    """``case.build`` in the test's folder; what it set up (a lock, a read-only mount) is undone after."""
+    made: list[Setup] = []
+
+    def make(case: Case) -> Setup:
+        made.append(case.build(tmp_path))
+        return made[-1]
+
+    yield make
+    for setup in made:
+        for undo in reversed(setup.undo):
+            undo()
 
 
 def grpo_tui(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -48,10 +64,8 @@ def said(output: str) -> list[str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_a_mistake_is_one_sentence_exit_2_and_no_traceback(tmp_path, case):
-    if case.root_can and os.geteuid() == 0:
-        pytest.skip("root writes read-only folders")
-    setup = case.build(tmp_path)
+def test_a_mistake_is_one_sentence_exit_2_and_no_traceback(tmp_path, case, build):
+    setup = build(case)
     log = Path(load_config(setup.config).checkpoint.output_dir) / RUN_LOG_FILE if _loads(setup) else None
     before = log.stat().st_size if log is not None and log.is_file() else 0
     done = grpo_tui("worker", str(setup.config), "--plain", *setup.args, env=setup.env)
@@ -107,13 +121,21 @@ def test_check_piped_into_head_ends_quietly(tmp_path):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.check], ids=lambda c: c.id)
-def test_check_says_what_the_worker_would_stop_on_before_training(tmp_path, case):
-    if case.root_can and os.geteuid() == 0:
-        pytest.skip("root writes read-only folders")
-    setup = case.build(tmp_path)
+def test_check_says_what_the_worker_would_stop_on_before_training(tmp_path, case, build):
+    setup = build(case)
+    before = sorted(tmp_path.rglob("*"))
     done = grpo_tui("check", str(setup.config), env=setup.env)
     assert done.returncode == 2 and said(done.stderr) == [case.sentence(tmp_path)], done.stderr
-    assert not (tmp_path / "out").is_dir() or list((tmp_path / "out").iterdir())  # nothing created or moved
+    assert sorted(tmp_path.rglob("*")) == before  # nothing created, moved or set aside
+
+
+def test_check_resumes_a_checkpoint_of_the_same_model_and_kind(tmp_path):
+    """The identity ``check`` computes for model.path is the one the worker records in checkpoints."""
+    from grpo_tui.worker.engine.model_source import identity
+
+    write_checkpoint(tmp_path, "model.safetensors", identity(str(TINY)))
+    done = grpo_tui("check", str(write_run(tmp_path)))
+    assert done.returncode == 0 and done.stdout.startswith("# "), done.stderr
 
 
 def test_check_says_a_batch_cannot_be_dealt_out_to_the_configured_ranks(tmp_path):
@@ -129,16 +151,14 @@ def test_check_says_a_batch_cannot_be_dealt_out_to_the_configured_ranks(tmp_path
 # cannot hold the run are refused by `run` before the dashboard opens; the rest reach the worker,
 # whose sentence the mistake's modal shows.
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, case, monkeypatch, capsys):
+async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, case, build, monkeypatch, capsys):
     from textual.widgets import Static
 
     from grpo_tui.tui import cli
     from grpo_tui.tui.app import GrpoApp
     from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 
-    if case.root_can and os.geteuid() == 0:
-        pytest.skip("root writes read-only folders")
-    setup = case.build(tmp_path)
+    setup = build(case)
     for key, value in setup.env.items():
         monkeypatch.setenv(key, value)
     sentence = case.sentence(tmp_path)

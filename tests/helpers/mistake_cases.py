@@ -9,6 +9,7 @@ half (Pilot, the real worker) of tests/faults/test_user_mistakes.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_tui.protocol.config import TrainingConfig
+from tests.helpers.read_only import make_read_only
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "models" / "tiny-arith"
@@ -28,6 +30,7 @@ class Setup:
     config: Path
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    undo: list[Callable[[], None]] = field(default_factory=list)  # run after the test (a lock, a mount)
 
 
 def jsonl(path: Path, rows: list[Any]) -> Path:
@@ -104,7 +107,6 @@ class Case:
     build: Callable[[Path], Setup]
     sentence: Callable[[Path], str]
     code: int = 2
-    root_can: bool = False  # root may do it anyway (writing a read-only folder): skipped as root
     check: bool = False  # grpo-tui check finds it too, without training
 
 
@@ -127,20 +129,21 @@ def _locked(f: Path) -> Setup:
     out.mkdir()
     import fcntl
 
-    lock = open(out / ".worker.lock", "a+")  # a live run's lock: held while this test process lives
+    lock = open(out / ".worker.lock", "a+")  # a live run's lock: held until the test ends
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    _HELD.append(lock)
-    return Setup(config)
-
-
-_HELD: list[Any] = []
+    return Setup(config, undo=[lock.close])
 
 
 def _read_only(f: Path) -> Setup:
     out = f / "out"
     out.mkdir()
-    out.chmod(0o555)
-    return Setup(write_run(f))
+    config = write_run(f)
+    return Setup(config, undo=[make_read_only(out)])  # a bind mount as root (root writes any folder)
+
+
+def _read_only_why() -> str:
+    """As root the folder is a read-only mount; for another user, a folder without write permission."""
+    return "is on a read-only file system" if os.geteuid() == 0 else "is read-only for this user"
 
 
 def _a_file(f: Path) -> Setup:
@@ -160,7 +163,7 @@ def _not_a_checkpoint(f: Path) -> Setup:
     return Setup(write_run(f, checkpoint={"resume": str(f / "somewhere")}))
 
 
-def _checkpoint(f: Path, weights: str, model: dict[str, str] | None = None) -> Path:
+def write_checkpoint(f: Path, weights: str, model: dict[str, str] | None = None) -> Path:
     """``out/checkpoint-2`` as a run leaves it: the state, and the weights (tiny-arith's) as ``weights``."""
     from grpo_tui.protocol.layout import TrainingState, write_state
 
@@ -173,17 +176,17 @@ def _checkpoint(f: Path, weights: str, model: dict[str, str] | None = None) -> P
 
 
 def _full_checkpoint_with_lora(f: Path) -> Setup:
-    _checkpoint(f, "model.safetensors")
+    write_checkpoint(f, "model.safetensors")
     return Setup(write_run(f, model={"lora": {"rank": 2}}))
 
 
 def _lora_checkpoint_without_lora(f: Path) -> Setup:
-    _checkpoint(f, "adapters.safetensors")
+    write_checkpoint(f, "adapters.safetensors")
     return Setup(write_run(f))
 
 
 def _checkpoint_of_another_model(f: Path) -> Setup:
-    _checkpoint(f, "model.safetensors", {"path": "/elsewhere/other-model", "fingerprint": "0" * 32})
+    write_checkpoint(f, "model.safetensors", {"path": "/elsewhere/other-model", "fingerprint": "0" * 32})
     return Setup(write_run(f))
 
 
@@ -299,8 +302,8 @@ CASES: list[Case] = [
     Case("output-locked", "output", _locked,
          lambda f: f"another worker is already training in {f / 'out'}; stop it first, or set checkpoint.output_dir to another folder"),
     Case("output-read-only", "output", _read_only,
-         lambda f: f"checkpoint.output_dir: {f / 'out'} cannot be written ({f / 'out'} is read-only for this user); choose a "
-                   "folder you can write to", root_can=True, check=True),
+         lambda f: f"checkpoint.output_dir: {f / 'out'} cannot be written ({f / 'out'} {_read_only_why()}); "
+                   "choose a folder you can write to", check=True),
     Case("output-is-a-file", "output", _a_file,
          lambda f: f"checkpoint.output_dir: {f / 'out'} is a file, not a folder; name a folder (it is created if missing)", check=True),
     Case("output-under-proc", "output", cfg(checkpoint={"output_dir": "/proc/grpo-tui-run"}),
@@ -335,15 +338,15 @@ CASES: list[Case] = [
     Case("resume-full-finetune-with-lora", "resume", _full_checkpoint_with_lora,
          lambda f: f"{f / 'out' / 'checkpoint-2'} is a full fine-tuning checkpoint (model.safetensors, no LoRA adapters), "
                    f"but {f / 'config.toml'} has a [model.lora] table; remove [model.lora] to resume it, or start again "
-                   f"(`grpo-tui run {f / 'config.toml'} --set checkpoint.resume=false`: the old checkpoints are set aside)"),
+                   f"(`grpo-tui run {f / 'config.toml'} --set checkpoint.resume=false`: the old checkpoints are set aside)", check=True),
     Case("resume-lora-without-lora", "resume", _lora_checkpoint_without_lora,
          lambda f: f"{f / 'out' / 'checkpoint-2'} holds LoRA adapters (adapters.safetensors), but {f / 'config.toml'} has "
                    f"no [model.lora] table; add the one it was trained with to resume it, or start again (`grpo-tui run "
-                   f"{f / 'config.toml'} --set checkpoint.resume=false`: the old checkpoints are set aside)"),
+                   f"{f / 'config.toml'} --set checkpoint.resume=false`: the old checkpoints are set aside)", check=True),
     Case("resume-another-model", "model", _checkpoint_of_another_model,
          lambda f: f"{f / 'out' / 'checkpoint-2'} was trained from the model /elsewhere/other-model, but model.path is now "
                    f"{TINY} (another model); to train it, start again (`grpo-tui run {f / 'config.toml'} --set "
-                   "checkpoint.resume=false`: the old checkpoints are set aside) or set another checkpoint.output_dir"),
+                   "checkpoint.resume=false`: the old checkpoints are set aside) or set another checkpoint.output_dir", check=True),
     Case("resume-flag-not-a-folder", "resume", _resume_flag_not_a_folder,
          lambda f: f"--resume: '{f / 'nowhere'}' is not a checkpoint folder; name a checkpoint-N, final or emergency-N "
                    'folder, or use "latest"'),

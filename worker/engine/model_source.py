@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import math
@@ -20,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grpo_tui.protocol import preflight
+from grpo_tui.protocol import preflight, resume_check
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.protocol.outcome import Mistake
 
@@ -111,30 +110,15 @@ def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
         raise error
 
 
-# Architecture fields that tell two models apart even where their weight files cannot be read.
-_ARCHITECTURE = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
-                 "num_key_value_heads", "vocab_size", "head_dim")
-_SAMPLE = 1 << 20
-
-
 def identity(path: str) -> dict[str, str]:
-    """What a checkpoint records of the model it came from: its path and a fingerprint of the
-    config's architecture fields and each weight file's name, size and first and last MiB (a
-    different model differs there; hashing whole multi-GB files at every start would not pay)."""
+    """What a checkpoint records of the model it came from (``protocol/resume_check.py``'s
+    ``model_identity`` of the folder ``path`` resolves to); empty when it cannot be found."""
     try:
         folder = resolve(path)
         config = read_config(folder)
     except ModelSourceError:
         return {}
-    digest = hashlib.sha256(json.dumps({k: config.get(k) for k in _ARCHITECTURE}, sort_keys=True).encode())
-    for file in sorted(folder.glob("*.safetensors")):
-        size = file.stat().st_size
-        digest.update(f"{file.name}:{size}".encode())
-        with open(file, "rb") as handle:
-            digest.update(handle.read(_SAMPLE))
-            handle.seek(max(size - _SAMPLE, 0))
-            digest.update(handle.read(_SAMPLE))
-    return {"path": str(folder), "fingerprint": digest.hexdigest()[:32]}
+    return resume_check.model_identity(folder, config)
 
 
 def context_length(path: str) -> int | None:
