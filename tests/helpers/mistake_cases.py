@@ -190,6 +190,12 @@ def _checkpoint_of_another_model(f: Path) -> Setup:
     return Setup(write_run(f))
 
 
+def _damaged_checkpoint(f: Path) -> Setup:
+    weights = write_checkpoint(f, "model.safetensors") / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # a copy cut short
+    return Setup(write_run(f, checkpoint={"resume": str(weights.parent)}))
+
+
 def _resume_flag_not_a_folder(f: Path) -> Setup:
     return Setup(write_run(f), args=["--resume", str(f / "nowhere")])
 
@@ -347,6 +353,10 @@ CASES: list[Case] = [
          lambda f: f"{f / 'out' / 'checkpoint-2'} was trained from the model /elsewhere/other-model, but model.path is now "
                    f"{TINY} (another model); to train it, start again (`grpo-tui run {f / 'config.toml'} --set "
                    "checkpoint.resume=false`: the old checkpoints are set aside) or set another checkpoint.output_dir", check=True),
+    Case("resume-damaged-checkpoint", "resume", _damaged_checkpoint,
+         lambda f: f"checkpoint.resume: {f / 'out' / 'checkpoint-2'} is damaged (model.safetensors is cut short (100 bytes)); "
+                   f"resume from another checkpoint or start again: `grpo-tui run {f / 'config.toml'} --set "
+                   "checkpoint.resume=false`", check=True),
     Case("resume-flag-not-a-folder", "resume", _resume_flag_not_a_folder,
          lambda f: f"--resume: '{f / 'nowhere'}' is not a checkpoint folder; name a checkpoint-N, final or emergency-N "
                    'folder, or use "latest"'),
