@@ -11,6 +11,7 @@ from grpo_tui.tui.screens.database_compare import DatabaseCompareScreen
 from grpo_tui.tui.screens.export_dialog import ExportDialog
 from grpo_tui.tui.widgets.database_compare_chart import DatabaseCompareChart
 from grpo_tui.tui.widgets.database_generation_detail import DatabaseGenerationDetail, render_detail
+from grpo_tui.tui.widgets.database_generations_pane import DatabaseGenerationsPane
 from grpo_tui.tui.widgets.database_generations_table import DatabaseGenerationsTable
 from grpo_tui.tui.widgets.database_runs_table import DatabaseRunsTable
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
@@ -231,7 +232,7 @@ async def test_export_jsonl_and_csv(store_path, tmp_path):
         await open_run_generations(pilot)
         await pilot.press("slash", *"banana", "enter")
         await settle(pilot)
-        expected = view(app).total
+        expected = app.query_one(DatabaseGenerationsPane).total
         assert expected and expected > 0
         await pilot.press("e")
         await pilot.pause()

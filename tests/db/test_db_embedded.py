@@ -50,4 +50,4 @@ async def test_missing_store_is_a_message_not_a_crash(tmp_path):
         app.query_one(TabbedContent).active = "database"
         await settle(pilot)
         assert "no such file" in str(view.query_one("#db-status", Static).render())
-        assert view.store is None
+        assert view.reader.store is None

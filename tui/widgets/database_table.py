@@ -2,8 +2,9 @@
 cursor on the same row across refreshes and announces the row highlighted and the row chosen.
 
 A level's table (``database_runs_table``, ``database_steps_table``, ``database_generations_table``)
-says only what differs: its columns and how a row becomes cells. ``DatabaseView`` runs the queries
-and tells each table apart by its id (``@on(DatabaseTable.Chosen, "#db-runs")``).
+says only what differs: its columns and how a row becomes cells. The widget that holds a table
+(``DatabaseView``, ``DatabaseGenerationsPane``) runs its queries and tells the tables apart by their
+ids (``@on(DatabaseTable.Chosen, "#db-runs")``).
 """
 
 from __future__ import annotations

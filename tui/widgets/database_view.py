@@ -3,43 +3,43 @@ a detail pane, export and run comparison.
 
 Self-contained: construct it with a store path (and optionally the run to open) and it works as
 the dashboard's Database tab or as the whole screen of ``grpo-tui browse``. It reads through
-read-only connections in thread workers, refreshes on a slow timer while visible, and never writes.
+read-only connections in thread workers (``database_reader``), refreshes on a slow timer while
+visible, and never writes.
+
+This module is the navigation: which level is shown, the run open, the filter, the keys. Each pane
+is its own widget: ``database_crumbs`` (top line), ``database_filter_bar``, the runs and steps
+tables, ``database_generations_pane`` (a page of generations, its paging and the detail) and
+``database_status`` (bottom line). Attributes go down (``open``, ``show``); messages come up
+(``DatabaseTable.Chosen``, ``DatabaseFilterBar.Changed``, ``DatabaseGenerationsPane.PageShown``).
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import ContentSwitcher, DataTable, Input, Static
-from textual.worker import get_current_worker
+from textual.widgets import ContentSwitcher, DataTable, Input
 
 from grpo_tui.protocol.schema import StoreError
-from grpo_tui.tui.db import Cursor, GenFilter, Page, QueryError, ReadStore, Run
+from grpo_tui.tui.db import GenFilter, Run
 from grpo_tui.tui.db import queries as q
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.widgets.database_crumbs import DatabaseCrumbs
 from grpo_tui.tui.widgets.database_filter_bar import DatabaseFilterBar
-from grpo_tui.tui.widgets.database_generation_detail import DatabaseGenerationDetail
-from grpo_tui.tui.widgets.database_generations_table import DatabaseGenerationsTable
+from grpo_tui.tui.widgets.database_generations_pane import DatabaseGenerationsPane
+from grpo_tui.tui.widgets.database_reader import DatabaseReader
 from grpo_tui.tui.widgets.database_runs_table import DatabaseRunsTable
+from grpo_tui.tui.widgets.database_status import DatabaseStatus
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_table import DatabaseTable
 
 LEVELS = ("runs", "steps", "generations")
 TABLES = {"runs": "db-runs", "steps": "db-steps", "generations": "db-gens"}  # each level's table, by id
-HINTS = {
-    "runs": "enter open run · c compare · F5 refresh",
-    "steps": "enter step's generations · a all generations · o sort by column · esc back · c compare",
-    "generations": "enter detail · g group · n/b next/prev page · / search · f filters · e export · esc back",
-}
 
 
 class DatabaseView(Vertical):
@@ -66,45 +66,39 @@ class DatabaseView(Vertical):
         super().__init__(**kwargs)
         self.db_path, self.initial_run_id = db_path, run_id
         self.refresh_seconds = refresh_seconds
-        self.store: ReadStore | None = None
+        self.reader = DatabaseReader(self, on_error=self._failed)
+        self.generations = DatabaseGenerationsPane(self.reader, id="db-gens-pane")
         self.level = "runs"
         self.run_row: Run | None = None
         self.filter = GenFilter()
         self.before_group: GenFilter | None = None
-        self.page: Page | None = None
-        self.page_starts: list[Cursor | None] = [None]  # where each visited page began, for "previous"
-        self.total: int | None = None
         self.last_refresh = 0.0
         self._connect_when_shown = False  # set_store while hidden: connect on the first showing
 
     def compose(self) -> ComposeResult:
-        yield Static(id="db-crumbs")
+        yield DatabaseCrumbs(id="db-crumbs")
         yield DatabaseFilterBar(id="db-filter")
         with ContentSwitcher(initial="db-runs"):
             yield DatabaseRunsTable(id="db-runs")
             yield DatabaseStepsTable(id="db-steps")
-            with Vertical(id="db-gens-pane"):
-                yield DatabaseGenerationsTable(id="db-gens")
-                yield DatabaseGenerationDetail(id="db-detail")
-        yield Static(id="db-status")
+            yield self.generations
+        yield DatabaseStatus(id="db-status")
 
     def on_mount(self) -> None:
         self._connect()
         self.set_interval(self.refresh_seconds, self._tick)
 
     def on_unmount(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        self.reader.close()
 
     # ------------------------------------------------------------------ store and level
 
     def set_store(self, db_path: str, run_id: int | None = None) -> None:
         """Browse another store, or the same one at another run; the same store and run again is a no-op."""
-        if self.store is not None and (db_path, run_id) == (self.db_path, self.initial_run_id):
+        if self.reader.store is not None and (db_path, run_id) == (self.db_path, self.initial_run_id):
             return
-        if self.store is not None and db_path != self.db_path:
-            self.store.close()
-            self.store = None
+        if db_path != self.db_path:
+            self.reader.close()
         self.db_path, self.initial_run_id = db_path, run_id
         if self.is_on_screen:
             self._connect()
@@ -114,16 +108,16 @@ class DatabaseView(Vertical):
 
     def _connect(self) -> None:
         self._crumbs()
-        if self.store is None:
+        if self.reader.store is None:
             if not self.db_path:
                 self._status("No run store yet: it appears once the worker has started.")
                 return
             try:
-                self.store = ReadStore(self.db_path)
+                self.reader.open(self.db_path)
             except StoreError as exc:
                 self._status(str(exc), error=True)
                 return
-        self._query(q.runs, then=self._first_runs)
+        self.reader.query(q.runs, then=self._first_runs)
 
     def _first_runs(self, runs: list[Run]) -> None:
         self.query_one(DatabaseRunsTable).show_keeping(runs)
@@ -153,55 +147,16 @@ class DatabaseView(Vertical):
             table.focus()
 
     def _crumbs(self) -> None:
-        parts = [Text(Path(self.db_path or "no store").name, style="bold")]
-        if self.run_row and self.level != "runs":
-            parts.append(Text.assemble(clean(self.run_row.name, single_line=True), (f" #{self.run_row.id}", "dim"),
-                                       (f" {self.run_row.status}", "italic")))
-        if self.level == "generations":
-            parts.append(Text("generations" if self.filter.prompt_index is None else "group"))
-        elif self.level == "steps":
-            parts.append(Text("steps"))
-        self.query_one("#db-crumbs", Static).update(Text(" › ").join(parts))
+        self.query_one(DatabaseCrumbs).show(self.db_path, self.run_row, self.level,
+                                            grouped=self.filter.prompt_index is not None)
 
     def _status(self, message: str | None = None, error: bool = False) -> None:
         """The bottom line: a message, or where we are in the pages plus key hints."""
-        status = self.query_one("#db-status", Static)
-        status.set_class(error, "error")
-        if message is None:
-            message = HINTS[self.level]
-            if self.level == "generations" and self.page is not None:
-                first = (len(self.page_starts) - 1) * q.PAGE_SIZE + 1
-                shown = len(self.page.rows)
-                of = f" of {self.total:,}" if self.total is not None else ""
-                rows = f"rows {first:,}–{first + shown - 1:,}{of}" if shown else "no generation matches"
-                message = f"page {len(self.page_starts)} · {rows} · {message}"
-        status.update(Text(message))
-
-    # ------------------------------------------------------------------ background queries
-
-    def _query(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None], group: str = "db-page",
-               background: bool = False) -> None:
-        """Run ``fn(conn, *args)`` in a thread; ``then(result)`` on the UI thread unless superseded."""
-        store = self.store
-        if store is None:
-            return
-
-        def work() -> None:
-            worker = get_current_worker()
-            try:
-                result = (store.run_background if background else store.run)(fn, *args)
-            except QueryError as exc:
-                if not worker.is_cancelled:
-                    self.app.call_from_thread(self._failed, str(exc))
-                return
-            except sqlite3.Error as exc:
-                if not worker.is_cancelled:
-                    self.app.call_from_thread(self._failed, f"store error: {exc}")
-                return
-            if not worker.is_cancelled:
-                self.app.call_from_thread(then, result)
-
-        self.run_worker(work, thread=True, exclusive=True, group=group)
+        status = self.query_one(DatabaseStatus)
+        if message is not None:
+            status.show_message(message, error)
+        else:
+            status.show_hints(self.level, self.generations.position() if self.level == "generations" else None)
 
     def _failed(self, message: str) -> None:
         self._status(message, error=True)
@@ -213,7 +168,7 @@ class DatabaseView(Vertical):
         self.filter = GenFilter(run_id=run.id, sort=self.filter.sort, descending=self.filter.descending)
         self.before_group = None
         self._set_level("steps")
-        self._query(q.steps, run.id, then=self.query_one(DatabaseStepsTable).show_keeping, group="db-steps")
+        self.reader.query(q.steps, run.id, then=self.query_one(DatabaseStepsTable).show_keeping, group="db-steps")
 
     def open_generations(self, f: GenFilter) -> None:
         """Show the first page of ``f`` (replacing the current filter)."""
@@ -222,29 +177,7 @@ class DatabaseView(Vertical):
         if self.level != "generations":
             self._set_level("generations")
         self._crumbs()
-        self.load_page(None)
-        self.total = None
-        if self.store is not None:
-            self.store.interrupt()  # a count for the previous filter is no longer wanted
-        self._query(q.count_generations, f, then=self._show_total, group="db-count", background=True)
-
-    def load_page(self, start: Cursor | None, keep_id: int | None = None, starts: list | None = None) -> None:
-        def show(page: Page) -> None:
-            self.page = page
-            self.page_starts = starts if starts is not None else [None]
-            self.query_one(DatabaseGenerationsTable).show(page.rows, keep_id)
-            self._status()
-
-        self._query(q.generations_page, self.filter, start, then=show)
-
-    def _show_total(self, total: int) -> None:
-        self.total = total
-        if self.level == "generations":
-            self._status()
-
-    def _show_detail(self, detail: q.GenDetail | None) -> None:
-        self.query_one(DatabaseGenerationDetail).show(detail, "This generation is no longer in the store.",
-                                                      search=self.filter.text)
+        self.generations.open(f)
 
     @on(DatabaseTable.Chosen, "#db-runs")
     def _run_chosen(self, event: DatabaseTable.Chosen) -> None:
@@ -256,18 +189,10 @@ class DatabaseView(Vertical):
         step = event.row["step"]
         self.open_generations(replace(self.filter.cleared(), step_min=step, step_max=step))
 
-    @on(DatabaseTable.Highlighted, "#db-gens")
-    def _generation_highlighted(self, event: DatabaseTable.Highlighted) -> None:
-        if event.row is None:
-            self.query_one(DatabaseGenerationDetail).show(None, "No generation matches this filter.")
-        else:
-            self._query(q.generation, event.row.id, then=self._show_detail, group="db-detail")
-
-    @on(DatabaseTable.Chosen, "#db-gens")
-    def _generation_chosen(self, event: DatabaseTable.Chosen) -> None:
-        """Enter: the detail pane takes the whole view and the focus, for reading and scrolling."""
-        self.query_one("#db-gens-pane").add_class("detail-max")
-        self.query_one(DatabaseGenerationDetail).focus()
+    @on(DatabaseGenerationsPane.PageShown)
+    def _page_shown(self, event: DatabaseGenerationsPane.PageShown) -> None:
+        if self.level == "generations":
+            self._status()
 
     @on(DatabaseFilterBar.Changed)
     def _filter_changed(self, event: DatabaseFilterBar.Changed) -> None:
@@ -275,7 +200,7 @@ class DatabaseView(Vertical):
         if event.errors:
             self._status(f"ignored (not a number): {', '.join(event.errors)}", error=True)
         if event.from_search:
-            self.query_one(DatabaseGenerationsTable).focus()
+            self.generations.focus_rows()
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()  # only the steps table sorts by header (it handles that itself)
@@ -293,13 +218,11 @@ class DatabaseView(Vertical):
         return True
 
     def action_back(self) -> None:
-        pane = self.query_one("#db-gens-pane")
         focused = self.app.focused
-        if self.level == "generations" and pane.has_class("detail-max"):
-            pane.remove_class("detail-max")
-            self.query_one(DatabaseGenerationsTable).focus()
+        if self.level == "generations" and self.generations.reading:
+            self.generations.close_detail()
         elif focused is not None and self.query_one(DatabaseFilterBar) in focused.ancestors_with_self:
-            self.query_one(DatabaseGenerationsTable).focus()
+            self.generations.focus_rows()
         elif self.level == "generations" and self.before_group is not None:
             previous, self.before_group = self.before_group, None
             self.open_generations(previous)
@@ -336,52 +259,50 @@ class DatabaseView(Vertical):
             self.open_generations(self.filter.cleared())
 
     def action_next_page(self) -> None:
-        if self.level == "generations" and self.page is not None and self.page.next is not None:
-            self.load_page(self.page.next, starts=[*self.page_starts, self.page.next])
+        if self.level == "generations":
+            self.generations.next_page()
 
     def action_previous_page(self) -> None:
-        if self.level == "generations" and len(self.page_starts) > 1:
-            starts = self.page_starts[:-1]
-            self.load_page(starts[-1], starts=starts)
+        if self.level == "generations":
+            self.generations.previous_page()
 
     def action_group(self) -> None:
-        row = self.query_one(DatabaseGenerationsTable).selected
+        row = self.generations.selected
         if self.level == "generations" and row is not None and self.filter.prompt_index is None:
             self.before_group = self.filter
             self.open_generations(q.group_filter(row))
 
     def action_export(self) -> None:
-        if self.level != "generations" or self.store is None:
+        if self.level != "generations" or self.reader.store is None:
             return
         from grpo_tui.tui.screens.export_dialog import ExportDialog
 
         name = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (self.run_row.name if self.run_row else "run"))
         default = f"{name}-generations-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-        self.app.push_screen(ExportDialog(self.store.path, self.filter, default))
+        self.app.push_screen(ExportDialog(self.reader.store.path, self.filter, default))
 
     def action_compare(self) -> None:
-        if self.store is None:
+        if self.reader.store is None:
             return
         from grpo_tui.tui.screens.database_compare import DatabaseCompareScreen
 
         first = self.run_row.id if self.run_row and self.level != "runs" else None
         if first is None and (selected := self.query_one(DatabaseRunsTable).selected) is not None:
             first = selected.id
-        self.app.push_screen(DatabaseCompareScreen(self.store, first))
+        self.app.push_screen(DatabaseCompareScreen(self.reader.store, first))
 
     def action_reload(self) -> None:
         """Re-read what is on screen (the store may have grown), keeping the cursor where it is."""
         self.last_refresh = time.monotonic()
-        if self.store is None:
+        if self.reader.store is None:
             self._connect()
             return
-        self._query(q.runs, then=self._refresh_runs, group="db-runs")
+        self.reader.query(q.runs, then=self._refresh_runs, group="db-runs")
         if self.level == "steps" and self.run_row is not None:
-            self._query(q.steps, self.run_row.id, then=self.query_one(DatabaseStepsTable).show_keeping, group="db-steps")
-        elif self.level == "generations" and self.page is not None:
-            selected = self.query_one(DatabaseGenerationsTable).selected
-            self.load_page(self.page.start, keep_id=selected.id if selected else None, starts=self.page_starts)
-            self._query(q.count_generations, self.filter, then=self._show_total, group="db-count", background=True)
+            self.reader.query(q.steps, self.run_row.id, then=self.query_one(DatabaseStepsTable).show_keeping,
+                              group="db-steps")
+        elif self.level == "generations":
+            self.generations.reload()
 
     def _refresh_runs(self, runs: list[Run]) -> None:
         self.query_one(DatabaseRunsTable).show_keeping(runs)
@@ -394,12 +315,12 @@ class DatabaseView(Vertical):
         if self._connect_when_shown:
             self._connect_when_shown = False
             self._connect()
-        elif self.store is not None and time.monotonic() - self.last_refresh > 2.0:
+        elif self.reader.store is not None and time.monotonic() - self.last_refresh > 2.0:
             self.action_reload()
 
     def _tick(self) -> None:
         # Live refresh only while someone can see us, and not while a detail is being read.
         if self.is_on_screen and self._connect_when_shown:
             self.on_show()
-        elif self.is_on_screen and not self.query_one("#db-gens-pane").has_class("detail-max"):
+        elif self.is_on_screen and not self.generations.reading:
             self.action_reload()
