@@ -205,6 +205,29 @@ async def test_every_filter_from_the_form_and_clear(store_path):
         assert app.query_one("#f-finish_reason", Select).value is Select.NULL
 
 
+async def test_a_filter_value_that_is_not_a_number_stays_said_after_the_page_loads(store_path):
+    """The form reads "-" as no number: the bottom line says so, and the page the (other) filters
+    brought back does not replace the sentence with its key hints; a form read cleanly clears it."""
+    app = BrowseApp(str(store_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await open_run_generations(pilot)
+        await pilot.press("f")
+        await set_field(pilot, "f-step_min", "4")
+        await set_field(pilot, "f-reward_min", "-")
+        assert rows(app) and all(r.step >= 4 for r in rows(app)) and "page 1" in status(app)  # the step filter applies
+        assert "ignored (not a number): reward_min" in status(app)
+        assert app.query_one("#db-status").has_class("error")
+        await set_field(pilot, "f-reward_min", "")
+        assert "ignored" not in status(app) and "page 1" in status(app)
+        assert not app.query_one("#db-status").has_class("error")
+        await set_field(pilot, "f-reward_min", "-")
+        assert "ignored (not a number)" in status(app)
+        view(app).query_one("#db-gens").focus()
+        await pilot.press("x")  # clearing the filter clears what it said
+        await settle(pilot)
+        assert "ignored" not in status(app) and "no filter" in summary(app)
+
+
 async def test_sort_by_reward_and_group_view(store_path):
     app = BrowseApp(str(store_path))
     async with app.run_test(size=SIZE) as pilot:

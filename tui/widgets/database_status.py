@@ -16,9 +16,11 @@ HINTS = {
 class DatabaseStatus(Static):
     """``show_hints`` for a level, ``show_message`` for anything else."""
 
-    def show_hints(self, level: str, position: str | None = None) -> None:
-        """The level's keys, after ``position`` ("page 2 · rows 51–100 of 1,234") when there is one."""
-        self.show_message(HINTS[level] if position is None else f"{position} · {HINTS[level]}")
+    def show_hints(self, level: str, position: str | None = None, ignored: str = "") -> None:
+        """The level's keys, after ``position`` ("page 2 · rows 51–100 of 1,234") when there is one,
+        and after ``ignored`` (what the filter form could not read), in the error style, when given."""
+        hints = HINTS[level] if position is None else f"{position} · {HINTS[level]}"
+        self.show_message(f"{ignored} · {hints}" if ignored else hints, error=bool(ignored))
 
     def show_message(self, message: str, error: bool = False) -> None:
         self.set_class(error, "error")

@@ -74,6 +74,7 @@ class DatabaseView(Vertical):
         self.before_group: GenFilter | None = None
         self.last_refresh = 0.0
         self._connect_when_shown = False  # set_store while hidden: connect on the first showing
+        self._ignored = ""  # what the filter form could not read: said until the form is read again
 
     def compose(self) -> ComposeResult:
         yield DatabaseCrumbs(id="db-crumbs")
@@ -155,6 +156,8 @@ class DatabaseView(Vertical):
         status = self.query_one(DatabaseStatus)
         if message is not None:
             status.show_message(message, error)
+        elif self.level == "generations" and self._ignored:  # the page the filter brought must not hide it
+            status.show_hints(self.level, self.generations.position(), ignored=self._ignored)
         else:
             status.show_hints(self.level, self.generations.position() if self.level == "generations" else None)
 
@@ -172,7 +175,7 @@ class DatabaseView(Vertical):
 
     def open_generations(self, f: GenFilter) -> None:
         """Show the first page of ``f`` (replacing the current filter)."""
-        self.filter = f
+        self.filter, self._ignored = f, ""
         self.query_one(DatabaseFilterBar).show(f)
         if self.level != "generations":
             self._set_level("generations")
@@ -197,8 +200,7 @@ class DatabaseView(Vertical):
     @on(DatabaseFilterBar.Changed)
     def _filter_changed(self, event: DatabaseFilterBar.Changed) -> None:
         self.open_generations(replace(event.filter, run_id=self.filter.run_id))
-        if event.errors:
-            self._status(f"ignored (not a number): {', '.join(event.errors)}", error=True)
+        self._ignored = f"ignored (not a number): {', '.join(event.errors)}" if event.errors else ""
         if event.from_search:
             self.generations.focus_rows()
 
