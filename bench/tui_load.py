@@ -68,7 +68,7 @@ async def run(args: argparse.Namespace) -> None:
     latencies: list[float] = []
     slow: list[tuple[float, str, float]] = []
     async with app.run_test(size=(160, 48)) as pilot:
-        post = app.proc._post  # type: ignore[union-attr]
+        post = app.run_link.proc._post  # type: ignore[union-attr]
 
         def counting(message: object) -> object:  # count frames as they arrive
             nonlocal frames
@@ -76,15 +76,15 @@ async def run(args: argparse.Namespace) -> None:
                 frames += sum(isinstance(item, WorkerEvent) for item in message.items)
             return post(message)  # type: ignore[arg-type]
 
-        app.proc._post = counting  # type: ignore[union-attr]
+        app.run_link.proc._post = counting  # type: ignore[union-attr]
         handled: list[float] = []
-        show_tab = app.action_show_tab
+        show_tab = app.dashboard.action_show_tab
 
         def timed_show_tab(tab: str) -> None:  # the key's action runs: the press is handled
             show_tab(tab)
             handled.append(time.perf_counter())
 
-        app.action_show_tab = timed_show_tab  # type: ignore[method-assign]
+        app.dashboard.action_show_tab = timed_show_tab  # type: ignore[method-assign]
         start = time.perf_counter()
         warm_rss = None
         keys = tuple(args.keys)
@@ -108,8 +108,8 @@ async def run(args: argparse.Namespace) -> None:
         cpu = time.process_time() - cpu0
         end_rss = rss_mb()
         step = app.state.step
-        app.quitting = True  # the worker's exit is not a crash to restart
-        await app.proc.shutdown(timeout=2.0)  # type: ignore[union-attr]
+        app.run_link.quitting = True  # the worker's exit is not a crash to restart
+        await app.run_link.proc.shutdown(timeout=2.0)  # type: ignore[union-attr]
     print(f"tui_load: {elapsed:.0f} s, fake worker at {args.fps:g} frames/s "
           f"({args.completion_chars}-char completions, 8 samples per step), keys {args.keys}; "
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

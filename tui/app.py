@@ -5,44 +5,48 @@ dashboard starts one (``grpo-tui run``) or attaches to one (``grpo-tui attach``)
 the control socket (tui/connection.py). Leaving the dashboard leaves the run going. The run's output
 arrives in batches of typed items (``WorkerFrames`` of ``WorkerEvent`` and friends, tui/worker_proc.py)
 that are buffered in order; a timer flushes the buffer a few times a second, folding every event
-into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard"). The
-keys and the command palette live in tui/actions.py.
+into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard").
+
+Three homes, each handed what it needs when it is made: the app (this file) composes the widgets,
+folds the frames and answers the run's keys; ``RunLink`` (tui/run_link.py, ``app.run_link``) starts
+or attaches to the run, shows how its worker ended, and stops, leaves or detaches; ``DashboardScreen``
+(tui/screens/dashboard.py, ``app.dashboard``) draws the state into the widgets and answers the tabs'
+keys. Which key does what, and where, is tui/keys.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import shlex
-import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import assert_never
+from typing import ClassVar, assert_never
 
-from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import BindingType
 from textual.css.query import NoMatches
+from textual.dom import DOMNode
 from textual.containers import Grid, Horizontal, Vertical
-from textual.message import Message
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.tui.checkpoints import CheckpointInfo, describe_checkpoints
-from grpo_tui.protocol.control import refusal
 from grpo_tui.tui.connection import RunConnection
-from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.run_control import RunControl
+from grpo_tui.tui.keys import PALETTE, RUN_KEYS
+from grpo_tui.tui.run_link import RunLink
 from grpo_tui.tui.screens.dashboard import DashboardScreen
+from grpo_tui.tui.screens.group_view import GroupScreen
+from grpo_tui.tui.screens.help import HelpScreen
+from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.series import HISTORY_LIMIT
-from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, log_entry_for
-from grpo_tui.tui.views import VIEW_TITLES, VIEWS, Part, View
+from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, group_of, log_entry_for
+from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS, Part, View, as_view
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
 from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
@@ -79,15 +83,11 @@ def _answers_a_key(item: WorkerOutput) -> bool:
     return isinstance(item, WorkerExited)
 
 
-class CheckpointsScanned(Message):
-    def __init__(self, infos: list[CheckpointInfo]) -> None:
-        super().__init__()
-        self.infos = infos
-
-
-class GrpoApp(RunControl):
+class GrpoApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "grpo-tui"
+    # the run's keys work over every screen; the tabs' keys are DashboardScreen's (tui/keys.py)
+    BINDINGS: ClassVar[list[BindingType]] = [*RUN_KEYS]
     # the screen's width class picks the layout in app.tcss: tabs below the metrics when narrow
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (101, "-medium"), (160, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (31, "-tall")]
@@ -107,28 +107,18 @@ class GrpoApp(RunControl):
         flush_interval_s: float = FLUSH_INTERVAL_S,
     ) -> None:
         super().__init__()
-        self.config_path, self.config = config_path, config
-        self.worker_argv = list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path])
-        self.stop_timeout_s, self.flush_interval_s = stop_timeout_s, flush_interval_s
+        self.config, self.flush_interval_s = config, flush_interval_s
         self.state = RunState(clock=clock, run_name=config.run_name)
-        self._banner_note: str | None = ZERO_STD_NOTE
-        self.run_dir = str(Path(run_dir or config.checkpoint.output_dir).resolve())
-        self.launch = launch  # start the run's supervisor (grpo-tui run), or attach to it
-        self.supervisor: subprocess.Popen[bytes] | None = None
-        self.proc: RunConnection | None = None
-        self.read_only = False  # a finished run: its history, no run to steer
-        self.detached = False
-        self.restarts = 0
-        self.worker_code: int | None = None  # the last worker's exit code
-        self._restart_pending: int | None = None  # a restart (its attempt) or a retry asked for, until its worker says hello
-        self.quitting = False
-        self._refused = False
+        self.run_link = RunLink(
+            self, self, self.state, config, config_path=config_path,
+            worker_argv=list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path]),
+            run_dir=str(Path(run_dir or config.checkpoint.output_dir).resolve()),
+            launch=launch, stop_timeout_s=stop_timeout_s,
+        )
+        self.dashboard = DashboardScreen(self.state, config, id="_default")
         self._greeted = False
         self._pending: list[WorkerOutput] = []
         self._prompt: Timer | None = None  # a flush soon: an answer to a key came
-        self._worker_gone = asyncio.Event()
-        self._stderr_tail: deque[str] = deque(maxlen=20)
-        self._footer_status = ""
         self._last_tab: View | None = VIEWS[0]
         # No animations: the tab underline's slide alone repainted the tab bar ~10 times per switch.
         self.animation_level = "none"
@@ -139,10 +129,23 @@ class GrpoApp(RunControl):
         all), or the config's until the worker has said."""
         return self.state.sample_display or self.config.display.sample_display
 
+    # What a caller reads of the run; ``run_link`` owns it.
+    @property
+    def proc(self) -> RunConnection | None:
+        return self.run_link.proc
+
+    @property
+    def restarts(self) -> int:
+        return self.run_link.restarts
+
+    @property
+    def worker_code(self) -> int | None:
+        return self.run_link.worker_code
+
     # ------------------------------------------------------------ layout
 
     def get_default_screen(self) -> DashboardScreen:
-        return DashboardScreen(id="_default")
+        return self.dashboard
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -192,17 +195,20 @@ class GrpoApp(RunControl):
         }
 
     async def make_lazy_tab(self, view: View | None) -> None:
-        """Mount a lazy tab's widget the first time the tab is shown (tui/actions.py calls it)."""
+        """Mount a lazy tab's widget the first time the tab is shown."""
         if view in LAZY_TABS and not (pane := self.query_one(f"TabPane#{view}", TabPane)).children:
             await pane.mount(self.tab_widgets()[view](self))
 
     async def on_mount(self) -> None:
         self.query_one("#zero-std").display = False
-        self._render({"header", "metrics", "progress", "stats", "samples"})
+        self.redraw({"header", "metrics", "progress", "stats", "samples"})
         self.query_one("#config-panel", ConfigPanel).show_config(self.config.to_dict())
         self.set_interval(self.flush_interval_s, self._on_timer)
         self.call_after_refresh(self._freeze_startup_objects)
-        await self._connect()
+        await self.run_link.connect()
+
+    async def on_unmount(self) -> None:
+        await self.run_link.close()
 
     @staticmethod
     def _freeze_startup_objects() -> None:
@@ -211,31 +217,96 @@ class GrpoApp(RunControl):
         (bench/tui_load.py measures the collector's share)."""
         gc.freeze()
 
-    # ------------------------------------------------------------ worker process
+    async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """Keys act on what you see: the tab's main widget takes the focus, the tab's own keys show.
+        Handled on the app, not the screen: keys are answered on the app's queue too, so a key pressed
+        just after a switch (4, then z) waits until the new tab is made and focused."""
+        if not self.screen_stack:  # activated while the app tears down
+            return
+        view = as_view(event.pane.id)
+        await self.make_lazy_tab(view)  # its first showing: mounted before it takes the focus
+        self.dashboard.focus_tab(view)
+        if "logs" in (view, self._last_tab):  # the log-level key shows on the Logs tab only
+            self.refresh_bindings()
+        self._last_tab = view
 
-    def _fail(self, message: str) -> None:
-        self.state.status, self.state.error = "error", message
-        self.state.ended_at = self.state.clock()
-        self._add_logs([LogEntry("error", message, "dashboard")])
-        self.notify(clean(message, single_line=True), severity="error", timeout=10, markup=False)  # may quote stderr
-        self._render({"header", "bindings"})
+    def on_samples_panel_open(self, message: SamplesPanel.Open) -> None:
+        group = group_of(self.state.samples, message.sample.group)
+        size = (self.state.config.get("grpo") or {}).get("group_size") or self.config.grpo.group_size
+        self.push_screen(GroupScreen(group, size) if message.group else SampleDetailScreen(message.sample, group, size))
 
-    def _check_hello(self, event: m.Event) -> bool:
-        self._greeted = True
-        if (reason := refusal(event)) is None:
-            return True
-        self._refused = True  # the supervisor refuses it too (and ends the run)
-        self._fail(reason)
-        return False
+    # ------------------------------------------------------------ the run's keys (tui/keys.py)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        status = self.state.status
+        if action == "pause":
+            return status == "running"
+        if action == "resume":
+            return status == "paused"
+        if action in ("save", "cycle_display"):
+            return status in ("running", "paused")
+        if action == "detach":  # leave the run going: only while there is one
+            return self.run_link.running
+        return True
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for action, title, help_text in PALETTE:
+            node: DOMNode = self.dashboard if action == "toggle_maximize" else self  # the screen's key
+            if node.check_action(action, ()):
+                yield SystemCommand(title, help_text, getattr(node, f"action_{action}"))
+
+    async def action_pause(self) -> None:
+        await self.run_link.send(m.Pause())
+
+    async def action_resume(self) -> None:
+        await self.run_link.send(m.Resume())
+
+    async def action_save(self) -> None:
+        await self.run_link.send(m.SaveCheckpoint())
+        self.notify("checkpoint requested")
+
+    async def action_cycle_display(self) -> None:
+        """m: the run's next sample display. The worker answers with the mode it uses, and every
+        viewer (this one too) shows that."""
+        mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
+        await self.run_link.send(m.SetSampleDisplay(mode=mode))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    async def action_detach(self) -> None:
+        await self.run_link.detach()
+
+    async def action_quit(self) -> None:
+        await self.run_link.quit()
 
     # ------------------------------------------------------------ the flush loop
+
+    def fail(self, message: str) -> None:
+        """The run's error: in the header, the logs and a notification (``RunView``)."""
+        self.state.status, self.state.error = "error", message
+        self.state.ended_at = self.state.clock()
+        self.add_logs([LogEntry("error", message, "dashboard")])
+        self.notify(clean(message, single_line=True), severity="error", timeout=10, markup=False)  # may quote stderr
+        self.redraw({"header", "bindings"})
+
+    def fold(self, items: list[WorkerOutput]) -> None:
+        """``items``, after the frames waiting for the timer, folded and drawn now (``RunView``)."""
+        self._pending.extend(items)
+        self.flush()
+
+    def _greet(self, event: m.Event) -> bool:
+        """A worker's first event: False if it refuses this dashboard."""
+        self._greeted = True
+        return self.run_link.accept(event)
 
     def on_worker_frames(self, message: WorkerFrames) -> None:
         """Live frames wait for the next flush (once a second, however fast they come); an answer
         to a key is drawn at once."""
         self._pending.extend(message.items)
         if any(isinstance(item, WorkerExited) and item.exit.final for item in message.items):
-            self._worker_gone.set()
+            self.run_link.worker_gone.set()
         if self._prompt is None and any(_answers_a_key(item) for item in message.items):
             self._prompt = self.set_timer(PROMPT_S, self._prompt_flush)
 
@@ -257,7 +328,7 @@ class GrpoApp(RunControl):
         """Fold every buffered frame into the state, then refresh each changed view (and ``always``) once."""
         if not self._pending:
             if always:
-                self._render(always)
+                self.redraw(always)
             return
         batch, self._pending = self._pending, []
         dirty: set[Part] = set(always or ())
@@ -269,81 +340,37 @@ class GrpoApp(RunControl):
                 case WorkerEvent(event=m.Step() as event) if i < charted and self._greeted:
                     self.state.count_step(event)
                 case WorkerEvent(event=event):
-                    if isinstance(event, m.Hello) and self._restart_pending is not None:
-                        self._restarted()
-                    if self._refused or (not self._greeted and not self._check_hello(event)):
+                    if isinstance(event, m.Hello):  # a restart's worker, or a retry's
+                        self.run_link.hello()
+                    if self.run_link.refused or (not self._greeted and not self._greet(event)):
                         continue
                     dirty |= self.state.apply(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
                 case WorkerStderr(line=line):
-                    self._stderr_tail.append(line)
+                    self.run_link.stderr_tail.append(line)
                     level = "error" if "Traceback" in line or "Error" in line else "info"
                     logs.append(LogEntry(level, line, "stderr"))
                 case WorkerBadLine(text=text):
                     logs.append(LogEntry("warning", text, "dashboard"))
                 case WorkerExited():
-                    self._add_logs(logs)
+                    self.add_logs(logs)
                     logs = []
-                    self._render(dirty)
+                    self.redraw(dirty)
                     dirty = set()
                     self._greeted = False  # a restarted worker says hello again
-                    self._worker_exited(item.exit)
+                    self.run_link.worker_exited(item.exit)
                 case _:
                     assert_never(item)
-        self._add_logs(logs)
-        self._render(dirty)
+        self.add_logs(logs)
+        self.redraw(dirty)
 
-    def _add_logs(self, entries: list[LogEntry]) -> None:
+    def add_logs(self, entries: list[LogEntry]) -> None:
         if entries:
             self.query_one("#logs-panel", LogsPanel).add(entries)
 
-    def _render(self, dirty: Iterable[Part]) -> None:
-        dirty, s = set(dirty), self.state
-        if "header" in dirty:
-            self.query_one(RunHeader).show(s)
-        if "metrics" in dirty:
-            for key, _ in METRICS:
-                note = "(no signal)" if key == "loss" and s.zero_std else ""
-                self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
-            evals = s.eval_curves()
-            self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals)
-            for tile in self.query("#tile-eval").results(MetricTile):
-                tile.show(evals[0][2], eval_note(s.evals))
-            banner = self.query_one("#zero-std", Static)
-            said = s.no_signal_note
-            if said is not None and said != self._banner_note:
-                banner.update(said)
-                self._banner_note = said
-            if banner.display != (said is not None):
-                banner.display = said is not None
-        if "progress" in dirty:
-            self.query_one(ProgressPanel).show(s)
-        if "stats" in dirty:
-            self.query_one(StatsPanel).show(s)
-        if "samples" in dirty:
-            self.query_one(SamplesPanel).show(s.samples, self.display_mode)
-        if "config" in dirty and s.config:
-            self.query_one(ConfigPanel).show_config(s.config)
-        if "config" in dirty or "checkpoints" in dirty:
-            self.scan_checkpoints()
-        if "database" in dirty and s.database:
-            for view in self.query("#database-view"):  # none until the tab is first shown (it reads the store then)
-                view.set_store(s.database.path, s.database.run_id)  # type: ignore[attr-defined]
-        if "bindings" in dirty or s.status != self._footer_status:
-            self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
-            self.refresh_bindings()
-
-    @work(thread=True, exclusive=True, group="scan")
-    def scan_checkpoints(self) -> None:
-        kinds = {c.path: c.kind for c in self.state.checkpoints}
-        folder = self.state.output_dir or self.config.checkpoint.output_dir
-        self.post_message(CheckpointsScanned(describe_checkpoints(folder, kinds)))
-
-    def on_checkpoints_scanned(self, message: CheckpointsScanned) -> None:
-        for panel in self.query(ConfigPanel):  # none while the app tears down
-            panel.show_checkpoints(message.infos)
-
+    def redraw(self, dirty: Iterable[Part]) -> None:
+        self.dashboard.show(dirty, self.display_mode)
 
 
 def run_dashboard(
@@ -357,6 +384,7 @@ def run_dashboard(
         run_dir=attach_dir, launch=attach_dir is None,
     )
     code = app.run()
-    if app.detached or (app.proc is not None and app.proc.running and not app.quitting):
-        print(f"The run goes on in {app.run_dir}.\nAttach again: grpo-tui attach {shlex.quote(app.run_dir)}")
+    run = app.run_link
+    if run.detached or (run.running and not run.quitting):
+        print(f"The run goes on in {run.run_dir}.\nAttach again: grpo-tui attach {shlex.quote(run.run_dir)}")
     return int(code or 0)

@@ -359,9 +359,9 @@ async def test_leaving_the_app_leaves_the_run_going_and_d_detaches(make_app):
         pid = app.proc.pid
         await pilot.press("d")
         await wait_until(pilot, lambda: not app.is_running, timeout=10)
-    assert app.detached and app.return_value == 0
+    assert app.run_link.detached and app.return_value == 0
     assert not process_gone(pid)  # training goes on
-    again = GrpoApp(app.config_path, app.config, run_dir=app.run_dir, launch=False, clock=lambda: 1000.0)
+    again = GrpoApp(app.run_link.config_path, app.config, run_dir=app.run_link.run_dir, launch=False, clock=lambda: 1000.0)
     async with again.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: again.proc is not None and again.proc.pid == pid)
         await pilot.press("q")

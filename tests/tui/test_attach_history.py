@@ -44,7 +44,7 @@ async def test_a_long_history_folds_to_the_state_of_a_dashboard_that_watched(tmp
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: app.state.step == STEPS)
         s = app.state
-        assert app.read_only
+        assert app.run_link.read_only
         assert (s.step, s.total_tokens, s.step_in_epoch, s.epoch) == (
             watched.step, watched.total_tokens, watched.step_in_epoch, watched.epoch)
         assert list(s.history_steps) == list(watched.history_steps) == list(range(701, STEPS + 1))

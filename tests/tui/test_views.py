@@ -11,8 +11,9 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import DisplayConfig
 from grpo_tui.tui import format as fmt
-from grpo_tui.tui.actions import PALETTE, TAB_FOCUS, DashboardKeys
 from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.keys import DASHBOARD_KEYS, PALETTE, RUN_KEYS, TAB_FOCUS
+from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS
 from grpo_tui.worker.control import Control, choose_samples
 from grpo_tui.worker.records import Generation
@@ -21,9 +22,20 @@ from grpo_tui.worker.records import Generation
 def test_every_view_has_a_tab_a_title_and_a_key():
     assert tuple(GrpoApp.tab_widgets()) == VIEWS
     assert set(VIEW_TITLES) == set(VIEWS) and set(TAB_FOCUS) <= set(VIEWS)
-    keys = {b.action: b.key for b in DashboardKeys.BINDINGS if b.action.startswith("show_tab")}
+    keys = {b.action: b.key for b in DASHBOARD_KEYS if b.action.startswith("show_tab")}
     assert keys == {f"show_tab('{v}')": str(i + 1) for i, v in enumerate(VIEWS)}
-    assert all(hasattr(DashboardKeys, f"action_{action}") for action, _, _ in PALETTE)
+    assert all(hasattr(GrpoApp, f"action_{action}") or hasattr(DashboardScreen, f"action_{action}")
+               for action, _, _ in PALETTE)
+
+
+def test_every_key_has_an_action_where_it_is_bound():
+    """The run's keys on the app (so they work over every screen), the dashboard's on its screen;
+    the dashboard's screen offers the run's keys too, as the app's."""
+    assert all(hasattr(GrpoApp, f"action_{b.action}") for b in RUN_KEYS)
+    for key in DASHBOARD_KEYS:
+        name = key.action.removeprefix("app.").split("(")[0]
+        assert hasattr(GrpoApp if key.action.startswith("app.") else DashboardScreen, f"action_{name}"), key
+    assert {b.key for b in RUN_KEYS} <= {b.key for b in DASHBOARD_KEYS}
 
 
 def test_sample_display_modes_have_one_source():

@@ -1,17 +1,190 @@
-"""The dashboard's own screen: the one the app composes into, under every pushed screen.
+"""The dashboard's own screen, under every pushed screen: it draws the run's state into its widgets,
+answers the keys of its tabs (switch, full screen, chart smoothing, log level, open a sample) and
+gives each tab's main widget the focus.
+
+The app composes the widgets into this screen (``GrpoApp.compose``, tui/app.py), folds the run's
+frames into the ``RunState`` it shares with it, and asks it to ``show`` the parts that changed. The
+screen's keys are looked up after the focused widget's, so they work from every tab and every focus;
+tui/keys.py lists them with the run's keys, which are the app's.
 
 Textual's ``Screen.focused`` is a reactive that repaints the whole screen whenever focus moves,
-and every tab switch moves focus into the new tab (tui/actions.py): in bench/tui_load.py that
-repaint redrew all ~60 widgets of the screen four times a second. The widgets that gain and lose
-focus repaint themselves when their :focus styles change, so nothing else needs redrawing.
+and every tab switch moves focus into the new tab: in bench/tui_load.py that repaint redrew all
+~60 widgets of the screen four times a second. The widgets that gain and lose focus repaint
+themselves when their :focus styles change, so nothing else needs redrawing.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
+from typing import ClassVar
+
+from textual import work
+from textual.binding import BindingType
+from textual.css.query import NoMatches
+from textual.message import Message
 from textual.reactive import Reactive
 from textual.screen import Screen
 from textual.widget import Widget
+from textual.widgets import Static, TabbedContent
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import Config
+from grpo_tui.tui.checkpoints import CheckpointInfo, describe_checkpoints
+from grpo_tui.tui.format import eval_note
+from grpo_tui.tui.keys import DASHBOARD_KEYS, TAB_FOCUS, VIEW_ACTIONS
+from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, RunState
+from grpo_tui.tui.views import VIEWS, Part, View, as_view
+from grpo_tui.tui.widgets.config_panel import ConfigPanel
+from grpo_tui.tui.widgets.logs_panel import LogsPanel
+from grpo_tui.tui.widgets.metric_tile import MetricTile
+from grpo_tui.tui.widgets.progress_panel import ProgressPanel
+from grpo_tui.tui.widgets.reward_chart import RewardChart
+from grpo_tui.tui.widgets.run_header import RunHeader
+from grpo_tui.tui.widgets.samples_panel import SamplesPanel
+from grpo_tui.tui.widgets.stats_panel import StatsPanel
+
+
+class CheckpointsScanned(Message):
+    def __init__(self, infos: list[CheckpointInfo]) -> None:
+        super().__init__()
+        self.infos = infos
 
 
 class DashboardScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [*DASHBOARD_KEYS]
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
+
+    def __init__(self, state: RunState, config: Config, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.state, self.config = state, config
+        self._banner_note: str | None = ZERO_STD_NOTE
+        self._footer_status = ""
+
+    # ------------------------------------------------------------ drawing the run
+
+    def show(self, dirty: Iterable[Part], display_mode: m.SampleDisplay) -> None:
+        """Refresh each part in ``dirty`` from the state, once."""
+        dirty, s = set(dirty), self.state
+        if "header" in dirty:
+            self.query_one(RunHeader).show(s)
+        if "metrics" in dirty:
+            self._show_metrics()
+        if "progress" in dirty:
+            self.query_one(ProgressPanel).show(s)
+        if "stats" in dirty:
+            self.query_one(StatsPanel).show(s)
+        if "samples" in dirty:
+            self.query_one(SamplesPanel).show(s.samples, display_mode)
+        if "config" in dirty and s.config:
+            self.query_one(ConfigPanel).show_config(s.config)
+        if "config" in dirty or "checkpoints" in dirty:
+            self.scan_checkpoints()
+        if "database" in dirty and s.database:
+            for view in self.query("#database-view"):  # none until the tab is first shown (it reads the store then)
+                view.set_store(s.database.path, s.database.run_id)  # type: ignore[attr-defined]
+        if "bindings" in dirty or s.status != self._footer_status:
+            self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
+            self.app.refresh_bindings()  # the keys of the screen shown (a sample's too)
+
+    def _show_metrics(self) -> None:
+        s = self.state
+        for key, _ in METRICS:
+            note = "(no signal)" if key == "loss" and s.zero_std else ""
+            self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
+        evals = s.eval_curves()
+        self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals)
+        for tile in self.query("#tile-eval").results(MetricTile):
+            tile.show(evals[0][2], eval_note(s.evals))
+        banner = self.query_one("#zero-std", Static)
+        said = s.no_signal_note
+        if said is not None and said != self._banner_note:
+            banner.update(said)
+            self._banner_note = said
+        if banner.display != (said is not None):
+            banner.display = said is not None
+
+    @work(thread=True, exclusive=True, group="scan")
+    def scan_checkpoints(self) -> None:
+        kinds = {c.path: c.kind for c in self.state.checkpoints}
+        folder = self.state.output_dir or self.config.checkpoint.output_dir
+        self.post_message(CheckpointsScanned(describe_checkpoints(folder, kinds)))
+
+    def on_checkpoints_scanned(self, message: CheckpointsScanned) -> None:
+        for panel in self.query(ConfigPanel):  # none while the app tears down
+            panel.show_checkpoints(message.infos)
+
+    # ------------------------------------------------------------ the tabs' keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action not in VIEW_ACTIONS:
+            return True
+        if not self.is_active:  # a dialog, or the command palette, over the dashboard
+            return False
+        if action == "log_level":  # only where it shows: the footer offers it on the Logs tab
+            return self.query_one(TabbedContent).active == "logs"
+        if action == "open_sample":  # enter elsewhere belongs to the focused table (e.g. a step)
+            return self.query_one(TabbedContent).active == "samples"
+        return True
+
+    def action_show_tab(self, tab: View) -> None:
+        tabs = self.query_one(TabbedContent)
+        if tabs.active == tab:  # already there: the tab itself (not a chart full screen), focused
+            if self.maximized is not None and self.maximized is not tabs:
+                self.minimize()
+            self.focus_tab(tab)
+            return
+        self._switch_tab(tabs, tab)
+
+    def action_next_tab(self, direction: int) -> None:
+        tabs = self.query_one(TabbedContent)
+        current = as_view(tabs.active)
+        self._switch_tab(tabs, VIEWS[((VIEWS.index(current) if current else 0) + direction) % len(VIEWS)])
+
+    def _switch_tab(self, tabs: TabbedContent, tab: View) -> None:
+        """Show ``tab``. The focus is let go first: hiding the old tab moved it to the next focusable
+        widget there (the next chart, the Database search box), and TabbedContent switched back to
+        the tab that held it: the number keys seemed dead. A chart shown full screen (enter) is
+        restored; a whole tab full screen (z) stays so, with the new tab in it. The app focuses the
+        new tab's main widget once it is shown (``GrpoApp.on_tabbed_content_tab_activated``)."""
+        if self.maximized is not None and self.maximized is not tabs:
+            self.minimize()
+        self.set_focus(None)
+        tabs.active = tab
+
+    def action_toggle_maximize(self) -> None:
+        """z: the active tab gets the whole screen (header and keys stay), or gives it back."""
+        if self.maximized is not None:
+            self.minimize()
+            return
+        # TabbedContent can't take focus, so Screen.maximize would refuse it: set it directly
+        tabs = self.query_one(TabbedContent)
+        self.maximized = tabs
+        self.focus_tab(as_view(tabs.active))
+
+    def focus_tab(self, view: View | None) -> None:
+        """Focus the main widget of ``view`` so its keys work at once."""
+        if view == "database":  # lazy tabs (GrpoApp.tab_widgets): made when first shown
+            for database in self.query("#database-view"):
+                database.focus_table()  # type: ignore[attr-defined]
+        elif view == "charts":
+            for charts in self.query("#charts-view"):
+                charts.focus_chart()  # type: ignore[attr-defined]
+        elif view is not None:
+            with contextlib.suppress(NoMatches):  # an id lookup (cached), not a walk of every widget
+                self.query_one(TAB_FOCUS[view]).focus()
+
+    def action_log_level(self) -> None:
+        self.query_one(LogsPanel).cycle_level()
+
+    def action_smoothing(self, direction: int) -> None:
+        value = self.query_one(RewardChart).change_smoothing(direction)
+        for charts in self.query("#charts-view"):  # one EMA for the main chart and the Charts tab
+            charts.set_smoothing(value)  # type: ignore[attr-defined]
+        self.notify(f"chart smoothing (EMA) {value:g}", timeout=2)
+
+    def action_open_sample(self) -> None:
+        """enter on the Samples tab where no table took it: the selected sample (the app opens it)."""
+        panel = self.query_one(SamplesPanel)
+        if sample := panel.selected():
+            panel.post_message(SamplesPanel.Open(sample, group=False))

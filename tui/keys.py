@@ -1,0 +1,63 @@
+"""The dashboard's keys and command palette: which key does what, and where it works.
+
+Textual looks a key up along the focus chain: the focused widget, its parents, the screen, then the
+app. The run's keys (``RUN_KEYS``: pause, resume, save, the sample display, help, detach, quit) are
+the app's (``GrpoApp``, tui/app.py), so they work over every screen pushed on the dashboard too (a
+sample, a group). The keys of the tabs (``VIEW_KEYS``: switch, full screen, smoothing, log level,
+open a sample) are the dashboard screen's (``DashboardScreen``, tui/screens/dashboard.py) and act on
+what it shows. The screen lists the run's keys again, as the app's actions, so that the key bar
+shows every key in one order (``DASHBOARD_KEYS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.binding import Binding
+
+from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
+
+RUN_KEYS = [
+    Binding("p", "pause", "pause"),
+    Binding("r", "resume", "resume"),
+    Binding("s", "save", "save ckpt"),
+    Binding("m", "cycle_display", "display"),
+    Binding("question_mark", "help", "help"),
+    Binding("d", "detach", "detach", show=False),  # in the help and the quit dialog: the footer is full
+    Binding("q", "quit", "quit"),
+]
+VIEW_KEYS = [
+    *(Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(VIEWS)),
+    Binding("tab", "next_tab(1)", "next tab", show=False, priority=True),
+    Binding("shift+tab", "next_tab(-1)", "previous tab", show=False, priority=True),
+    Binding("enter", "open_sample", "open sample", show=False),
+    Binding("left_square_bracket", "smoothing(-1)", "less smoothing", show=False),
+    Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
+    Binding("l", "log_level", "log level"),
+    Binding("z", "toggle_maximize", "maximize"),
+]
+# The actions of VIEW_KEYS: offered only while the dashboard's screen is the one shown.
+VIEW_ACTIONS = ("show_tab", "next_tab", "open_sample", "smoothing", "log_level", "toggle_maximize")
+
+
+def _on_app(keys: list[Binding]) -> list[Binding]:
+    return [replace(key, action=f"app.{key.action}") for key in keys]
+
+
+# The dashboard screen's keys, in the key bar's order: the run's first, the tabs' keys, help, detach, quit.
+DASHBOARD_KEYS = [*_on_app(RUN_KEYS[:4]), *VIEW_KEYS, *_on_app(RUN_KEYS[4:])]
+
+# (action, palette title, palette help) — the command palette offers the same actions as the keys;
+# "toggle_maximize" is the dashboard screen's, the others the app's.
+PALETTE: tuple[tuple[str, str, str], ...] = (
+    ("pause", "Pause training", "Pause at the next step boundary (p)"),
+    ("resume", "Resume training", "Continue a paused run (r)"),
+    ("save", "Save checkpoint", "Write a checkpoint now (s)"),
+    ("cycle_display", "Cycle sample display", f"{' · '.join(DISPLAY_MODES)} (m)"),
+    ("detach", "Detach", "Close the dashboard, leave the run going (d)"),
+    ("toggle_maximize", "Maximize or restore the tab", "Give the active tab the whole screen, and back (z)"),
+    ("help", "Show keys", "All key bindings (?)"),
+)
+# The widget each tab focuses when it is shown (keys act on what you see); the Database and Charts
+# tabs pick their own (the table of the level shown, the first chart).
+TAB_FOCUS: dict[View, str] = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table"}
