@@ -130,6 +130,10 @@ async def test_enter_opens_the_sample_and_g_its_group(make_app):
         assert app.screen is app.screen_stack[0]
         await pilot.press("g")  # g from the table goes straight to the group
         assert isinstance(app.screen, GroupScreen)
+        await pilot.press("p")  # the run's keys work over a pushed screen too; the tabs' keys are not offered there
+        await wait_until(pilot, lambda: app.state.status == "paused")
+        assert isinstance(app.screen, GroupScreen)
+        assert "r" in footer_keys(app) and not {"z", "l", "p"} & footer_keys(app)
 
 
 async def test_group_view_says_when_the_display_sent_part_of_a_group(make_app):

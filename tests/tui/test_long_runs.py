@@ -57,7 +57,7 @@ async def test_detach_after_steps_then_attach_shows_every_step(tmp_path, tiny_mo
         await pilot.press("d")
         await wait_until(pilot, lambda: not first.is_running, timeout=10)
     detached_at = first.state.step
-    assert first.detached
+    assert first.run_link.detached
     wait_for(lambda: record_step(out) >= detached_at + 3)  # training goes on with no viewer
 
     later = attach_app(attach)
@@ -84,7 +84,7 @@ async def test_detach_after_steps_then_attach_shows_every_step(tmp_path, tiny_mo
     finished = attach_app(attach)  # a finished run opens read-only, with its charts
     async with finished.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished.state.step == record.step, timeout=30)
-        assert finished.read_only and list(finished.state.history_steps) == list(range(1, record.step + 1))
+        assert finished.run_link.read_only and list(finished.state.history_steps) == list(range(1, record.step + 1))
         assert "p" not in {k for k, b in finished.screen.active_bindings.items() if b.binding.show}
 
 
