@@ -36,7 +36,6 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.tui.connection import RunConnection
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS
 from grpo_tui.tui.run_link import RunLink
@@ -128,19 +127,6 @@ class GrpoApp(App[int]):
         """The run's sample display: what its worker says it uses (any viewer's ``m`` changes it for
         all), or the config's until the worker has said."""
         return self.state.sample_display or self.config.display.sample_display
-
-    # What a caller reads of the run; ``run_link`` owns it.
-    @property
-    def proc(self) -> RunConnection | None:
-        return self.run_link.proc
-
-    @property
-    def restarts(self) -> int:
-        return self.run_link.restarts
-
-    @property
-    def worker_code(self) -> int | None:
-        return self.run_link.worker_code
 
     # ------------------------------------------------------------ layout
 

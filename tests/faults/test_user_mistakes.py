@@ -183,6 +183,6 @@ async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, cas
             await pilot.pause(0.05)
         shown = " ".join(str(text.render()).split())
         assert " ".join(sentence.split()) in shown and "Traceback" not in shown
-        assert app.restarts == 0 and app.worker_code == 2
+        assert app.run_link.restarts == 0 and app.run_link.worker_code == 2
         await pilot.press("escape", "q")
-    assert app.restarts == 0
+    assert app.run_link.restarts == 0

@@ -35,7 +35,7 @@ async def test_a_run_that_trains_on_nothing_says_so_on_screen_and_stops(tmp_path
         # a fixable mistake: the supervisor keeps the run for a retry, and the modal says why
         await wait_until(pilot, lambda: isinstance(app.screen, MistakeScreen), timeout=120)
         await pilot.pause(0.5)
-        assert app.restarts == 0 and app.worker_code == 2 and app.state.step == 3  # never restarted
+        assert app.run_link.restarts == 0 and app.run_link.worker_code == 2 and app.state.step == 3  # never restarted
         assert "3 steps in a row had no learning signal" in app.state.error
         await pilot.press("escape")
         await pilot.pause(0.3)
@@ -56,9 +56,9 @@ async def test_the_sample_display_survives_a_crash_restart(tmp_path, tiny_model)
         await pilot.press("m")  # best_worst -> random
         await wait_until(pilot, lambda: app.display_mode == "random", timeout=10)
         await wait_until(pilot, lambda: any(s.display == "random" for s in app.state.samples), timeout=60)
-        first = app.proc.pid
+        first = app.run_link.proc.pid
         os.kill(first, signal.SIGKILL)  # a crash: the dashboard restarts it from the latest checkpoint
-        await wait_until(pilot, lambda: app.restarts == 1 and app.proc.pid != first and app.state.status == "running",
+        await wait_until(pilot, lambda: app.run_link.restarts == 1 and app.run_link.proc.pid != first and app.state.status == "running",
                          timeout=120)
         restarted_at = app.state.step
         await wait_until(pilot, lambda: app.state.step >= restarted_at + 2, timeout=120)

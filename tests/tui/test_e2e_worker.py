@@ -22,7 +22,7 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: app.state.step >= 1, timeout=120)
-        pid = app.proc.pid
+        pid = app.run_link.proc.pid
         assert app.state.model and app.state.total_steps == 5000 and app.state.samples
         await pilot.press("p")
         await wait_until(pilot, lambda: app.state.status == "paused", timeout=60)
@@ -38,7 +38,7 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
         await pilot.press("y")
         await wait_until(pilot, lambda: not app.is_running, timeout=90)
     assert app.return_value == 4  # stopped by the user, like the worker (protocol/outcome.py)
-    assert app.proc.exit_code == 4
+    assert app.run_link.proc.exit_code == 4
     assert process_gone(pid)
     assert any(c.kind == "final" for c in app.state.checkpoints)
     assert app.state.complete is not None and app.state.complete.status == "stopped"
@@ -85,9 +85,9 @@ async def test_a_nan_stop_is_not_restarted_and_says_what_to_do(tmp_path, tiny_mo
     )  # fmt: skip
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: app.state.complete is not None and not app.proc.running, timeout=120)
+        await wait_until(pilot, lambda: app.state.complete is not None and not app.run_link.proc.running, timeout=120)
         await pilot.pause(1.0)  # a crash restart would count down now
-        assert not isinstance(app.screen, CrashScreen) and app.restarts == 0
+        assert not isinstance(app.screen, CrashScreen) and app.run_link.restarts == 0
         assert app.state.status == "error"
         assert "learning_rate" in app.state.error and str(tmp_path / "out" / "last-good-2") in app.state.error
         await pilot.press("q")
