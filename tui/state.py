@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.control import refusal as refusal  # re-exported: the dashboard checks it too
 from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import duration

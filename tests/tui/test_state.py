@@ -4,7 +4,8 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import duration, number
-from grpo_tui.tui.state import RunState, ema, log_entry_for, refusal
+from grpo_tui.protocol.control import refusal
+from grpo_tui.tui.state import RunState, ema, log_entry_for
 
 
 class Clock:
