@@ -3,6 +3,7 @@
     python bench/attach.py                      # both parts
     python bench/attach.py --part paint --repeat 5
     python bench/attach.py --part viewers --rounds 3
+    python bench/attach.py --part cpu --against main~3   # one viewer's CPU, this checkout beside main~3
 
 ``paint``: a run of 10,000 steps and 500,000 generations (built synthetically once into .bench/: the
 store with tests/db/make_store.py, run.jsonl as the worker writes it: hello, init, the store's path,
@@ -16,6 +17,11 @@ history (charts, tiles, eval points, the newest samples, the log) folded and dra
 ``grpo-tui run --detach``, timed from the launch to the run's end (its supervisor's record says
 done), with no viewer and with three ``grpo-tui attach`` viewers in pseudo-terminals whose output
 is read as a terminal would, alternating. Target: median ratio <= 1.05.
+
+``cpu`` (not part of "both"): what one viewer costs while frames stream, without training's noise:
+the stand-in worker sends the bench's frames at the quickstart's rate (11 steps a second), and a
+viewer's CPU seconds per second are read from /proc over 20 s. ``--against REV`` attaches a viewer
+of that git revision to the same run at the same time: both measured under the same load.
 
 Prints figures; not a test.
 """
@@ -59,19 +65,19 @@ CONFIG = {
 # ---------------------------------------------------------------- the synthetic run
 
 
-def frames(store: Path) -> list[bytes]:
+def frames(store: Path, steps: int = STEPS) -> list[bytes]:
     """What the worker would have sent for the whole run, in order."""
     import random
 
     rng = random.Random(0)
     out = [
         m.Hello(protocol_version=m.PROTOCOL_VERSION, worker_version="bench", pid=os.getpid()),
-        m.Init(model="tiny", model_path="models/tiny", config=CONFIG, dataset_size=50_000, steps_per_epoch=STEPS,
-               total_steps=STEPS, output_dir=str(store.parent)),
+        m.Init(model="tiny", model_path="models/tiny", config=CONFIG, dataset_size=50_000, steps_per_epoch=steps,
+               total_steps=steps, output_dir=str(store.parent)),
         m.DatabasePath(path=str(store), run_id=1, run_name="bench"),
-        m.EpochStart(epoch=0, total_epochs=1, steps_in_epoch=STEPS),
+        m.EpochStart(epoch=0, total_epochs=1, steps_in_epoch=steps),
     ]  # type: list[m.Event]
-    for step in range(1, STEPS + 1):
+    for step in range(1, steps + 1):
         rewards = [round(rng.random(), 3) for _ in range(PROMPTS * GROUP)]
         mean = sum(rewards) / len(rewards)
         out.append(m.Status(phase="generating"))
@@ -116,11 +122,18 @@ def build_run(folder: Path) -> Path:
     return store
 
 
-def replay(frames_file: str, out: str) -> int:
-    """The stand-in worker: every frame to stdout and run.jsonl (as the worker's Emitter does), then idle."""
+def replay(frames_file: str, out: str, rate: float = 0.0) -> int:
+    """The stand-in worker: every frame to stdout and run.jsonl (as the worker's Emitter does), then idle.
+    With ``rate``, the run's first frames at once, then one step's frames every ``1 / rate`` seconds."""
     stdout = sys.stdout.buffer
     with open(Path(out) / RUN_LOG_FILE, "ab") as log, open(frames_file, "rb") as source:
+        start, steps = time.monotonic(), 0
         for line in source:
+            if rate and line.startswith(b'{"type":"status"'):  # a step's first frame
+                stdout.flush()
+                log.flush()
+                steps += 1
+                time.sleep(max(0.0, start + steps / rate - time.monotonic()))
             stdout.write(line)
             log.write(line)
     stdout.flush()
@@ -134,14 +147,14 @@ def replay(frames_file: str, out: str) -> int:
 class Terminal:
     """A process in a pseudo-terminal, its output read as a terminal would (escapes stripped for search)."""
 
-    def __init__(self, argv: list[str], cols: int = 160, rows: int = 48) -> None:
+    def __init__(self, argv: list[str], cols: int = 160, rows: int = 48, env: dict[str, str] | None = None) -> None:
         import fcntl
         import struct
         import termios
 
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
+        env = {**(env or os.environ), "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
         os.close(slave)
@@ -267,15 +280,80 @@ def part_viewers(rounds: int, config: Path) -> None:
           f"{statistics.median(per_viewer):.3f} CPU-s per viewer per training-second; load {load()}")
 
 
+def checkout(rev: str, folder: Path) -> dict[str, str]:
+    """``rev`` of this repository laid out as the installed package (pyproject's package-dir) in
+    ``folder``: the environment that runs a viewer of that version."""
+    src, pkg = folder / "src", folder / "pkg" / "grpo_tui"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    shutil.copytree(src / "api", pkg)
+    for name in ("protocol", "worker", "tui"):
+        (pkg / name).symlink_to(src / name)
+    return {**os.environ, "PYTHONPATH": str(pkg.parent)}
+
+
+def part_cpu(seconds: float, rate: float, against: str | None) -> None:
+    """One viewer's CPU while a run streams frames at ``rate`` steps a second (the bench's frames:
+    ~4 a step), measured over ``seconds`` after a warm-up; with ``against``, a viewer of that git
+    revision attached to the same run at the same time (an A/B under the same load)."""
+    warmup = 5.0
+    with tempfile.TemporaryDirectory(prefix="attach-cpu-") as tmp:
+        out = Path(tmp) / "run"
+        out.mkdir()
+        (out / "config.toml").write_text("")
+        source = Path(tmp) / "frames.jsonl"
+        source.write_bytes(b"".join(frames(Path(tmp) / "no-store.db", int(rate * (warmup + seconds + 30)))))
+        envs = {"this checkout": dict(os.environ)}
+        if against:
+            envs[against] = checkout(against, Path(tmp) / "against")
+        from grpo_tui.tui.connection import launch, wait_ready
+
+        sup = launch(out, [sys.executable, str(Path(__file__).resolve()), "--replay", str(source), str(out), str(rate)])
+        terms: dict[str, Terminal] = {}
+        try:
+            assert wait_ready(out, sup), "the supervisor did not start"
+            while c.read_record(out) is None or not (out / RUN_LOG_FILE).exists():  # what attach looks for
+                time.sleep(0.05)
+            terms = {name: Terminal([*CLI, "attach", str(out)], env=env) for name, env in envs.items()}
+
+            def drain(until: float) -> None:
+                while time.perf_counter() < until:
+                    for term in terms.values():
+                        term.read(0.02, keep=False)
+
+            drain(time.perf_counter() + warmup)
+            before = {name: cpu_seconds(term.proc.pid) for name, term in terms.items()}
+            start = time.perf_counter()
+            drain(start + seconds)
+            wall = time.perf_counter() - start
+            print(f"cpu: viewers of a run streaming {rate:g} steps/s (~{4 * rate + rate / 10:.0f} frames/s), "
+                  f"160x48, CPU over {wall:.1f} s after a {warmup:.0f} s warm-up; load {load()}")
+            for name, term in terms.items():
+                used = cpu_seconds(term.proc.pid) - before[name]
+                print(f"  {name}: {used / wall:.4f} CPU-s per second ({used:.2f} s, {1000 * used / (wall * rate):.1f} ms per step)")
+        finally:
+            for term in terms.values():
+                term.close()
+            os.killpg(sup.pid, signal.SIGTERM)
+            sup.wait(30)
+
+
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--replay":
-        sys.exit(replay(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--replay":
+        sys.exit(replay(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) == 5 else 0.0))
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("paint", "viewers", "both"), default="both")
+    p.add_argument("--part", choices=("paint", "viewers", "both", "cpu"), default="both",
+                   help="cpu (not in both): one viewer's CPU while frames stream")
     p.add_argument("--repeat", type=int, default=3, help="attaches timed (paint)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of none / three viewers (viewers)")
     p.add_argument("--config", type=Path, default=ROOT / "examples" / "quickstart.toml")
+    p.add_argument("--seconds", type=float, default=20.0, help="CPU measured over (cpu)")
+    p.add_argument("--rate", type=float, default=11.0, help="steps a second streamed (cpu): the quickstart's")
+    p.add_argument("--against", metavar="REV", help="a viewer of this git revision beside this checkout's (cpu)")
     args = p.parse_args()
+    if args.part == "cpu":
+        part_cpu(args.seconds, args.rate, args.against)
     if args.part in ("paint", "both"):
         part_paint(args.repeat)
     if args.part in ("viewers", "both"):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 
 from grpo_tui.tui.format import number
 from grpo_tui.tui.tidy import tidy
@@ -20,6 +20,8 @@ from grpo_tui.tui.tidy import tidy
 LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")
 # braille dot bits by (column, row) inside one 2 x 4 cell
 _DOTS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+# the bits of dots ``a`` to ``b`` (rows inside the cell, inclusive) of one column: _SPANS[column][a][b]
+_SPANS = tuple(tuple(tuple(sum(dots[a:b + 1]) for b in range(4)) for a in range(4)) for dots in _DOTS)
 _BRAILLE = 0x2800
 AXIS_WIDTH = 8  # y-axis labels (7 characters: number's "0.0002", "-1.2e-05") and a rule
 HEAT = tuple(
@@ -69,6 +71,14 @@ class _Canvas:
         self.cells[row][col] |= _DOTS[px % 2][py % 4]
         self.owner[row][col] = who
 
+    def dots(self, px: int, lo: int, hi: int, who: int) -> None:
+        """The dots ``lo`` to ``hi`` (inclusive) of pixel column ``px``: one cell at a time, not one dot."""
+        col, spans = px // 2, _SPANS[px % 2]
+        for row in range(lo // 4, hi // 4 + 1):
+            top = row * 4
+            self.cells[row][col] |= spans[max(lo - top, 0)][min(hi - top, 3)]
+            self.owner[row][col] = who
+
     def line(self, pts: list[tuple[int, float]], y0: float, y1: float, who: int) -> None:
         # one column of dots per x pixel, spanning every value that lands there, joined to the previous
         # pixel's last value: spikes survive downsampling and the line stays connected
@@ -91,26 +101,22 @@ class _Canvas:
                 for x in range(ppx + 1, px + 1):
                     ya = round(py0 + (first - py0) * (x - 1 - ppx) / (px - ppx))
                     yb = round(py0 + (first - py0) * (x - ppx) / (px - ppx))
-                    for py in range(min(ya, yb), max(ya, yb) + 1):
-                        self.dot(x, py, who)
-            for py in range(lo, hi + 1):
-                self.dot(px, py, who)
+                    self.dots(x, min(ya, yb), max(ya, yb), who)
+            self.dots(px, lo, hi, who)
             previous = (px, last)
 
     def row(self, r: int, text: Text) -> None:
         """Append row ``r`` to ``text``, one span per run of a colour (not one per cell)."""
         cells, owner = self.cells[r], self.owner[r]
-        run: list[str] = []
-        run_who = -2
-        for bits, who in zip(cells, owner):
-            who = who if bits else -1
-            if who != run_who and run:
-                text.append("".join(run), LINE_COLORS[run_who % len(LINE_COLORS)] if run_who >= 0 else "")
-                run = []
-            run_who = who
-            run.append(chr(_BRAILLE + bits) if bits else " ")
-        if run:
-            text.append("".join(run), LINE_COLORS[run_who % len(LINE_COLORS)] if run_who >= 0 else "")
+        chars = "".join([chr(_BRAILLE + bits) if bits else " " for bits in cells])
+        offset, start, spans = len(text), 0, text.spans
+        whos = [who if bits else -1 for bits, who in zip(cells, owner)]
+        for end in range(1, len(whos) + 1):
+            if end == len(whos) or whos[end] != whos[start]:
+                if whos[start] >= 0:
+                    spans.append(Span(offset + start, offset + end, LINE_COLORS[whos[start] % len(LINE_COLORS)]))
+                start = end
+        text.append(chars)
 
 
 def _labels(y0: float, y1: float, rows: int, scale: float) -> list[str]:

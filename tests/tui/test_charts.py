@@ -11,8 +11,11 @@ from grpo_tui.tui.series import STEP_GROUPS, RewardSpread, SeriesBook, dict_grou
 from grpo_tui.tui.widgets.chart_panel import ChartPanel
 from grpo_tui.tui.widgets.charts_view import WINDOWS, ChartsView
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
-from rich.console import Console
+from grpo_tui.tui.widgets.text_strips import text_strips
+from rich.console import Console, Group
 from rich.text import Text
+from textual.visual import Visual, visualize
+from textual.widget import Widget
 
 from tests.helpers.fake_worker import parse_args, step_frame
 
@@ -93,6 +96,35 @@ def feed(view: ChartsView, steps: int) -> None:
     for s in range(1, steps + 1):
         view.book.append(s, flatten_step(step_frame(s, 0, args)))
         view.spread.add_step(s, [0.25 * (i % 5) for i in range(16)])
+
+
+class Colored(Widget):
+    DEFAULT_CSS = "Colored { width: 40; height: 8; color: red; background: blue; }"
+
+
+class ColoredHost(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Colored()
+
+
+async def test_text_strips_draw_what_textual_draws_of_the_same_rows():
+    """The main chart's strips (tui/widgets/text_strips.py) are the segments Textual's own path
+    makes of the same rows as a renderable: the same colours, the same runs, on the widget's style."""
+    host = ColoredHost()
+    async with host.run_test(size=(60, 12)):
+        widget = host.query_one(Colored)
+        width, height = widget.content_size
+        curves = [Series("r", list(range(30)), [i % 7 / 7 for i in range(30)]), Series("e", [0, 29], [0.2, 0.9])]
+        cases = [
+            line_chart(curves, width, height, right=[Series("l", list(range(30)), [(-1) ** i for i in range(30)])]),
+            line_chart([Series("r", [1, 2], [None, None])], width, height),  # "no data yet", one style per row
+            line_chart(curves, 5, height),  # too small: blank rows
+            [tidy(Text("plain and ").append("bold", "bold")), Text("dim only", "dim"), Text("")],
+        ]
+        for rows in cases:
+            textual = Visual.to_strips(widget, visualize(widget, Group(*rows)), width, height, widget.visual_style)
+            ours = text_strips(rows, host.console, widget.visual_style.rich_style)
+            assert [list(s) for s in ours] == [list(s) for s in textual]
 
 
 async def test_charts_view_keys_window_move_zoom():

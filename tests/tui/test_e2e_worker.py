@@ -21,7 +21,8 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
                                checkpoint={"save_every": 0})
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: app.state.step >= 1, timeout=120)
+        # a step's samples follow its step frame: a flush may fold the one before the others arrive
+        await wait_until(pilot, lambda: app.state.step >= 1 and bool(app.state.samples), timeout=120)
         pid = app.run_link.proc.pid
         assert app.state.model and app.state.total_steps == 5000 and app.state.samples
         await pilot.press("p")

@@ -7,6 +7,7 @@ inside an epoch the bar would never fill, so the note beside it says where the r
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
@@ -30,6 +31,17 @@ def epoch_note(state: RunState) -> str:
     return note
 
 
+class QuietBar(ProgressBar):
+    """Textual's progress bar without its once-a-second timer. The timer re-estimates an ETA that
+    these bars do not show, and each tick repainted its bar in a screen update of its own, between
+    the dashboard's once-a-second redraws: a viewer composed the screen several times a second."""
+
+    def _on_mount(self, event: events.Mount) -> None:
+        super()._on_mount(event)
+        event.prevent_default()  # no ProgressBar.on_mount, which starts the timer
+        self.update()
+
+
 class ProgressPanel(Vertical):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -39,7 +51,7 @@ class ProgressPanel(Vertical):
         for name in ("epoch", "step"):
             with Horizontal(classes="progress-row"):
                 yield Static(name, id=f"{name}-label", classes="progress-label")
-                yield ProgressBar(id=f"{name}-bar", show_eta=False)
+                yield QuietBar(id=f"{name}-bar", show_eta=False)
                 yield Static(id=f"{name}-note", classes="progress-note")
 
     def show(self, state: RunState) -> None:
@@ -51,7 +63,7 @@ class ProgressPanel(Vertical):
         )
         for name, label, total, progress, note in rows:
             self._text(f"#{name}-label", Text(label, no_wrap=True))
-            self.query_one(f"#{name}-bar", ProgressBar).update(total=total, progress=progress)
+            self.query_one(f"#{name}-bar", QuietBar).update(total=total, progress=progress)
             self._text(f"#{name}-note", tidy(Text(note, "dim", no_wrap=True, overflow="ellipsis")))
 
     def _text(self, selector: str, text: Text) -> None:

@@ -2,20 +2,24 @@
 
 Drawn with the Charts tab's braille renderer (tui/plot.py): plotext took ~100 ms a redraw on
 two cores and stalled key presses behind it; this takes a few milliseconds, and only when the
-data, the smoothing or the size changed, at most once per ``REDRAW_INTERVAL_S``.
+data, the smoothing or the size changed, at most once per ``REDRAW_INTERVAL_S``. The rows go to
+the screen through the line API (``text_strips``): the chart redraws every second while a run
+streams, and Rich's layout of a renderable cost more than drawing the chart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import Group
+from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.widgets.text_strips import text_strips
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
 REDRAW_INTERVAL_S = 1.0  # new data shows within a second; a redraw costs a few ms
@@ -35,8 +39,9 @@ class RewardChart(Widget):
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
         self._evals: list[tuple[str, list[int], list[float | None]]] = []
         self._version = 0  # bumped by show(); the drawing keeps the version it shows
-        self._key: tuple[object, ...] | None = None
-        self._drawing = Group()
+        self._key: tuple[object, ...] | None = None  # what the drawing shows (``_cache_key()``)
+        self._base: Style | None = None  # the colours it was drawn on
+        self._drawing: list[Strip] = []
         self._title()
 
     def _shown_evals(self) -> list[tuple[str, list[int], list[float | None]]]:
@@ -88,16 +93,24 @@ class RewardChart(Widget):
             self._evals = evals
             self._title()
         self._version += 1
+        # Drawn with the rest of this flush: the timer alone would redraw it in a screen update of
+        # its own, between two of the dashboard's.
+        self._draw_if_stale()
 
-    def render(self) -> Group:
-        key = self._cache_key()
-        if key != self._key:
+    def render_line(self, y: int) -> Strip:
+        key, base = self._cache_key(), self.visual_style.rich_style
+        if key != self._key or base != self._base:
             steps, reward, loss = self._data
             size = self.content_size
-            self._key, self._drawing = key, Group(*line_chart(
+            rows = line_chart(
                 [Series("reward", steps, ema(reward, self.smoothing)),
                  *(Series(*curve) for curve in self._shown_evals())],  # one point per evaluation, not smoothed
                 size.width, size.height,
                 right=[Series("loss", steps, ema(loss, self.smoothing))],
-            ))
-        return self._drawing
+            )
+            self._key, self._base, self._drawing = key, base, text_strips(rows, self.app.console, base)
+        return self._drawing[y] if y < len(self._drawing) else Strip.blank(self.size.width, base)
+
+    def plain(self) -> str:
+        """The drawing as text (tests)."""
+        return "\n".join(strip.text for strip in self._drawing)

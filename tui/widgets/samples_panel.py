@@ -17,6 +17,9 @@ from grpo_tui.tui.inert import inert
 from grpo_tui.tui.format import number
 
 REDRAW_INTERVAL_S = 1.0  # one table rebuild a second at most, however fast the steps come
+# A flush that comes a little early still draws: a timer for the rest would redraw the table in a
+# screen update of its own, between two of the dashboard's once-a-second ones.
+SLACK_S = 0.1
 PREVIEW_CHARS = 200  # a row shows the head of a completion (what fits); the detail screen shows all of it
 # Fixed widths: auto-sized columns would depend on which rows happened to pass through the table.
 # Narrow: at 120 columns the tab is 60 wide and the completion must still show a few words.
@@ -48,7 +51,8 @@ class SamplesPanel(Vertical):
         table: DataTable[object] = DataTable(id="samples-table", cursor_type="row", zebra_stripes=True)
         for label, width in COLUMNS:
             table.add_column(label, width=width)
-        yield table
+        with Vertical(id="samples-body"):  # the table's colours below its rows (app.tcss)
+            yield table
 
     def show(self, samples: list[m.Sample], mode: str) -> None:
         """Show these samples: now, or (at most every ``REDRAW_INTERVAL_S``, and only while the tab
@@ -60,7 +64,7 @@ class SamplesPanel(Vertical):
         if self._timer is not None:
             return
         wait = self._drawn_at + REDRAW_INTERVAL_S - time.monotonic()
-        if wait <= 0 and self.is_on_screen:
+        if wait <= SLACK_S and self.is_on_screen:  # the dashboard's once-a-second flush: draw with it
             self._draw()
         else:
             self._timer = self.set_timer(max(wait, 0.02), self._draw_pending)
