@@ -13,7 +13,7 @@ from grpo_tui.tui.widgets.charts_view import WINDOWS, ChartsView
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 from grpo_tui.tui.widgets.text_strips import text_strips
 from rich.console import Console, Group
-from rich.text import Text
+from rich.text import Span, Text
 from textual.visual import Visual, visualize
 from textual.widget import Widget
 
@@ -119,7 +119,9 @@ async def test_text_strips_draw_what_textual_draws_of_the_same_rows():
             line_chart(curves, width, height, right=[Series("l", list(range(30)), [(-1) ** i for i in range(30)])]),
             line_chart([Series("r", [1, 2], [None, None])], width, height),  # "no data yet", one style per row
             line_chart(curves, 5, height),  # too small: blank rows
-            [tidy(Text("plain and ").append("bold", "bold")), Text("dim only", "dim"), Text("")],
+            [tidy(Text("plain and ").append("bold", "bold")), Text("dim only", "dim"), Text(""),
+             Text("dim row, a bold run, a red run", "dim", spans=[Span(9, 15, "bold"), Span(17, 22, "red")]),
+             Text("overlapping runs", spans=[Span(0, 11, "bold"), Span(4, 16, "italic red")])],
         ]
         for rows in cases:
             textual = Visual.to_strips(widget, visualize(widget, Group(*rows)), width, height, widget.visual_style)

@@ -10,6 +10,7 @@ same segments (tests/tui/test_charts.py compares them) for a fraction of the wor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from rich.console import Console
 from rich.segment import Segment
@@ -21,11 +22,24 @@ from textual.strip import Strip
 def text_strips(rows: Sequence[Text], console: Console, base: Style) -> list[Strip]:
     """One strip per row, each segment's style on top of ``base`` (the widget's own colours), as
     Textual's renderable path would draw them. Rows wider than the widget are not cropped here."""
-    strips = []
-    for row in rows:
-        if row.spans:
-            segments = [Segment(text, base + style) for text, style, _ in row.render(console, end="")]
-        else:  # Text.render leaves out a span-less row's own style; a rendered renderable keeps it
-            segments = [Segment(row.plain, base + console.get_style(row.style))]
-        strips.append(Strip(segments, row.cell_len))
-    return strips
+    return [Strip(_segments(row, console, base), row.cell_len) for row in rows]
+
+
+def _segments(row: Text, console: Console, base: Style) -> list[Segment]:
+    get_style = partial(console.get_style, default=Style.null())
+    plain, own = row.plain, get_style(row.style)
+    if not row.spans:  # Text.render leaves out a span-less row's own style; a rendered renderable keeps it
+        return [Segment(plain, base + own)]
+    spans = sorted((span for span in row.spans if span.end > span.start), key=lambda span: span.start)
+    if any(a.end > b.start for a, b in zip(spans, spans[1:])):  # overlapping styles: Rich combines them
+        return [Segment(text, base + style) for text, style, _ in row.render(console)]
+    # Runs side by side (a chart's rows): each is the row's style plus its own, the gaps the row's.
+    segments, at, plain_style = [], 0, base + own
+    for span in spans:
+        if span.start > at:
+            segments.append(Segment(plain[at:span.start], plain_style))
+        segments.append(Segment(plain[span.start:span.end], base + (own + get_style(span.style))))
+        at = span.end
+    if at < len(plain):
+        segments.append(Segment(plain[at:], plain_style))
+    return segments
