@@ -30,6 +30,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import DisplayConfig
 from grpo_tui.protocol.layout import RUN_LOG_FILE
 from grpo_tui.tui.series import HISTORY_LIMIT
+from grpo_tui.tui.supervisor_worker import kill_group
 from grpo_tui.tui.worker_proc import (
     WorkerBadLine,
     WorkerEvent,
@@ -85,8 +86,7 @@ def end_launched(timeout: float = 10.0) -> None:
     """Stop the runs this process started (scripts and benches whose runs must not outlive them):
     SIGTERM each supervisor's group (its worker saves and exits), and wait for them."""
     for pid in LAUNCHED:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+        kill_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while any(c.pid_alive(pid) for pid in LAUNCHED) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -288,8 +288,7 @@ class RunConnection:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the worker's process group (``q`` twice: kill now)."""
         if self.worker_pid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.worker_pid, sig)
+            kill_group(self.worker_pid, sig)
 
     async def wait(self, timeout: float) -> bool:
         """Wait for the run to end; False on timeout."""

@@ -156,10 +156,10 @@ class DatabaseView(Vertical):
         status = self.query_one(DatabaseStatus)
         if message is not None:
             status.show_message(message, error)
-        elif self.level == "generations" and self._ignored:  # the page the filter brought must not hide it
+        elif self.level == "generations":  # what the filter form could not read stays said over the page
             status.show_hints(self.level, self.generations.position(), ignored=self._ignored)
         else:
-            status.show_hints(self.level, self.generations.position() if self.level == "generations" else None)
+            status.show_hints(self.level)
 
     def _failed(self, message: str) -> None:
         self._status(message, error=True)
@@ -194,6 +194,7 @@ class DatabaseView(Vertical):
 
     @on(DatabaseGenerationsPane.PageShown)
     def _page_shown(self, event: DatabaseGenerationsPane.PageShown) -> None:
+        event.stop()
         if self.level == "generations":
             self._status()
 
