@@ -37,7 +37,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.keys import PALETTE, RUN_KEYS
+from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
 from grpo_tui.tui.run_link import RunLink
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
@@ -238,7 +238,9 @@ class GrpoApp(App[int]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action, title, help_text in PALETTE:
-            node: DOMNode = self.dashboard if action == "toggle_maximize" else self  # the screen's key
+            node: DOMNode = self.dashboard if action in VIEW_ACTIONS else self
+            if node is self.dashboard and screen is not self.dashboard:  # the palette opened over a dialog
+                continue
             if node.check_action(action, ()):
                 yield SystemCommand(title, help_text, getattr(node, f"action_{action}"))
 

@@ -36,8 +36,8 @@ VIEW_KEYS = [
     Binding("l", "log_level", "log level"),
     Binding("z", "toggle_maximize", "maximize"),
 ]
-# The actions of VIEW_KEYS: offered only while the dashboard's screen is the one shown.
-VIEW_ACTIONS = ("show_tab", "next_tab", "open_sample", "smoothing", "log_level", "toggle_maximize")
+# The actions of VIEW_KEYS (the dashboard screen's), by name.
+VIEW_ACTIONS = frozenset(key.action.split("(")[0] for key in VIEW_KEYS)
 
 
 def _on_app(keys: list[Binding]) -> list[Binding]:
@@ -48,7 +48,7 @@ def _on_app(keys: list[Binding]) -> list[Binding]:
 DASHBOARD_KEYS = [*_on_app(RUN_KEYS[:4]), *VIEW_KEYS, *_on_app(RUN_KEYS[4:])]
 
 # (action, palette title, palette help) — the command palette offers the same actions as the keys;
-# "toggle_maximize" is the dashboard screen's, the others the app's.
+# those in VIEW_ACTIONS are the dashboard screen's, the others the app's.
 PALETTE: tuple[tuple[str, str, str], ...] = (
     ("pause", "Pause training", "Pause at the next step boundary (p)"),
     ("resume", "Resume training", "Continue a paused run (r)"),

@@ -119,8 +119,6 @@ class DashboardScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action not in VIEW_ACTIONS:
             return True
-        if not self.is_active:  # a dialog, or the command palette, over the dashboard
-            return False
         if action == "log_level":  # only where it shows: the footer offers it on the Logs tab
             return self.query_one(TabbedContent).active == "logs"
         if action == "open_sample":  # enter elsewhere belongs to the focused table (e.g. a step)
