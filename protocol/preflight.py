@@ -23,7 +23,7 @@ from .config import Config, ConfigError, LoraConfig, ModelConfig
 from .data_check import data_problems
 from .distributed import rank_count, undealt
 from .layout import STATE_FILE, parse_checkpoint_dir_name, read_state
-from .resume_check import Resume, damage, damaged, kind_problem, latest_whole, local_model_identity, model_problem
+from .resume_check import damage, damaged, fit_problem, latest_whole
 
 _NO_FILES = ("/proc", "/sys", "/dev")  # virtual file systems: nothing can be saved there
 
@@ -77,33 +77,25 @@ def not_a_checkpoint(resume: str) -> str:
             'final or emergency-N folder, or use "latest"')
 
 
-def _resumed(config: Config) -> Resume | None:
-    """The checkpoint the worker resumes from (``resume_check.latest_whole`` for "latest")."""
+def resume_problem(config: Config, config_path: str) -> str | None:
+    """``checkpoint.resume`` naming a folder that is not a checkpoint or a damaged one, or the
+    checkpoint a resume picks not fitting the config (``resume_check.fit_problem``): ``resume_check``
+    decides, as in the worker."""
     resume = config.checkpoint.resume
     if resume is False:
         return None
     if resume == "latest":
-        return latest_whole(Path(config.checkpoint.output_dir))
-    state = read_state(Path(str(resume)))
-    return (Path(str(resume)), state) if state is not None else None
-
-
-def resume_problem(config: Config, config_path: str) -> str | None:
-    """``checkpoint.resume`` naming a folder that is not a checkpoint or a damaged one, or the
-    checkpoint a resume picks being of the other kind than ``[model.lora]`` says, or of another
-    model than a local ``model.path`` folder (a hub id or a GGUF file: the worker checks it once
-    loaded). ``resume_check`` decides, as in the worker."""
-    resume = config.checkpoint.resume
-    if isinstance(resume, str) and resume != "latest":
-        if read_state(Path(resume)) is None:
-            return not_a_checkpoint(resume)
-        if (why := damage(Path(resume))) is not None:
-            return damaged(resume, why, config_path)
-    if (found := _resumed(config)) is None:
+        found = latest_whole(Path(config.checkpoint.output_dir))
+    else:
+        path = Path(str(resume))
+        if (state := read_state(path)) is None:
+            return not_a_checkpoint(str(resume))
+        if (why := damage(path)) is not None:
+            return damaged(str(resume), why, config_path)
+        found = path, state
+    if found is None:
         return None
-    path, state = found
-    return kind_problem(path, config.model.lora is not None, config_path) or \
-        model_problem(path, state.model, local_model_identity(config.model.path), config_path)
+    return fit_problem(*found, config.model.lora is not None, config.model.path, config_path)
 
 
 def folder_problems(config: Config) -> list[str]:

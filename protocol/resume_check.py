@@ -34,10 +34,10 @@ def resumable(path: Path, state: TrainingState) -> bool:
     return parsed[0] in ("periodic", "final") and state.kind != "emergency"
 
 
-def find_latest(output_dir: Path) -> Resume | None:
-    """The newest resumable checkpoint (highest step, then most recently written)."""
+def newest_first(output_dir: Path) -> list[Resume]:
+    """Every resumable checkpoint, newest first (highest step, then most recently written)."""
     found = [(f.path, f.state) for f in list_checkpoints(output_dir) if f.state is not None and resumable(f.path, f.state)]
-    return found[-1] if found else None
+    return found[::-1]
 
 
 def damage(directory: Path) -> str | None:
@@ -68,11 +68,8 @@ def damaged(resume: str, why: str, config_path: str) -> str:
 
 def latest_whole(output_dir: Path) -> Resume | None:
     """What ``resume = "latest"`` resumes from: the newest resumable checkpoint whose files are
-    whole (the worker sets each damaged newer one aside on its way there)."""
-    for folder in reversed(list_checkpoints(output_dir)):
-        if folder.state is not None and resumable(folder.path, folder.state) and damage(folder.path) is None:
-            return folder.path, folder.state
-    return None
+    whole (the worker walks ``newest_first`` the same way, setting each damaged one aside)."""
+    return next(((path, state) for path, state in newest_first(output_dir) if damage(path) is None), None)
 
 
 def _start_again(config_path: str) -> str:
@@ -100,6 +97,14 @@ def model_problem(checkpoint: Path, then: dict[str, str], now: dict[str, str], c
         return None
     return (f"{checkpoint} was trained from the model {then.get('path')}, but model.path is now {now.get('path')} "
             f"(another model); to train it, {_start_again(config_path)} or set another checkpoint.output_dir")
+
+
+def fit_problem(checkpoint: Path, state: TrainingState, lora: bool, model_path: str, config_path: str) -> str | None:
+    """Why ``checkpoint`` cannot resume into this config: the other kind (``kind_problem``), or
+    another model than a local ``model_path`` folder (``model_problem``; a hub id or a GGUF file is
+    checked once loaded)."""
+    return kind_problem(checkpoint, lora, config_path) or \
+        model_problem(checkpoint, state.model, local_model_identity(model_path), config_path)
 
 
 # Architecture fields that tell two models apart even where their weight files cannot be read.

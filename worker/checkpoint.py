@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import IO, Protocol
 
-from grpo_tui.protocol.commands import resume_command, run_command
+from grpo_tui.protocol.commands import resume_command
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import (
     LOCK_FILE,
@@ -33,13 +33,13 @@ from grpo_tui.protocol.layout import (
     read_state,
     write_state,
 )
-from grpo_tui.protocol.resume_check import damage, find_latest, resumable  # shared with grpo-tui check
+from grpo_tui.protocol.resume_check import resumable
 
 DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed to load, set aside (protocol/layout.py's parser skips it)
 
-__all__ = [  # STATE_FILE, TrainingState, read_state, the resume and command helpers: the worker's names for protocol's
-    "DAMAGED_PREFIX", "OPTIMIZER_FILE", "STATE_FILE", "Saver", "damage", "set_damaged_aside", "TrainingState", "config_digest", "copy_checkpoint", "find_latest",
-    "nan_stop_message", "resumable", "resume_command", "run_command", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
+__all__ = [  # STATE_FILE, TrainingState, read_state: the worker's names for protocol's (resume_check decides what resumes)
+    "DAMAGED_PREFIX", "OPTIMIZER_FILE", "STATE_FILE", "Saver", "set_damaged_aside", "TrainingState", "config_digest", "copy_checkpoint",
+    "nan_stop_message", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
 ]
 
 

@@ -16,8 +16,9 @@ from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Mistake
+from grpo_tui.protocol.commands import resume_command, run_command
 from grpo_tui.protocol.preflight import folder_problems, not_a_checkpoint
-from grpo_tui.protocol.resume_check import damaged, kind_problem, local_model_identity, model_problem
+from grpo_tui.protocol.resume_check import Resume, damage, damaged, fit_problem, model_problem, newest_first
 
 from . import checkpoint as ckpt
 from . import ranks
@@ -25,8 +26,6 @@ from .checkpoint_policy import CheckpointPolicy
 from .context import RunContext
 from .mlx_thread import TrainerFactory
 from .store import Store, StoreDamaged, set_damaged_aside
-
-Resume = tuple[Path, ckpt.TrainingState]
 
 
 class Start:
@@ -111,8 +110,8 @@ class Start:
             if cfg.store.if_damaged != "fresh":
                 raise Mistake("output", f"the store {path} is damaged ({exc}); to go on with a fresh store, the "
                                         "damaged file kept beside it: "
-                                        f"{ckpt.run_command(run.config_path, 'store.if_damaged=fresh')}; or train "
-                                        f"without one: {ckpt.run_command(run.config_path, 'store.enabled=false')}") from None
+                                        f"{run_command(run.config_path, 'store.if_damaged=fresh')}; or train "
+                                        f"without one: {run_command(run.config_path, 'store.enabled=false')}") from None
             aside = await run.mlx(set_damaged_aside, path)
             run.log("warning", f"the store {path} is damaged ({exc}); kept as {aside.name}, starting a fresh store")
             run.store = store = await Store.open(path)
@@ -178,14 +177,14 @@ async def find_resume(run: RunContext) -> Resume | None:
         found = await latest_that_loads(run)
         for path in await run.mlx(ckpt.skipped_newer, output_dir, found[1].step if found else -1):
             run.log("info", f"resume = latest: not resuming from {path}, saved after non-finite steps (or a copy "
-                    f"kept then); to resume from it anyway: {ckpt.resume_command(run.config_path, path)}")
+                    f"kept then); to resume from it anyway: {resume_command(run.config_path, path)}")
         if found is not None:
             check_fits(run, *found)
         return found
     state = ckpt.read_state(Path(str(resume)))
     if state is None:
         raise Mistake("resume", not_a_checkpoint(str(resume)))
-    if (why := await run.mlx(ckpt.damage, Path(str(resume)))) is not None:
+    if (why := await run.mlx(damage, Path(str(resume)))) is not None:
         raise Mistake("resume", damaged(str(resume), why, run.config_path))
     check_fits(run, Path(str(resume)), state)
     return Path(str(resume)), state
@@ -197,9 +196,7 @@ def check_fits(run: RunContext, path: Path, state: ckpt.TrainingState) -> None:
     a GGUF file: ``check_same_model`` once loaded). ``protocol/resume_check.py`` decides, for
     ``grpo-tui check`` too."""
     cfg = run.config
-    if (problem := kind_problem(path, cfg.model.lora is not None, run.config_path)) is not None:
-        raise Mistake("resume", problem)
-    if (problem := model_problem(path, state.model, local_model_identity(cfg.model.path), run.config_path)) is not None:
+    if (problem := fit_problem(path, state, cfg.model.lora is not None, cfg.model.path, run.config_path)) is not None:
         raise Mistake("resume", problem)
 
 
@@ -208,13 +205,14 @@ async def latest_that_loads(run: RunContext) -> Resume | None:
     named, set aside as ``damaged-<name>`` (kept) and passed over, and the log says where the
     run resumes instead."""
     passed: list[str] = []
-    while (found := await run.mlx(ckpt.find_latest, run.output_dir)) is not None:
-        why = await run.mlx(ckpt.damage, found[0])
-        if why is None:
+    found: Resume | None = None
+    for path, state in await run.mlx(newest_first, run.output_dir):  # as resume_check.latest_whole walks them
+        if (why := await run.mlx(damage, path)) is None:
+            found = path, state
             break
-        aside = await run.mlx(ckpt.set_damaged_aside, found[0])
-        run.log("warning", f"checkpoint {found[0]} does not load: {why}; set aside as {aside.name}")
-        passed.append(found[0].name)
+        aside = await run.mlx(ckpt.set_damaged_aside, path)
+        run.log("warning", f"checkpoint {path} does not load: {why}; set aside as {aside.name}")
+        passed.append(path.name)
     if passed:
         instead = f"resuming from {found[0]} instead" if found is not None else "no earlier checkpoint: starting from step 0"
         run.log("warning", f"resume = latest: {', '.join(passed)} damaged; {instead}")

@@ -21,6 +21,7 @@ import mlx_lm
 import pytest
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.resume_check import newest_first
 from grpo_tui.worker import checkpoint as ckpt
 from tests.faults import FAULT_TRAINER
 from tests.helpers.trainer_env import fake_trainer_env
@@ -42,8 +43,8 @@ def settings() -> dict:
 
 
 def latest_checkpoint_step(out: Path) -> int:
-    found = ckpt.find_latest(out)
-    return found[1].step if found else 0
+    found = newest_first(out)
+    return found[0][1].step if found else 0
 
 
 def check_disk_and_store(out: Path) -> int:
@@ -71,9 +72,8 @@ def check_disk_and_store(out: Path) -> int:
         assert generations == [(s, PER_STEP) for s in range(1, last + 1)], generations  # none past `last`
     total = query(db, "SELECT count(*) FROM generations")[0][0]
     assert query(db, "SELECT count(*) FROM generations_fts") == [(total,)]
-    found = ckpt.find_latest(out)
-    if found is not None:  # a checkpoint is never ahead of its run's store rows
-        assert found[1].run_id == runs[-1][0] and found[1].step <= last
+    if found := newest_first(out):  # a checkpoint is never ahead of its run's store rows
+        assert found[0][1].run_id == runs[-1][0] and found[0][1].step <= last
     return last
 
 

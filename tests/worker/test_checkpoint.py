@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_tui.protocol.layout import LOCK_FILE
+from grpo_tui.protocol.resume_check import newest_first
 from grpo_tui.worker import checkpoint as ckpt
 
 
@@ -56,7 +57,7 @@ def test_a_failed_save_leaves_no_checkpoint_and_the_previous_one_intact(tmp_path
     with pytest.raises(OSError):
         ckpt.save_checkpoint(FakeSaver(fail=True), tmp_path, "checkpoint-4", state(4))
     assert not (tmp_path / "checkpoint-4").exists()
-    latest = ckpt.find_latest(tmp_path)
+    latest = newest_first(tmp_path)[0]
     assert latest is not None and latest[0].name == "final" and latest[1].step == 2
     assert (tmp_path / "final" / "model.safetensors").read_text() == "weights old"
     ckpt.recover_interrupted(tmp_path)
@@ -66,7 +67,7 @@ def test_a_failed_save_leaves_no_checkpoint_and_the_previous_one_intact(tmp_path
 def test_replacing_a_checkpoint_survives_a_kill_between_the_two_renames(tmp_path):
     save(tmp_path, "final", 2, "final", tag="old")
     (tmp_path / "final").rename(tmp_path / ".old-final")  # the kill came right after this rename
-    assert ckpt.find_latest(tmp_path) is None
+    assert newest_first(tmp_path) == []
     ckpt.recover_interrupted(tmp_path)
     assert (tmp_path / "final" / "model.safetensors").read_text() == "weights old"
     save(tmp_path, "final", 5, "final", tag="new")
@@ -85,12 +86,12 @@ def test_latest_is_the_highest_complete_periodic_manual_or_final_step(tmp_path):
     broken.mkdir()
     (broken / "training_state.json").write_text("{not json")
     (tmp_path / ".tmp-checkpoint-10").mkdir()
-    latest = ckpt.find_latest(tmp_path)
+    latest = newest_first(tmp_path)[0]
     assert latest is not None and latest[0].name == "checkpoint-4"  # emergency / last-good only by path
     assert sorted(p.name for p in ckpt.skipped_newer(tmp_path, 4)) == ["emergency-7", "last-good-6"]
     save(tmp_path, "final", 9, "final")
-    assert ckpt.find_latest(tmp_path)[0].name == "final"
-    assert ckpt.find_latest(tmp_path / "missing") is None
+    assert newest_first(tmp_path)[0][0].name == "final"
+    assert newest_first(tmp_path / "missing") == []
 
 
 def test_pruning_keeps_the_newest_periodic_and_every_other_kind(tmp_path):
@@ -113,7 +114,7 @@ def test_copy_and_set_aside(tmp_path):
     assert ckpt.read_state(copy).step == 4
     aside = ckpt.set_aside(tmp_path)
     assert aside is not None and sorted(p.name for p in aside.iterdir()) == ["checkpoint-4", "last-good-4"]
-    assert ckpt.find_latest(tmp_path) is None and ckpt.set_aside(tmp_path) is None
+    assert newest_first(tmp_path) == [] and ckpt.set_aside(tmp_path) is None
 
 
 def test_config_digest_ignores_where_and_how_a_run_is_shown(tmp_path):
