@@ -27,7 +27,6 @@ from typing import ClassVar, assert_never
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.css.query import NoMatches
-from textual.dom import DOMNode
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
@@ -238,11 +237,11 @@ class GrpoApp(App[int]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for action, title, help_text in PALETTE:
-            node: DOMNode = self.dashboard if action in VIEW_ACTIONS else self
-            if node is self.dashboard and screen is not self.dashboard:  # the palette opened over a dialog
-                continue
-            if node.check_action(action, ()):
-                yield SystemCommand(title, help_text, getattr(node, f"action_{action}"))
+            if action not in VIEW_ACTIONS:
+                if self.check_action(action, ()):
+                    yield SystemCommand(title, help_text, getattr(self, f"action_{action}"))
+            elif screen is self.dashboard and self.dashboard.offers(action):  # the palette is on top of it now
+                yield SystemCommand(title, help_text, getattr(self.dashboard, f"action_{action}"))
 
     async def action_pause(self) -> None:
         await self.run_link.send(m.Pause())

@@ -66,11 +66,6 @@ class _Canvas:
         self.cells = [[0] * width for _ in range(height)]
         self.owner = [[-1] * width for _ in range(height)]
 
-    def dot(self, px: int, py: int, who: int) -> None:
-        row, col = py // 4, px // 2
-        self.cells[row][col] |= _DOTS[px % 2][py % 4]
-        self.owner[row][col] = who
-
     def dots(self, px: int, lo: int, hi: int, who: int) -> None:
         """The dots ``lo`` to ``hi`` (inclusive) of pixel column ``px``: one cell at a time, not one dot."""
         col, spans = px // 2, _SPANS[px % 2]

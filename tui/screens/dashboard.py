@@ -117,8 +117,11 @@ class DashboardScreen(Screen[None]):
     # ------------------------------------------------------------ the tabs' keys
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action not in VIEW_ACTIONS:
-            return True
+        # under a dialog the footer shows none of the tabs' keys (they do nothing there)
+        return action not in VIEW_ACTIONS or (self.is_active and self.offers(action))
+
+    def offers(self, action: str) -> bool:
+        """Whether the tab shown takes this tab key (the command palette asks too, from on top)."""
         if action == "log_level":  # only where it shows: the footer offers it on the Logs tab
             return self.query_one(TabbedContent).active == "logs"
         if action == "open_sample":  # enter elsewhere belongs to the focused table (e.g. a step)

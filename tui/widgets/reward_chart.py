@@ -2,9 +2,10 @@
 
 Drawn with the Charts tab's braille renderer (tui/plot.py): plotext took ~100 ms a redraw on
 two cores and stalled key presses behind it; this takes a few milliseconds, and only when the
-data, the smoothing or the size changed, at most once per ``REDRAW_INTERVAL_S``. The rows go to
-the screen through the line API (``text_strips``): the chart redraws every second while a run
-streams, and Rich's layout of a renderable cost more than drawing the chart.
+data, the smoothing or the size changed: in the dashboard's once-a-second flush that brings new data
+(a chart off screen draws when it is shown again). The rows go to the screen through the line API
+(``text_strips``): the chart redraws every second while a run streams, and Rich's layout of a
+renderable cost more than drawing the chart.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.widgets.text_strips import text_strips
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
-REDRAW_INTERVAL_S = 1.0  # new data shows within a second; a redraw costs a few ms
-
 
 class RewardChart(Widget):
     DEFAULT_CSS = """
@@ -59,9 +58,6 @@ class RewardChart(Widget):
             parts += [(name, LINE_COLORS[i]), after]
         self.border_title = tidy(Text.assemble(*parts, f"EMA {self.smoothing:g} · [ ] to change"))
 
-    def on_mount(self) -> None:
-        self.set_interval(REDRAW_INTERVAL_S, self._draw_if_stale)
-
     def _cache_key(self) -> tuple[object, ...]:
         return (self._version, self.smoothing, self.content_size.width, self.content_size.height)
 
@@ -69,10 +65,6 @@ class RewardChart(Widget):
     def up_to_date(self) -> bool:
         """False while new data waits for the next redraw (a chart off screen has nothing to wait for)."""
         return self._key == self._cache_key() or not self.is_on_screen
-
-    def _draw_if_stale(self) -> None:
-        if self._key != self._cache_key():
-            self.refresh()  # off screen (narrow layout, a maximized tab) this draws nothing
 
     def change_smoothing(self, direction: int) -> float:
         """Step to the next smoothing level up (+1) or down (-1); returns the new factor."""
@@ -93,9 +85,7 @@ class RewardChart(Widget):
             self._evals = evals
             self._title()
         self._version += 1
-        # Drawn with the rest of this flush: the timer alone would redraw it in a screen update of
-        # its own, between two of the dashboard's.
-        self._draw_if_stale()
+        self.refresh()  # drawn with the rest of this flush; off screen (a maximized tab) it draws when shown
 
     def render_line(self, y: int) -> Strip:
         key, base = self._cache_key(), self.visual_style.rich_style
