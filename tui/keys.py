@@ -17,15 +17,18 @@ from textual.binding import Binding
 
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
 
-RUN_KEYS = [
+STEER_KEYS = [
     Binding("p", "pause", "pause"),
     Binding("r", "resume", "resume"),
     Binding("s", "save", "save ckpt"),
     Binding("m", "cycle_display", "display"),
+]
+SESSION_KEYS = [
     Binding("question_mark", "help", "help"),
     Binding("d", "detach", "detach", show=False),  # in the help and the quit dialog: the footer is full
     Binding("q", "quit", "quit"),
 ]
+RUN_KEYS = [*STEER_KEYS, *SESSION_KEYS]
 VIEW_KEYS = [
     *(Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(VIEWS)),
     Binding("tab", "next_tab(1)", "next tab", show=False, priority=True),
@@ -45,7 +48,7 @@ def _on_app(keys: list[Binding]) -> list[Binding]:
 
 
 # The dashboard screen's keys, in the key bar's order: the run's first, the tabs' keys, help, detach, quit.
-DASHBOARD_KEYS = [*_on_app(RUN_KEYS[:4]), *VIEW_KEYS, *_on_app(RUN_KEYS[4:])]
+DASHBOARD_KEYS = [*_on_app(STEER_KEYS), *VIEW_KEYS, *_on_app(SESSION_KEYS)]
 
 # (action, palette title, palette help) — the command palette offers the same actions as the keys;
 # those in VIEW_ACTIONS are the dashboard screen's, the others the app's.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import time
 from collections import deque
 from functools import partial
@@ -75,7 +74,6 @@ class RunLink:
         self.config_path, self.worker_argv, self.run_dir = config_path, worker_argv, run_dir
         self.launch = launch  # start the run's supervisor (grpo-tui run), or attach to it
         self.stop_timeout_s = stop_timeout_s
-        self.supervisor: subprocess.Popen[bytes] | None = None
         self.proc: RunConnection | None = None
         self.read_only = False  # a finished run: its history, no run to steer
         self.quitting = False
@@ -103,13 +101,13 @@ class RunLink:
         if self.launch:
             try:
                 # the fast BLAS preloaded for the worker, so it need not re-execute itself to get it
-                self.supervisor = launch(
+                supervisor = launch(
                     out, self.worker_argv, config_path=self.config_path, display=self.config.display,
                     env=child_env(self.config.runtime.blas), wait_viewer=10.0,
                 )
             except (RunLive, OSError) as exc:
                 return self.view.fail(str(exc))
-            if not await wait_ready_async(out, self.supervisor):
+            if not await wait_ready_async(out, supervisor):
                 return self.view.fail(f"cannot start the run ({' '.join(self.worker_argv[:3])}…): {supervisor_failure(out)}")
         self.proc = RunConnection(out, self.app.post_message)
         try:
