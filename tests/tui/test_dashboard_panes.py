@@ -194,3 +194,33 @@ async def test_a_tab_switch_repaints_the_tabs_not_the_metrics(make_app):
         # two frames a switch (the tab, then what focus moved); the underline's slide drew 20
         tab_frames = [frame for frame in frames if any(r.overlaps(tab_bar) for r in frame)]
         assert len(keys) <= len(tab_frames) <= 2 * len(keys), frames
+
+
+async def test_progress_bars_of_unknown_length_do_not_animate():
+    """Before the worker's init says the totals (or all run long for an epoch of unknown length),
+    the bars stay still: Textual's animation repainted them 15 times a second, in every viewer."""
+    from textual.app import App
+
+    from grpo_tui.tui.widgets.progress_panel import ProgressPanel
+
+    class Bars(App[None]):
+        def compose(self):  # type: ignore[no-untyped-def]
+            yield ProgressPanel()
+
+    app = Bars()
+    async with app.run_test(size=(80, 6)) as pilot:
+        state = RunState(clock=lambda: 0.0)
+        assert not state.steps_per_epoch and not state.total_steps
+        app.query_one(ProgressPanel).show(state)
+        await pilot.pause(0.3)
+        compositor = app.screen._compositor
+        paint, frames = compositor.render_update, []
+
+        def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+            frames.append(list(compositor._dirty_regions))
+            return paint(*args, **kwargs)
+
+        compositor.render_update = recording  # type: ignore[method-assign]
+        await pilot.pause(1.0)
+        compositor.render_update = paint  # type: ignore[method-assign]
+        assert len(frames) <= 1, f"{len(frames)} screen updates in a second with nothing new"

@@ -6,11 +6,14 @@ inside an epoch the bar would never fill, so the note beside it says where the r
 
 from __future__ import annotations
 
+from rich.console import RenderableType as RenderResult
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
+from textual.widgets._progress_bar import Bar, PercentageStatus
 
 from grpo_tui.tui.state import RunState
 from grpo_tui.tui.tidy import tidy
@@ -31,15 +34,36 @@ def epoch_note(state: RunState) -> str:
     return note
 
 
+class StillBar(Bar):
+    """Textual's bar without the animation of an unknown total: that repaints the bar 15 times a
+    second (before the worker's init says the totals, or all run long for an epoch of unknown
+    length), each a screen update of its own. An unknown total shows as an empty bar."""
+
+    def watch_percentage(self, percentage: float | None) -> None:
+        self.auto_refresh = None
+
+    def render_indeterminate(self) -> RenderResult:
+        style = self.get_component_rich_style("bar--bar")
+        return self.bar_renderable(highlight_range=(0, 0), highlight_style=Style.from_color(style.color),
+                                   background_style=Style.from_color(style.bgcolor))
+
+
 class QuietBar(ProgressBar):
-    """Textual's progress bar without its once-a-second timer. The timer re-estimates an ETA that
-    these bars do not show, and each tick repainted its bar in a screen update of its own, between
-    the dashboard's once-a-second redraws: a viewer composed the screen several times a second."""
+    """Textual's progress bar without its once-a-second timer and without animation. The timer
+    re-estimates an ETA that these bars do not show, and each tick repainted its bar in a screen
+    update of its own, between the dashboard's once-a-second redraws: a viewer composed the screen
+    several times a second."""
 
     def _on_mount(self, event: events.Mount) -> None:
         super()._on_mount(event)
         event.prevent_default()  # no ProgressBar.on_mount, which starts the timer
         self.update()
+
+    def compose(self) -> ComposeResult:  # ProgressBar's, with the still bar
+        yield StillBar(id="bar", clock=self._clock, bar_renderable=self.BAR_RENDERABLE).data_bind(
+            ProgressBar.percentage).data_bind(ProgressBar.gradient)
+        if self.show_percentage:
+            yield PercentageStatus(id="percentage").data_bind(ProgressBar.percentage)
 
 
 class ProgressPanel(Vertical):
