@@ -76,8 +76,9 @@ LAZY_TABS: tuple[View, ...] = ("database", "charts")  # made when first shown (`
 def _answers_a_key(item: WorkerOutput) -> bool:
     """Frames a person waits for after a key: drawn at once, not at the next second."""
     if isinstance(item, WorkerEvent):
-        return isinstance(item.event, (m.Paused, m.Resumed, m.SampleDisplayChanged, m.Complete, m.Checkpoint)) or (
-            isinstance(item.event, m.Error))
+        event = item.event  # a periodic checkpoint answers no key: it waits for the next second's redraw
+        return isinstance(event, (m.Paused, m.Resumed, m.SampleDisplayChanged, m.Complete, m.Error)) or (
+            isinstance(event, m.Checkpoint) and event.kind != "periodic")
     return isinstance(item, WorkerExited)
 
 

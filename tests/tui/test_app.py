@@ -388,3 +388,20 @@ async def test_the_worker_is_started_with_the_fast_blas_preloaded(make_app):
         if lib is not None:
             assert lib in preloaded(env)
         assert env.get("GRPO_TUI_BLAS_REEXEC") == "1"
+
+
+async def test_a_periodic_checkpoint_waits_for_the_next_redraw_a_saved_one_is_drawn_at_once(make_app):
+    """A key's answer (s: a manual checkpoint) is drawn at once; a periodic checkpoint answers no
+    key, and drawing it at once cost every viewer a whole extra screen update each time."""
+    from grpo_tui.protocol import messages as m
+    from grpo_tui.tui.worker_proc import WorkerEvent, WorkerFrames
+
+    app = make_app("--steps", "2", delay=0.05)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 2)
+        app.post_message(WorkerFrames([WorkerEvent(m.Checkpoint(path="x/checkpoint-2", step=2, kind="periodic"))]))
+        await pilot.pause()
+        assert app._prompt is None
+        app.post_message(WorkerFrames([WorkerEvent(m.Checkpoint(path="x/checkpoint-2", step=2, kind="manual"))]))
+        await pilot.pause()
+        assert app._prompt is not None
