@@ -37,6 +37,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
+from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
 from grpo_tui.tui.run_link import RunLink
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
@@ -104,9 +105,12 @@ class GrpoApp(App[int]):
         clock: Callable[[], float] = time.monotonic,
         stop_timeout_s: float = 120.0,
         flush_interval_s: float = FLUSH_INTERVAL_S,
+        nice: int | None = None,
     ) -> None:
+        """``nice``: the priority the dashboard takes once its run is started (tui/priority.py); the
+        command line's dashboards pass one, an app built in a test keeps the test's."""
         super().__init__()
-        self.config, self.flush_interval_s = config, flush_interval_s
+        self.config, self.flush_interval_s, self.nice = config, flush_interval_s, nice
         self.state = RunState(clock=clock, run_name=config.run_name)
         self.run_link = RunLink(
             self, self, self.state, config, config_path=config_path,
@@ -192,6 +196,8 @@ class GrpoApp(App[int]):
         self.set_interval(self.flush_interval_s, self._on_timer)
         self.call_after_refresh(self._freeze_startup_objects)
         await self.run_link.connect()
+        if self.nice is not None:  # after the launch: the supervisor and its worker keep their priority
+            yield_cpu(self.nice)
 
     async def on_unmount(self) -> None:
         await self.run_link.close()
@@ -369,7 +375,7 @@ def run_dashboard(
     path = str(Path(config_path))
     app = GrpoApp(
         path, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", path, *worker_args],
-        run_dir=attach_dir, launch=attach_dir is None,
+        run_dir=attach_dir, launch=attach_dir is None, nice=DASHBOARD_NICE,
     )
     code = app.run()
     run = app.run_link

@@ -159,6 +159,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if isinstance(target, str):
         return _fail(target)
     folder, config = target
+    from grpo_tui.tui.priority import yield_cpu
+
+    yield_cpu()  # attach starts nothing: the dashboard yields to training from its first import on
     if args.web:  # each browser tab runs its own `grpo-tui attach FOLDER`
         from grpo_tui.tui.web import serve
 

@@ -50,3 +50,15 @@ def record_step(out: Path) -> int:
     return record.step if record else 0
 
 
+
+
+def thread_nices(pid: int) -> set[int]:
+    """The nice value of every thread of ``pid`` (Linux: each thread has its own)."""
+    nices = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                nices.add(int(f.read().rsplit(") ", 1)[1].split()[16]))  # field 19: nice
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return nices

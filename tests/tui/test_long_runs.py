@@ -15,10 +15,11 @@ from textual.widgets import Static
 
 from grpo_tui.protocol import control as c
 from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.priority import DASHBOARD_NICE
 from grpo_tui.tui.cli import attach_target, build_parser
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from tests.helpers.printed import Terminal
-from tests.helpers.runs import CLI, record_step, start_detached, wait_for
+from tests.helpers.runs import CLI, record_step, start_detached, thread_nices, wait_for
 from tests.helpers.worker_harness import query, tiny_model, write_config
 
 from .conftest import wait_until
@@ -97,6 +98,10 @@ async def test_kill_9_of_one_viewer_leaves_training_and_the_other_viewer_going(t
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step >= 2, timeout=120)
         wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 2, timeout=30)
+        # the viewer yields the CPU to training; the run keeps the priority it was started with
+        record, ours = c.read_record(out), os.getpriority(os.PRIO_PROCESS, 0)
+        assert record is not None and thread_nices(terminal.proc.pid) == {max(ours, DASHBOARD_NICE)}
+        assert thread_nices(record.pid) == thread_nices(record.worker_pid) == {ours}
         os.kill(terminal.proc.pid, signal.SIGKILL)
         terminal.proc.wait(10)
         killed_at = app.state.step
@@ -118,6 +123,12 @@ def test_sighup_to_the_dashboard_never_stops_the_run(tmp_path, tiny_model):
     wait_for(lambda: record_step(out) >= 2)
     record = c.read_record(out)
     assert record is not None
+    # the dashboard yields the CPU to training once it has started the run; the run keeps its priority
+    dashboard = terminal.proc.pid  # bash runs a lone command in its own process
+    assert b"run" in Path(f"/proc/{dashboard}/cmdline").read_bytes().split(b"\0")
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    wait_for(lambda: thread_nices(dashboard) == {max(ours, DASHBOARD_NICE)})
+    assert thread_nices(record.pid) == thread_nices(record.worker_pid) == {ours}
     from grpo_tui.tui.connection import LAUNCHED
 
     LAUNCHED.append(record.pid)
