@@ -50,8 +50,6 @@ def record_step(out: Path) -> int:
     return record.step if record else 0
 
 
-
-
 def thread_nices(pid: int) -> set[int]:
     """The nice value of every thread of ``pid`` (Linux: each thread has its own)."""
     nices = set()

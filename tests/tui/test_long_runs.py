@@ -15,8 +15,8 @@ from textual.widgets import Static
 
 from grpo_tui.protocol import control as c
 from grpo_tui.tui.app import GrpoApp
-from grpo_tui.tui.priority import DASHBOARD_NICE
 from grpo_tui.tui.cli import attach_target, build_parser
+from grpo_tui.tui.priority import DASHBOARD_NICE
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from tests.helpers.printed import Terminal
 from tests.helpers.runs import CLI, record_step, start_detached, thread_nices, wait_for

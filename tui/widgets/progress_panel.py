@@ -6,11 +6,10 @@ inside an epoch the bar would never fill, so the note beside it says where the r
 
 from __future__ import annotations
 
-from rich.console import RenderableType as RenderResult
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 from textual.widgets._progress_bar import Bar, PercentageStatus
