@@ -30,9 +30,35 @@ BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema"
 # The params each built-in takes (its keyword parameters that no column or extra fills; a test holds
 # them to the functions' signatures): any other would be silently ignored.
 BUILTIN_REWARD_PARAMS: dict[str, tuple[str, ...]] = {
-    "accuracy": (), "xml_format": ("tags",), "length": ("target", "max_completion_length"), "tool_use": ("required",),
+    "accuracy": (), "xml_format": ("tags",), "length": ("target", "max_completion_length", "min_length", "max_length", "unit"),
+    "tool_use": ("required", "allowed_tools"),
     "json_schema": ("schema", "tag"), "soft_overlong": ("max_completion_length", "soft_punish_cache"),
 }
+
+
+def _check_length(params: dict[str, Any]) -> None:
+    """``length``: a ``target`` in tokens, or a band (``min_length``/``max_length``, mlx-node's
+    ``Length``) counted in ``unit`` = tokens or chars."""
+    band = {k: params[k] for k in ("min_length", "max_length") if k in params}
+    for key, value in band.items():
+        if not _whole(value) or value < 1:
+            raise _invalid("params", value, f"— length's {key} must be a whole number >= 1")
+    if len(band) == 2 and band["min_length"] > band["max_length"]:
+        raise _invalid("params", band["min_length"], f"— length's min_length must not exceed max_length ({band['max_length']})")
+    if band and "target" in params:
+        raise _invalid("params", params["target"], "— give length either a target or a band (min_length/max_length), not both")
+    if "unit" in params and params["unit"] not in ("tokens", "chars"):
+        raise _invalid("params", params["unit"], "— length's unit is \"tokens\" or \"chars\"")
+    if params.get("unit") == "chars" and not band:
+        raise _invalid("params", "chars", "— unit = \"chars\" counts a band: set min_length and/or max_length")
+
+
+def _check_tool_use(params: dict[str, Any]) -> None:
+    names = params.get("allowed_tools")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) and n for n in names)):
+        raise _invalid("params", names, "— tool_use's allowed_tools is a list of tool names, e.g. [\"multiply\"]")
+    if not isinstance(params.get("required", False), bool):
+        raise _invalid("params", params["required"], "— tool_use's required is true or false")
 
 
 def _whole(value: Any) -> bool:
@@ -132,13 +158,17 @@ class RewardConfig(_Section):
             raise _invalid("name", self.name, "is not one of " + ", ".join(BUILTIN_REWARDS))
         if self.function is not None and not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.function):
             raise _invalid("function", self.function, "is not of the form file.py:func or module:func")
-        if self.timeout_s <= 0:
-            raise _invalid("timeout_s", self.timeout_s, "must be > 0")
+        if self.timeout_s < 0:
+            raise _invalid("timeout_s", self.timeout_s, "must be >= 0 (0: no limit)")
         if self.name == "soft_overlong":
             _check_soft_overlong(self.params)
         elif self.name is not None and (unknown := sorted(set(self.params) - set(BUILTIN_REWARD_PARAMS[self.name]))):
             takes = ", ".join(BUILTIN_REWARD_PARAMS[self.name]) or "none"
             raise _invalid("params", unknown[0], f"is not a parameter of the built-in reward {self.name!r} (it takes: {takes})")
+        elif self.name == "length":
+            _check_length(self.params)
+        elif self.name == "tool_use":
+            _check_tool_use(self.params)
 
     @property
     def label(self) -> str:

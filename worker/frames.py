@@ -99,6 +99,7 @@ class Emitter:
         self._fd: int | None = fd
         self.plain = plain
         self.total_steps = 0
+        self.plain_every = 1  # logging.steps: a plain step line every N steps (and the last), as the trackers
         self._jsonl: BinaryIO | None = None
         self.jsonl_path: Path | None = None  # the run's log (run.jsonl), once the output folder is known
         self._pending: list[bytes] = []  # events sent before run.jsonl's folder is known
@@ -120,7 +121,7 @@ class Emitter:
         traceback, which the reader never sees)."""
         data = encode(event)
         if self.plain:
-            line = format_plain(event, self.total_steps)
+            line = None if self._thinned(event) else format_plain(event, self.total_steps)
             if line is not None:
                 self._write(line.encode("utf-8", errors="replace") + b"\n")
             if isinstance(event, m.Error) and event.traceback:  # a crash's, for the person reading the CI log
@@ -129,6 +130,9 @@ class Emitter:
         else:
             self._write(data)
         self._mirror(encode(mirror) if mirror is not None else data)
+
+    def _thinned(self, event: m.Event) -> bool:
+        return isinstance(event, m.Step) and event.step % self.plain_every != 0 and event.step != self.total_steps
 
     def _mirror(self, data: bytes) -> None:
         if self._jsonl is None:

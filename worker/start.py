@@ -79,6 +79,7 @@ class Start:
         if slow := slow_blas_warning(active):
             run.log("warning", slow)
         run.emitter.total_steps = trainer.total_steps
+        run.emitter.plain_every = cfg.logging.steps
         if run.store is not None:
             await run.store.update_run(run.run_id, model=trainer.model_name, total_steps=trainer.total_steps)
         if resume is not None:

@@ -323,3 +323,15 @@ def test_a_tool_without_type_hints_stops_the_start_with_its_config_key(tmp_path,
     assert errors and errors[0].fatal
     assert errors[0].message == (f"tools[0].function: {tmp_path / 'bad_tool.py'}: parameter 'a' of add has no type hint; "
                                  "annotate it (e.g. a: int or str), since the model is told each parameter's type")
+
+
+def test_logging_steps_thins_the_plain_lines_and_the_store_keeps_every_step(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), logging={"steps": 3})
+    out = subprocess.run(
+        [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    step_lines = [line for line in out.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in step_lines] == ["3/4", "4/4"]  # every 3rd step, and the last
+    assert query(tmp_path / "out" / "outputs.db", "SELECT step FROM steps ORDER BY step") == [(1,), (2,), (3,), (4,)]

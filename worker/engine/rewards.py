@@ -113,26 +113,48 @@ def length(
     num_tokens: list[int],
     max_completion_length: int,
     target: int | None = None,
+    min_length: int | None = None,
+    max_length: int | None = None,
+    unit: str = "tokens",
     **_: Any,
 ) -> list[float]:
-    """Length score in [0, 1] from the completion's token count n (params: ``target``).
+    """Length score in [0, 1] of each completion's length n (params: ``target``, or a band).
 
-    Without ``target``: ``1 − n / max_completion_length`` (shorter is better). With ``target``:
-    ``max(0, 1 − |n − target| / target)`` (closest to the target is best).
+    A band (``min_length`` and/or ``max_length``, mlx-node's ``Length`` reward; ``unit`` is
+    ``"tokens"`` or ``"chars"``): 1 inside it, ``n / min_length`` below it, ``1 − ½·min(1, (n −
+    max_length) / max_length)`` above it. Else, in tokens: with ``target``, ``max(0, 1 − |n − target|
+    / target)`` (closest to the target is best); without, ``1 − n / max_completion_length`` (shorter
+    is better).
     """
+    if min_length is not None or max_length is not None:
+        sizes = [len(c) for c in completions] if unit == "chars" else list(num_tokens)
+        return [_in_band(n, min_length or 0, max_length) for n in sizes]
     if target is None:
         return [max(0.0, 1.0 - n / max_completion_length) for n in num_tokens]
     return [max(0.0, 1.0 - abs(n - target) / max(target, 1)) for n in num_tokens]
 
 
+def _in_band(n: int, low: int, high: int | None) -> float:
+    if n < low:
+        return n / low
+    if high is not None and n > high:
+        return 1.0 - 0.5 * min(1.0, (n - high) / max(high, 1))
+    return 1.0
+
+
 def tool_use(
-    prompts: list, completions: list[str], tools: list | None = None, required: bool = False, **_: Any
+    prompts: list,
+    completions: list[str],
+    tools: list | None = None,
+    required: bool = False,
+    allowed_tools: list[str] | None = None,
+    **_: Any,
 ) -> list[float | None]:
     """Share of well-formed tool calls: ``(# calls with status ok [and name allowed]) / (# calls)``.
 
     A completion without any ``<tool_call>`` scores ``0.0`` when ``required`` (params) is true, else
-    ``None`` (not applicable). The allowed names are ``tools`` (params: a list of names), else the
-    function names of the row's ``tools`` column (its tool schemas), else any name.
+    ``None`` (not applicable). The allowed names are ``allowed_tools`` (params: a list of names), else
+    the function names of the row's ``tools`` column (its tool schemas), else any name.
     """
     scores: list[float | None] = []
     for i, text in enumerate(completions):
@@ -140,7 +162,7 @@ def tool_use(
         if not calls:
             scores.append(0.0 if required else None)
             continue
-        allowed = _allowed_names(tools, i, len(completions))
+        allowed = set(allowed_tools) if allowed_tools is not None else _allowed_names(tools, i, len(completions))
         good = sum(c.status == "ok" and (allowed is None or c.name in allowed) for c in calls)
         scores.append(good / len(calls))
     return scores

@@ -66,8 +66,8 @@ def _prune() -> None:
 
 
 def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name: str) -> Any:
-    """``fn(**kwargs)`` (sync or async) in a thread of its own, at most ``timeout_s`` seconds.
-    Raises ``TimeoutError`` past it, ``StillHung`` without calling ``fn`` when ``name`` has
+    """``fn(**kwargs)`` (sync or async) in a thread of its own, at most ``timeout_s`` seconds (0: no
+    limit, as mlx-node's reward timeout). Raises ``TimeoutError`` past it, ``StillHung`` without calling ``fn`` when ``name`` has
     ``MAX_HUNG`` calls still running, and whatever ``fn`` raised."""
     with _lock:
         _prune()
@@ -89,7 +89,7 @@ def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name:
 
     thread = threading.Thread(target=target, name=f"call:{name}", daemon=True)
     thread.start()
-    thread.join(timeout_s)
+    thread.join(timeout_s or None)
     if thread.is_alive():
         _interrupt(thread)
         thread.join(0.01)  # a call in Python code ends here

@@ -34,12 +34,20 @@ def test_length_prefers_short_or_the_target():
     assert R.length([], ["a", "b", "c"], num_tokens=[10, 15, 40], max_completion_length=100, target=10) == [1.0, 0.5, 0.0]
 
 
+def test_length_band_is_full_inside_linear_below_and_halved_at_twice_the_top():
+    tokens = R.length([], [""] * 5, num_tokens=[2, 4, 8, 12, 40], max_completion_length=100, min_length=4, max_length=8)
+    assert tokens == [0.5, 1.0, 1.0, 0.75, 0.5]
+    chars = R.length([], ["ab", "abcdef"], num_tokens=[9, 9], max_completion_length=100, min_length=4, unit="chars")
+    assert chars == [0.5, 1.0]
+
+
 def test_tool_use_is_the_share_of_good_calls():
     ok = '<tool_call>{"name": "add", "arguments": {}}</tool_call>'
     bad = "<tool_call>{oops</tool_call>"
     other = '<tool_call>{"name": "rm", "arguments": {}}</tool_call>'
     assert R.tool_use([], [ok + bad, ok, "none"]) == [0.5, 1.0, None]
     assert R.tool_use([], ["none", ok + other], tools=["add"], required=True) == [0.0, 0.5]
+    assert R.tool_use([], [ok + other], tools=[None], allowed_tools=["rm"]) == [0.5]  # the config's list wins
 
 
 def test_json_schema_scores_valid_parsed_and_missing_json():
