@@ -6,8 +6,8 @@ The kinds (docs/architecture.md, "Processes"; README, "When something goes wrong
 - ``DONE`` (0): the run trained to its end.
 - ``CRASH`` (1): a bug or the machine (an exception nobody expected, a native crash). The only kind
   that is restarted from the latest checkpoint.
-- ``MISTAKE`` (2): a fixable mistake (config, model, data, reward or tool file, memory budget, ranks,
-  output folder). One sentence names the key, file, column or line and what to do; the traceback
+- ``MISTAKE`` (2): a fixable mistake (config, model, data, reward or tool file, a reward function
+  that raises or hangs while scoring, memory budget, ranks, output folder). One sentence names the key, file, column or line and what to do; the traceback
   goes to the run's log only; never restarted.
 - ``NAN_STOP`` (3): the run stopped itself after non-finite steps (an emergency checkpoint kept).
 - ``STOPPED`` (4): stopped by the user (``q``, ``STOP``) or a signal, after a checkpoint that

@@ -23,8 +23,8 @@ exit codes (the same for run, worker and a launch on several ranks; README, "Whe
   {Exit.DONE}  done: the run trained to its end
   {Exit.CRASH}  crash: a bug or the machine (the traceback is in OUTPUT_DIR/{RUN_LOG_FILE}); the dashboard
      restarts the worker from the latest checkpoint
-  {Exit.MISTAKE}  a fixable mistake (config, model, data, reward or tool file, memory budget, ranks,
-     output folder): one sentence says what to fix; never restarted
+  {Exit.MISTAKE}  a fixable mistake (config, model, data, reward or tool file, a reward function that
+     raises or hangs, memory budget, ranks, output folder): one sentence says what to fix; never restarted
   {Exit.NAN_STOP}  stopped after non-finite steps (an emergency checkpoint is kept)
   {Exit.STOPPED}  stopped by the user or a signal, after a checkpoint (--resume latest continues)
 """

@@ -260,7 +260,7 @@ class TrainingLoop:
             self.emitter.emit(shown, mirror=m.Error(message=message, fatal=True, traceback=trace, exit_code=code, kind=kind))
         else:
             # A reward or a tool that failed says so in a sentence naming it; the rest are bugs.
-            message = str(exc) if type(exc).__name__ in ("RewardFailed", "ToolError") else f"{type(exc).__name__}: {exc}"
+            message = str(exc) if type(exc).__name__ in ("BuiltinRewardFailed", "ToolError") else f"{type(exc).__name__}: {exc}"
             code = Exit.CRASH
             self.emit(m.Error(message=message, fatal=True, traceback=trace, exit_code=code, log_path=where))
         if self.distributed and mistake:  # the launcher says it once for all ranks (ranks.launch_and_wait)

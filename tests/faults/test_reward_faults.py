@@ -61,13 +61,12 @@ async def async_hangs(prompts, completions, **kw):
     await asyncio.sleep(60)
 '''
 
-# function -> words the error must contain (besides the function's name). A function that raises
-# fails (a crash, restarted); one that returns what is not one number per completion is a mistake
-# in its file (``RewardError``, never restarted).
+# function -> words the error must contain (besides the function's name; {path} is the file). Every
+# one is the user's to fix: a mistake (exit 2, never restarted).
 KINDS = {
-    "raises": "failed: ValueError: the reward service is down",
-    "hangs": "failed: TimeoutError: timed out after 0.5s",
-    "async_hangs": "failed: TimeoutError: timed out after 0.5s",
+    "raises": "raised ValueError: the reward service is down at {path}:17",
+    "hangs": "did not return within timeout_s = 0.5 s (it was at {path}:18)",
+    "async_hangs": "did not return within timeout_s = 0.5 s (it was at {path}:38)",
     "short": "returned 1 scores for 2 completions; return one number (or None) per completion",
     "nan": "returned nan for completion 0; return finite numbers (or None)",
     "inf": "returned inf for completion 0; return finite numbers (or None)",
@@ -75,13 +74,17 @@ KINDS = {
     "strings": "returned '0.5' for completion 0; return numbers (or None), not str",
     "none": "returned a NoneType, not a list of 2 numbers",
     "generator": "returned a generator, not a list of 2 numbers",
-    "exits": "failed: SystemExit: 3",  # used to escape score() and kill the worker without a word
-    "interrupt": "failed: KeyboardInterrupt",
-    "recursion": "failed: RecursionError",
+    "exits": "called sys.exit(3) at {path}:26, which would end the run",  # used to kill the worker without a word
+    "interrupt": "raised KeyboardInterrupt at {path}:27",
+    "recursion": "raised RecursionError: maximum recursion depth exceeded at {path}:28",
     "huge_int": "returned an integer of 401 digits for completion 0, which overflows float32",
-    "unprintable": "failed: _Unprintable",  # used to escape as the RuntimeError from its __str__
+    "unprintable": "raised _Unprintable at {path}:32",  # used to escape as the RuntimeError from its __str__
 }
-FAILS = {name for name, words in KINDS.items() if words.startswith("failed")}
+# Raised, hung or exited inside the user's function: a mistake (RewardFailed) whose sentence names
+# the function, the user's line and on_error; the rest returned what is not one number per completion.
+FAILS = {"raises", "hangs", "async_hangs", "exits", "interrupt", "recursion", "unprintable"}
+ON_ERROR = 'fix it, or set on_error = "skip" in its [[rewards]] table if it may fail now and then'
+
 
 
 def write_rewards(folder: Path) -> Path:
@@ -106,8 +109,10 @@ def test_a_bad_reward_is_one_error_naming_it(tmp_path, name):
     with pytest.raises(RewardFailed if name in FAILS else RewardError) as info:
         call(rewards)
     message = str(info.value)
-    assert f"reward function {name!r} {KINDS[name]}" in message
+    assert f"reward function {name!r} {KINDS[name].format(path=tmp_path / 'bad_rewards.py')}" in message, message
     assert "\n" not in message
+    if name in FAILS and "hang" not in name:
+        assert message.endswith(ON_ERROR + " (a failed call then scores None and the run goes on)")
     assert time.monotonic() - start < 5  # a hung function costs its timeout, not the run
 
 
@@ -152,14 +157,13 @@ def test_a_bad_reward_stops_the_worker_cleanly(tmp_path, tiny_model, name):
     config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"save_every": 1, "keep_last": 0})
     worker = WorkerProcess(config, env={"FAIL_AT_CALL": "3"})  # steps 1 and 2 are fine, step 3 fails
     error = worker.wait_for(m.Error)
-    mistake = name not in FAILS  # nan: a mistake in the reward file (exit 2, never restarted)
-    assert worker.finish() == (2 if mistake else 1), worker.stderr.decode()[-3000:]
-    assert error.fatal and name in error.message and KINDS[name] in error.message
-    assert error.exit_code == (2 if mistake else 1) and (error.kind == "reward") == mistake
+    assert worker.finish() == 2, worker.stderr.decode()[-3000:]  # the user's to fix, never restarted
+    assert error.fatal and name in error.message and KINDS[name].format(path=tmp_path / "bad_rewards.py") in error.message
+    assert error.exit_code == 2 and error.kind == "reward"
     assert worker.bad_lines == [] and not worker.of(m.Complete)
 
     db = tmp_path / "out" / "outputs.db"
-    assert query(db, "SELECT status, ended_at IS NOT NULL FROM runs") == [("stopped" if mistake else "crashed", 1)]
+    assert query(db, "SELECT status, ended_at IS NOT NULL FROM runs") == [("stopped", 1)]
     assert query(db, "SELECT step FROM steps ORDER BY step") == [(1,), (2,)]
     assert query(db, "SELECT DISTINCT step FROM generations ORDER BY step") == [(1,), (2,)]
     assert query(db, "SELECT count(*) FROM logs WHERE level = 'error' AND message LIKE ?", f"%{name}%") == [(1,)]

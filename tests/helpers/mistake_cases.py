@@ -120,6 +120,8 @@ def _config_error(f: Path, key_text: str) -> str:
 
 GOOD_REWARD = "def score(completions, **kwargs):\n    return [0.5] * len(completions)\n"
 NO_PROMPT = [{"question": "What is 1+2?", "answer": "3"}] * 4
+ON_ERROR = ('fix it, or set on_error = "skip" in its [[rewards]] table if it may fail now and then (a failed call '
+            "then scores None and the run goes on)")
 CHAT_ROWS = [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in ROWS]
 
 
@@ -287,6 +289,20 @@ CASES: list[Case] = [
     Case("reward-overflow", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw):\n    return [1e300] * len(completions)\n"))),
          lambda f: "reward function 'score' returned 1e+300 for completion 0, which overflows float32 (the training's precision, "
                    "at most 3.4e38); scale the reward down"),
+    # user code that fails while scoring: the user's to fix, the sentence names its line and on_error
+    Case("reward-raises-on-chat-completions", "reward", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", CHAT_ROWS))},
+        rewards=custom_reward(f, "import re\n\ndef score(completions, **kw):\n    return [float(bool(re.match('<think>', c))) for c in completions]\n"))),
+         lambda f: "reward function 'score' raised TypeError: expected string or bytes-like object, got 'list' at "
+                   f"{f / 'my_rewards.py'}:4; {ON_ERROR}"),
+    Case("reward-past-timeout", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "import time\n\ndef score(completions, **kw):\n"
+        "    while True:\n        time.sleep(0.01)\n") + "timeout_s = 0.5\n")),
+         lambda f: f"reward function 'score' did not return within timeout_s = 0.5 s (it was at {f / 'my_rewards.py'}:5); "
+                   'make it faster or raise timeout_s, or set on_error = "skip" in its [[rewards]] table if it may hang '
+                   "now and then (a timed-out call then scores None and the run goes on)"),
+    Case("reward-sys-exit", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "import sys\n\ndef score(completions, **kw):\n    sys.exit(0)\n"))),
+         lambda f: f"reward function 'score' called sys.exit(0) at {f / 'my_rewards.py'}:4, which would end the run; {ON_ERROR}"),
+    Case("reward-keyboard-interrupt", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw):\n    raise KeyboardInterrupt\n"))),
+         lambda f: f"reward function 'score' raised KeyboardInterrupt at {f / 'my_rewards.py'}:2; {ON_ERROR}"),
     Case("builtin-reward-unknown-param", "reward", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "length"\nparams = {target_len = 5}\n')),
          lambda f: _config_error(f, "rewards[0].params: 'target_len' is not a parameter of the built-in reward 'length' (it "
                                     "takes: target, max_completion_length)"), check=True),

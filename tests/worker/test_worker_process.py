@@ -131,14 +131,15 @@ def test_resuming_from_a_folder_that_is_not_a_checkpoint_is_one_fatal_error(tmp_
     assert worker.events[-1].fatal and "is not a complete checkpoint" in worker.events[-1].message
 
 
-def test_a_failing_reward_is_fatal_names_the_function_and_leaves_the_store_consistent(tmp_path, tiny_model):
+def test_a_failing_reward_is_a_mistake_naming_the_function_and_leaves_the_store_consistent(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "boom"), checkpoint={"save_every": 0})
     worker = WorkerProcess(config, env={"BOOM_AT_CALL": "3"})
     error = worker.wait_for(m.Error)
-    assert worker.finish() == 1
-    assert error.fatal and "boom" in error.message and "reward service is down" in error.message
+    assert worker.finish() == 2  # the user's code to fix: a mistake, never restarted
+    assert error.fatal and error.kind == "reward" and error.message.startswith(
+        f"reward function 'boom' raised ValueError: boom: the reward service is down at {tmp_path / 'rewards.py'}:")
     db = tmp_path / "out" / "outputs.db"
-    assert query(db, "SELECT status FROM runs") == [("crashed",)]
+    assert query(db, "SELECT status FROM runs") == [("stopped",)]
     assert query(db, "SELECT step FROM steps") == [(1,), (2,)]
     assert query(db, "SELECT max(step), count(*) FROM generations") == [(2, 8)]
     # The failure came before the update: the weights after step 2 are worth keeping.

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -46,9 +47,19 @@ class RewardError(Mistake, RuntimeError):
         super().__init__("reward", sentence)
 
 
-class RewardFailed(RuntimeError):
-    """A reward function raised while scoring (a service down, a bug on one input): a crash, which
-    the dashboard restarts from the latest checkpoint; the message names the function."""
+class RewardFailed(Mistake, RuntimeError):
+    """A user's reward function raised, hung past its ``timeout_s``, called ``sys.exit`` or was
+    interrupted while scoring: the user's code to fix (or to mark ``on_error = "skip"``), so a
+    mistake (exit 2, never restarted) whose sentence names the function, its file and line and
+    the exception; the traceback goes to the run's log."""
+
+    def __init__(self, sentence: str) -> None:
+        super().__init__("reward", sentence)
+
+
+class BuiltinRewardFailed(RuntimeError):
+    """A built-in reward or a judge model failed while scoring: grpo-tui's code or the machine, a
+    crash (restarted from the latest checkpoint); the message names the reward."""
 
 
 # Training computes in float32: a score beyond its range becomes inf in the advantages.
@@ -372,9 +383,43 @@ def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float, na
 
 def describe_error(exc: BaseException) -> str:
     try:
-        return f"{exc.__class__.__name__}: {exc}"
+        text = str(exc)
+        return f"{exc.__class__.__name__}: {text}" if text else exc.__class__.__name__
     except Exception:  # noqa: BLE001 — an exception whose __str__ fails
         return exc.__class__.__name__
+
+
+def user_line(fn: RewardFn, frames: list[traceback.FrameSummary]) -> str:
+    """``file:line`` of the user's own frame: the innermost of ``frames`` in the function's file,
+    else the line the function is defined on."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:  # a callable object: its __call__
+        code = getattr(getattr(fn, "__call__", None), "__code__", None)
+    if code is None:
+        return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    inside = [f for f in frames if f.filename == code.co_filename]
+    return f"{code.co_filename}:{inside[-1].lineno if inside else code.co_firstlineno}"
+
+
+ON_ERROR_HINT = ('fix it, or set on_error = "skip" in its [[rewards]] table if it may fail now and then '
+                 "(a failed call then scores None and the run goes on)")
+
+
+def failure_sentence(reward: Reward, exc: BaseException) -> str:
+    """One sentence for a user's reward function that failed while scoring: what happened, where
+    (the user's file and line), and what to do."""
+    if isinstance(exc, timed_calls.TimedOut):
+        where = user_line(reward.fn, list(exc.stack))
+        return (f"reward function {reward.label!r} did not return within timeout_s = {reward.timeout_s:g} s (it was "
+                f"at {where}); make it faster or raise timeout_s, or set on_error = \"skip\" in its [[rewards]] "
+                "table if it may hang now and then (a timed-out call then scores None and the run goes on)")
+    where = user_line(reward.fn, traceback.extract_tb(exc.__traceback__))
+    if isinstance(exc, timed_calls.StillHung):
+        return f"reward function {reward.label!r} ({where}): {exc}; {ON_ERROR_HINT}"
+    if isinstance(exc, SystemExit):
+        return (f"reward function {reward.label!r} called sys.exit({exc.code!r}) at {where}, which would end the "
+                f"run; {ON_ERROR_HINT}")
+    return f"reward function {reward.label!r} raised {describe_error(exc)} at {where}; {ON_ERROR_HINT}"
 
 
 def _validate(values: Any, n: int) -> list[float | None]:
@@ -467,10 +512,11 @@ def score(
             returned = reward.fn(**kwargs) if reward.inline else call_with_timeout(
                 reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}")
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
-            message = f"reward function {reward.label!r} failed: {describe_error(exc)}"
             if reward.on_error != "skip":
-                raise RewardFailed(message) from exc
-            warn(message + " (on_error = skip: scored None)")
+                if reward.builtin:
+                    raise BuiltinRewardFailed(f"reward function {reward.label!r} failed: {describe_error(exc)}") from exc
+                raise RewardFailed(failure_sentence(reward, exc)) from exc
+            warn(f"reward function {reward.label!r} failed: {describe_error(exc)} (on_error = skip: scored None)")
             returned = [None] * n
         try:
             values = _validate(returned, n)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import inspect
+import sys
 import threading
+import traceback
 from typing import Any, Callable
 
 # Hung calls one function may hold before it is no longer called: an agent step runs up to one
@@ -31,6 +33,15 @@ MAX_HUNG = 8
 class Abandoned(BaseException):
     """Raised inside a call's thread at its timeout (a BaseException: user code's ``except
     Exception`` does not swallow it)."""
+
+
+class TimedOut(TimeoutError):
+    """The call did not return within its ``timeout_s``; ``stack`` is where its thread was then
+    (so a report can name the user's line that hung)."""
+
+    def __init__(self, message: str, stack: traceback.StackSummary) -> None:
+        super().__init__(message)
+        self.stack = stack
 
 
 class StillHung(TimeoutError):
@@ -67,7 +78,8 @@ def _prune() -> None:
 
 def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name: str) -> Any:
     """``fn(**kwargs)`` (sync or async) in a thread of its own, at most ``timeout_s`` seconds (0: no
-    limit, as mlx-node's reward timeout). Raises ``TimeoutError`` past it, ``StillHung`` without calling ``fn`` when ``name`` has
+    limit, as mlx-node's reward timeout). Raises ``TimedOut`` (a ``TimeoutError``) past it,
+    ``StillHung`` without calling ``fn`` when ``name`` has
     ``MAX_HUNG`` calls still running, and whatever ``fn`` raised."""
     with _lock:
         _prune()
@@ -91,6 +103,9 @@ def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name:
     thread.start()
     thread.join(timeout_s or None)
     if thread.is_alive():
+        frame = sys._current_frames().get(thread.ident or -1)
+        stack = traceback.extract_stack(frame) if frame is not None else traceback.StackSummary()
+        del frame
         _interrupt(thread)
         thread.join(0.01)  # a call in Python code ends here
         if thread.is_alive():
@@ -101,7 +116,7 @@ def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name:
                     _reports.append(f"{name} stays hung: {MAX_HUNG} of its calls have not returned after "
                                     f"timeout_s = {timeout_s:g}; it is not called again until one returns "
                                     "(its calls fail with 'still hung' meanwhile)")
-        raise TimeoutError(f"timed out after {timeout_s:g}s")
+        raise TimedOut(f"timed out after {timeout_s:g}s", stack)
     if "error" in box:
         raise box["error"]
     return box["value"]

@@ -122,7 +122,7 @@ def test_module_function_and_duplicate_labels(tmp_path):
         ("short", "returned 1 scores for 2"),
         ("text", "return numbers (or None), not str"),
         ("nan", "nan"),
-        ("hang", "timed out after 0.3s"),
+        ("hang", "did not return within timeout_s = 0.3 s"),
     ],
 )
 def test_a_failing_function_stops_with_an_error_naming_it(tmp_path, func, words):
