@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from grpo_tui.protocol import __version__
 
 if TYPE_CHECKING:
-    from .config import GRPOConfig
-    from .trainer import GRPOTrainer, TrainerState, TrainingError
+    from grpo_tui.config import GRPOConfig
+    from grpo_tui.trainer import GRPOTrainer, TrainerState, TrainingError
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "TrainerState", "TrainingError", "__version__"]
 
@@ -27,11 +27,11 @@ def __getattr__(name: str) -> Any:
     """The API's classes are imported on first use: every ``grpo-tui`` command (the worker, the
     supervisor, the dashboard) imports this package first, and needs none of them."""
     if name == "GRPOConfig":
-        from .config import GRPOConfig
+        from grpo_tui.config import GRPOConfig
 
         return GRPOConfig
     if name in ("GRPOTrainer", "TrainerState", "TrainingError"):
-        from . import trainer
+        from grpo_tui import trainer
 
         return getattr(trainer, name)
     raise AttributeError(f"module 'grpo_tui' has no attribute {name!r}")

@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 
+from grpo_tui.common.tomlout import dumps
 from grpo_tui.protocol.config import Config, ConfigError, apply_override
 from grpo_tui.protocol.config_errors import explain
-from grpo_tui.protocol.tomlout import dumps
 
 _MISSING = object()
 

@@ -19,14 +19,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from grpo_tui.common.tomlout import dumps
+from grpo_tui.common.trl_names import StepWindow, eval_metrics
+from grpo_tui.config import GRPOConfig, trl_name
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event, encode
 from grpo_tui.protocol.config import BUILTIN_REWARDS, Config, ConfigError, load_config
 from grpo_tui.protocol.layout import FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, parse_checkpoint_dir_name
-from grpo_tui.protocol.tomlout import dumps
-from grpo_tui.protocol.trl_names import StepWindow, eval_metrics
-
-from .config import GRPOConfig, trl_name
 
 CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
 REWARDS_FILE = "rewards.pkl"

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))  # eval_arith.render_prompt
 sys.path.insert(0, str(ROOT))  # tests.helpers.plans
 
-from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
+from grpo_tui.common.blas import reexec_if_needed  # noqa: E402
 from tests.helpers.plans import stock_plan  # noqa: E402
 
 reexec_if_needed()

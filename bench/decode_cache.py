@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_tui.protocol.blas import active_blas, reexec_if_needed
+from grpo_tui.common.blas import active_blas, reexec_if_needed
 
 reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imported
 

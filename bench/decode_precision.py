@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from grpo_tui.protocol.blas import active_blas, reexec_if_needed
+from grpo_tui.common.blas import active_blas, reexec_if_needed
 
 reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imported
 

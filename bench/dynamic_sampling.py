@@ -25,7 +25,7 @@ QUICKSTART = ROOT / "examples" / "quickstart.toml"
 
 
 def one_run(mode: str, seed: int, steps: int, rounds: int) -> dict:
-    from grpo_tui.protocol.blas import reexec_if_needed
+    from grpo_tui.common.blas import reexec_if_needed
 
     reexec_if_needed()
     import mlx.core as mx

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers.evaluation
 
-from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
+from grpo_tui.common.blas import reexec_if_needed  # noqa: E402
 
 reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imported
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers: the tiny model, the stock plan
 
-from grpo_tui.protocol.blas import reexec_if_needed  # noqa: E402
+from grpo_tui.common.blas import reexec_if_needed  # noqa: E402
 
 reexec_if_needed()
 

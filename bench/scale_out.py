@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def inner(config_path: str, steps: int) -> None:
     """One rank's run (under mlx.launch, or alone); rank 0 prints one JSON line."""
-    from grpo_tui.protocol.blas import reexec_if_needed
+    from grpo_tui.common.blas import reexec_if_needed
 
     reexec_if_needed()
     from grpo_tui.protocol.config import load_config

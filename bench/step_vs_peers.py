@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import shapes  # noqa: E402
 
-from grpo_tui.protocol.blas import child_env, describe  # noqa: E402
+from grpo_tui.common.blas import child_env, describe  # noqa: E402
 
 BENCH = ROOT / ".bench"
 PEERS = ROOT / "bench" / "peers"

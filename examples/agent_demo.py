@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_tui.protocol import blas
+from grpo_tui.common import blas
 
 if __name__ == "__main__":  # before MLX is imported: preload an optimized BLAS if installed (Linux only);
     blas.reexec_if_needed()  # never when imported (a test process must not re-execute itself)

@@ -27,7 +27,7 @@ How it is made:
    emits the answer format reliably but is right only part of the time: GRPO has a signal and headroom.
 
 On Linux the script re-executes itself with MKL preloaded when the `fast-blas` extra is installed
-(`grpo_tui.protocol.blas`): mlx[cpu]'s reference BLAS is about 10x slower. Results are reproducible for
+(`grpo_tui.common.blas`): mlx[cpu]'s reference BLAS is about 10x slower. Results are reproducible for
 a given BLAS; another BLAS rounds differently and may stop the warm-up a few steps earlier or later.
 """
 
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 try:  # before MLX is imported: preload an optimized BLAS if one is installed (Linux only)
-    from grpo_tui.protocol import blas
+    from grpo_tui.common import blas
 
     blas.reexec_if_needed()
 except ImportError:

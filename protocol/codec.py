@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .messages import Command, Event
+from grpo_tui.protocol.messages import Command, Event
 
 # A completion can be long; readers must allow lines far beyond asyncio's 64 KiB default.
 MAX_LINE_BYTES = 16 * 1024 * 1024

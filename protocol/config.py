@@ -10,19 +10,18 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
+from grpo_tui.protocol import recipes
+from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
+from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
+from grpo_tui.protocol.config_eval import EvalConfig
+from grpo_tui.protocol.config_overrides import apply_override as apply_override
 from grpo_tui.protocol.messages import SampleDisplay
-
-from . import recipes
-from .config_base import Section as _Section, invalid as _invalid
-from .config_errors import ConfigError as ConfigError, check_finite, explain
-from .config_overrides import apply_override as apply_override
-from .config_eval import EvalConfig
 
 SchedulerType = Literal["constant", "linear", "cosine", "constant_with_warmup", "cosine_with_min_lr"]
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from .config_base import SEP
-from .outcome import Mistake, MistakeKind
+from grpo_tui.protocol.config_base import SEP
+from grpo_tui.protocol.outcome import Mistake, MistakeKind
 
 
 class ConfigError(Mistake, ValueError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from .config_base import Section, invalid
+from grpo_tui.protocol.config_base import Section, invalid
 
 class EvalConfig(Section):
     """Held-out evaluation between steps; on when the ``[eval]`` table is present."""

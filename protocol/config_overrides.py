@@ -14,7 +14,7 @@ import re
 import tomllib
 from typing import Any
 
-from .config_errors import ConfigError
+from grpo_tui.protocol.config_errors import ConfigError
 
 _SEGMENT = re.compile(r"([A-Za-z0-9_-]+)|\[(\d+)\]")
 

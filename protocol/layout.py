@@ -94,7 +94,7 @@ class TrainingState(msgspec.Struct, kw_only=True):
     total_steps: int
     epoch_indices_done: list[int] = []  # dataset indices already used in the current epoch
     reason: str = ""  # emergency saves: "nan" (after non-finite steps) or "crash" (weights untouched by the failed step)
-    model: dict[str, str] = {}  # the model it was trained from: "path" and "fingerprint" (protocol/resume_check.py)
+    model: dict[str, str] = {}  # the model it was trained from: "path" and "fingerprint" (common/resume_check.py)
     created_at: float = 0.0
     worker_version: str = __version__
 

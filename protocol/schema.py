@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .messages import Step
+from grpo_tui.protocol.messages import Step
 
 APPLICATION_ID = "grpo-tui"
 SCHEMA_VERSION = 7

@@ -16,7 +16,7 @@ def root() -> Path:
 
 
 def pytest_report_header(config):
-    from grpo_tui.protocol.blas import active_blas, describe
+    from grpo_tui.common.blas import active_blas, describe
 
     import mlx.core  # noqa: F401  (active_blas inspects the loaded MLX)
 

@@ -1,5 +1,5 @@
-"""The packages stay honest: protocol depends on nothing of ours, tui and worker never import each
-other, no import cycle, no MLX on the process side, the accelerations are leaves of the engine, the
+"""The packages stay honest: protocol depends on nothing of ours, common on protocol only, tui and
+worker never import each other, one import style (absolute), no import cycle, no MLX on the process side, the accelerations are leaves of the engine, the
 largest classes and functions stay readable, and no test imports another test."""
 
 import ast
@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "worker", "tui")
+PACKAGES = ("api", "protocol", "common", "worker", "tui")
 
 
 def module_name(file: Path) -> str:
     parts = list(file.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "api":  # pyproject's package-dir: api/ is the package grpo_tui itself
+        parts.pop(0)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(["grpo_tui", *parts])
@@ -83,6 +85,24 @@ def test_protocol_depends_on_msgspec_and_stdlib_only():
             assert top in sys.stdlib_module_names or top in allowed_third_party, (file, mod)
 
 
+def test_common_depends_on_the_protocol_msgspec_and_stdlib_only():
+    for file in files("common"):
+        for mod in imports(file):
+            top = mod.split(".")[0]
+            if top == "grpo_tui":
+                assert mod.startswith(("grpo_tui.protocol", "grpo_tui.common")), (file, mod)
+                continue
+            assert top == "__future__" or top in sys.stdlib_module_names or top == "msgspec", (file, mod)
+
+
+def test_one_import_style():
+    """Our own modules are imported by their full name (``grpo_tui.worker.loop``), never relatively,
+    so a module's imports read the same wherever it lives."""
+    relative = [(file, node.lineno) for p in PACKAGES for file in files(p)
+                for node in ast.walk(ast.parse(file.read_text())) if isinstance(node, ast.ImportFrom) and node.level]
+    assert not relative
+
+
 def _cycles() -> list[list[str]]:
     """One cycle through each module that is on one (depth-first over the static import graph)."""
     # A module's own package is already importing when the module runs (``from . import sibling``).
@@ -108,7 +128,8 @@ def _cycles() -> list[list[str]]:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_import_cycle(package):
-    cycles = [c for c in _cycles() if any(m.startswith(f"grpo_tui.{package}.") or m == f"grpo_tui.{package}" for m in c)]
+    mine = {module_name(f) for f in files(package)}
+    cycles = [c for c in _cycles() if mine & set(c)]
     assert not cycles
 
 
@@ -117,14 +138,14 @@ def _process_side() -> list[Path]:
 
 
 def test_dashboard_protocol_and_worker_process_never_import_mlx():
-    for file in files("tui") + files("protocol"):
+    for file in files("tui") + files("protocol") + files("common") + files("api"):
         assert not any(m.startswith("mlx") for m in imports(file)), file
     for file in _process_side():  # the engine comes in lazily, where the trainer is built
         bad = [m for m in imports(file, top_level_only=True) if m.startswith(("mlx", "numpy", "grpo_tui.worker.engine"))]
         assert not bad, (file, bad)
 
 
-@pytest.mark.parametrize("module", ["grpo_tui.worker.main", "grpo_tui.worker.loop", "grpo_tui.tui.app"])
+@pytest.mark.parametrize("module", ["grpo_tui.worker.main", "grpo_tui.worker.loop", "grpo_tui.tui.app", "grpo_tui.common.preflight"])
 def test_importing_leaves_mlx_out(module):
     code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'mlx'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
@@ -177,7 +198,7 @@ def test_no_test_imports_another_test():
 
 def test_installed_under_one_namespace():
     out = subprocess.run(
-        [sys.executable, "-c", "import grpo_tui.protocol, grpo_tui.worker, grpo_tui.tui; print('ok')"],
+        [sys.executable, "-c", "import grpo_tui.protocol, grpo_tui.common, grpo_tui.worker, grpo_tui.tui; print('ok')"],
         capture_output=True, text=True, cwd="/",
     )
     assert out.stdout.strip() == "ok", out.stderr

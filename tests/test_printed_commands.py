@@ -13,8 +13,8 @@ The table (message → where the program prints it → what the command must do)
 | NaN stop | worker, NaN guard | resume from the last good checkpoint with the lower rate |
 | resume = latest passed over an emergency checkpoint | worker, start | resume from the emergency checkpoint |
 | damaged store | worker, start | go on with a fresh store / train without one |
-| damaged checkpoint named by checkpoint.resume | worker, start; check (protocol/resume_check.py) | start again from step 0 |
-| checkpoint of the other kind (LoRA/full) or of another model | worker, start; check (protocol/resume_check.py) | start again from step 0: the damaged checkpoint's command, made by the same `resume_command` |
+| damaged checkpoint named by checkpoint.resume | worker, start; check (common/resume_check.py) | start again from step 0 |
+| checkpoint of the other kind (LoRA/full) or of another model | worker, start; check (common/resume_check.py) | start again from step 0: the damaged checkpoint's command, made by the same `resume_command` |
 | run --detach | cli | attach to the run |
 | a run is already going | cli (run) | attach to that run |
 | d (detach) in the dashboard | dashboard, on exit | attach again |
@@ -23,7 +23,7 @@ The table (message → where the program prints it → what the command must do)
 | attach with no live run here | cli | list the runs |
 | a tracker that is not installed | worker, trackers | pip: install what provides it |
 | attach --web without textual-serve | cli (web) | pip: install what provides it |
-| the reference BLAS (slow) on x86-64 Linux | worker, start (protocol/blas.py, blas_warning.py) | pip: install MKL |
+| the reference BLAS (slow) on x86-64 Linux | worker, start (common/blas.py, blas_warning.py) | pip: install MKL |
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def test_every_command_printed_in_source_is_in_this_table():
     """A new message with a command must come with its row here: the sources that format one."""
     root = Path(__file__).resolve().parent.parent
     printing = set()
-    for folder in ("worker", "tui", "protocol", "api"):
+    for folder in ("worker", "tui", "protocol", "common", "api"):
         for file in (root / folder).rglob("*.py"):
             text = file.read_text()
             if re.search(r"run_command\(|resume_command\(|pip_install\(|(?<!`)`(?:grpo-tui|pip|python) |Attach(?: again)?: grpo-tui", text):
@@ -265,8 +265,8 @@ def test_every_command_printed_in_source_is_in_this_table():
 
 KNOWN_PRINTERS = {
     "worker/checkpoint.py", "worker/start.py", "worker/nan_stop.py", "worker/trackers.py", "tui/cli.py",
-    "tui/app.py", "tui/connection.py", "tui/web.py", "tui/init_templates.py", "protocol/blas.py",
-    "protocol/blas_warning.py", "protocol/install_hint.py", "protocol/commands.py", "protocol/resume_check.py",
+    "tui/app.py", "tui/connection.py", "tui/web.py", "tui/init_templates.py", "common/blas.py",
+    "common/blas_warning.py", "common/install_hint.py", "common/commands.py", "common/resume_check.py",
     # not a command to run: the header of the config file GRPOTrainer writes names the commands that
     # read it (no path: the file is the one it is in); a comment
     "api/trainer.py", "tui/supervisor.py",

@@ -13,7 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from grpo_tui.protocol import __version__, distributed
+from grpo_tui.common import distributed
+from grpo_tui.protocol import __version__
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Exit
@@ -53,12 +54,12 @@ def _resume_args(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from grpo_tui.protocol.tomlout import dumps
+    from grpo_tui.common.tomlout import dumps
 
     config = _load(args.config, args.set)
     if config is None:
         return 2
-    from grpo_tui.protocol.preflight import check_problems
+    from grpo_tui.common.preflight import check_problems
     from grpo_tui.protocol.recipes import report
 
     if problems := check_problems(config, args.config):  # what the worker would stop on, found without training
@@ -91,7 +92,7 @@ def runnable(args: argparse.Namespace) -> Config | None:
     config = _load(args.config, args.set, args.resume)
     if config is None:
         return None
-    from grpo_tui.protocol.preflight import folder_problems
+    from grpo_tui.common.preflight import folder_problems
 
     if problems := folder_problems(config):
         for problem in problems:
@@ -113,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> int:
     """``run --detach``: start the run's supervisor in its own session and return at once."""
-    from grpo_tui.protocol.blas import child_env
+    from grpo_tui.common.blas import child_env
     from grpo_tui.tui.connection import RunLive, launch, supervisor_failure, wait_ready
 
     out = str(Path(config.checkpoint.output_dir).resolve())

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from textual.app import App
 
+from grpo_tui.common.blas import child_env
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.blas import child_env
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.control import Restart, WorkerExit, read_record, refusal
 from grpo_tui.protocol.outcome import restartable

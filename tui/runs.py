@@ -13,12 +13,12 @@ from pathlib import Path
 
 import msgspec
 
+from grpo_tui.common.tomlout import dumps
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event
 from grpo_tui.protocol.config import Config, ConfigError, load_config, parse_config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, parse_checkpoint_dir_name
-from grpo_tui.protocol.tomlout import dumps
 
 MAX_DEPTH = 4
 TAIL_BYTES = 256 * 1024  # enough of run.jsonl's end for the last step and how the run ended

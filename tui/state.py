@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
+from grpo_tui.common.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import duration
 from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook

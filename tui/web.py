@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from grpo_tui.protocol.install_hint import pip_install
+from grpo_tui.common.install_hint import pip_install
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 COOKIE = "grpo_tui_token"

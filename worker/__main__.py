@@ -2,6 +2,6 @@
 
 import sys
 
-from .main import main
+from grpo_tui.worker.main import main
 
 sys.exit(main())

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import IO, Protocol
 
-from grpo_tui.protocol.commands import resume_command
+from grpo_tui.common.commands import resume_command
+from grpo_tui.common.resume_check import resumable
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import (
     LOCK_FILE,
@@ -33,7 +34,6 @@ from grpo_tui.protocol.layout import (
     read_state,
     write_state,
 )
-from grpo_tui.protocol.resume_check import resumable
 
 DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed to load, set aside (protocol/layout.py's parser skips it)
 

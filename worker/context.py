@@ -14,11 +14,10 @@ from typing import Any, Callable, TypeVar
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-
-from .control import Control
-from .frames import Emitter
-from .records import Trainer
-from .store import Store
+from grpo_tui.worker.control import Control
+from grpo_tui.worker.frames import Emitter
+from grpo_tui.worker.records import Trainer
+from grpo_tui.worker.store import Store
 
 T = TypeVar("T")
 
@@ -37,7 +36,7 @@ class RunContext:
         self.store: Store | None = None
         self.run_id = 0
         self.phase: m.Phase = "loading"
-        self.model_identity: dict[str, str] = {}  # the model trained (protocol/resume_check.py), recorded in checkpoints
+        self.model_identity: dict[str, str] = {}  # the model trained (common/resume_check.py), recorded in checkpoints
 
     @property
     def trainer(self) -> Trainer:

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from grpo_tui.protocol import messages as m
-
-from .records import Generation
+from grpo_tui.worker.records import Generation
 
 StopReason = Literal["stop", "eof", "signal", "nan", "silent"]
 

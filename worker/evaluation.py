@@ -15,9 +15,8 @@ from typing import Callable
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.messages import mean_of
-
-from .context import RunContext
-from .records import EvalBatch, Trainer
+from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.records import EvalBatch, Trainer
 
 CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a correct answer
 

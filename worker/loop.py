@@ -24,19 +24,18 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import mean_of
 from grpo_tui.protocol.outcome import Exit, Mistake
-
-from . import ranks
-from .checkpoint_policy import CheckpointPolicy
-from .context import RunContext
-from .control import Control, choose_samples
-from .evaluation import due, run_eval
-from .frames import Emitter
-from .mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
-from .nan_stop import NanStop
-from .records import StepOutput, Trainer
-from .silent_steps import SilentSteps
-from .start import Start
-from .trackers import Trackers, check_installed
+from grpo_tui.worker import ranks
+from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
+from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.control import Control, choose_samples
+from grpo_tui.worker.evaluation import due, run_eval
+from grpo_tui.worker.frames import Emitter
+from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
+from grpo_tui.worker.nan_stop import NanStop
+from grpo_tui.worker.records import StepOutput, Trainer
+from grpo_tui.worker.silent_steps import SilentSteps
+from grpo_tui.worker.start import Start
+from grpo_tui.worker.trackers import Trackers, check_installed
 
 
 class TrainingLoop:

@@ -15,18 +15,17 @@ import signal
 import threading
 import time
 
+from grpo_tui.common.blas import reexec_if_needed
 from grpo_tui.protocol import __version__
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.blas import reexec_if_needed
 from grpo_tui.protocol.codec import ProtocolError, decode_command
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.outcome import Exit
-
-from . import ranks
-from .frames import Emitter, reserve_stdout
-from .loop import TrainingLoop
-from .mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
-from .plain_lines import is_json, parse_plain
+from grpo_tui.worker import ranks
+from grpo_tui.worker.frames import Emitter, reserve_stdout
+from grpo_tui.worker.loop import TrainingLoop
+from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
+from grpo_tui.worker.plain_lines import is_json, parse_plain
 
 
 class Inputs:

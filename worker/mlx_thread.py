@@ -8,8 +8,7 @@ from typing import Callable
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel
-
-from .records import Trainer
+from grpo_tui.worker.records import Trainer
 
 # How the loop builds its trainer on the MLX thread: ``make(config, log)``.
 TrainerFactory = Callable[[Config, Callable[[LogLevel, str], None]], Trainer]
@@ -18,11 +17,11 @@ TrainerFactory = Callable[[Config, Callable[[LogLevel, str], None]], Trainer]
 def engine_trainer(config: Config, log: Callable[[LogLevel, str], None]) -> Trainer:
     """The engine's trainer for ``config``; MLX loads here, on the MLX thread, after the user's files
     (tools, data, rewards) are read: their mistakes are said without waiting for MLX's import."""
-    from .engine.inputs import load_inputs
+    from grpo_tui.worker.engine.inputs import load_inputs
 
     # A judge reward loads a model: after the engine prepared the process for MLX (the trainer reads them then).
     inputs = None if any(r.judge is not None for r in config.rewards) else load_inputs(config)
-    from .engine.trainer import Trainer as EngineTrainer
+    from grpo_tui.worker.engine.trainer import Trainer as EngineTrainer
 
     return EngineTrainer(config, log, inputs)
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import last_good_dir_name
 from grpo_tui.protocol.outcome import Exit
-
-from . import checkpoint as ckpt
-from .checkpoint_policy import CheckpointPolicy
-from .context import RunContext
+from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
+from grpo_tui.worker.context import RunContext
 
 class NanStop:
     """Counts the skipped updates in a row and stops the run when they reach the patience."""

@@ -16,9 +16,9 @@ import signal
 import subprocess
 import sys
 
+from grpo_tui.common import distributed
+from grpo_tui.common.distributed import add_arguments
 from grpo_tui.protocol.config import Config, ConfigError
-from grpo_tui.protocol import distributed
-from grpo_tui.protocol.distributed import add_arguments
 from grpo_tui.protocol.outcome import Exit
 
 __all__ = ["add_arguments", "apply_arguments", "config_launch", "describe", "launch_command", "launched", "rank", "relaunch"]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.outcome import Exit
-
-from .context import RunContext
+from grpo_tui.worker.context import RunContext
 
 
 def silence(metrics: m.Step) -> str | None:

@@ -9,23 +9,22 @@ import asyncio
 from pathlib import Path
 from typing import IO, Any
 
+from grpo_tui.common.blas import active_blas
+from grpo_tui.common.blas import describe as describe_blas
+from grpo_tui.common.blas_warning import slow_blas_warning
+from grpo_tui.common.commands import resume_command, run_command
+from grpo_tui.common.preflight import folder_problems, not_a_checkpoint
+from grpo_tui.common.resume_check import Resume, damage, damaged, fit_problem, model_problem, newest_first
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.blas import active_blas
-from grpo_tui.protocol.blas import describe as describe_blas
-from grpo_tui.protocol.blas_warning import slow_blas_warning
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.protocol.commands import resume_command, run_command
-from grpo_tui.protocol.preflight import folder_problems, not_a_checkpoint
-from grpo_tui.protocol.resume_check import Resume, damage, damaged, fit_problem, model_problem, newest_first
-
-from . import checkpoint as ckpt
-from . import ranks
-from .checkpoint_policy import CheckpointPolicy
-from .context import RunContext
-from .mlx_thread import TrainerFactory
-from .store import Store, StoreDamaged, set_damaged_aside
+from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import ranks
+from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
+from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.mlx_thread import TrainerFactory
+from grpo_tui.worker.store import Store, StoreDamaged, set_damaged_aside
 
 
 class Start:
@@ -194,7 +193,7 @@ async def find_resume(run: RunContext) -> Resume | None:
 def check_fits(run: RunContext, path: Path, state: ckpt.TrainingState) -> None:
     """Before the model loads: the checkpoint is of the kind ``[model.lora]`` says (full fine-tuning
     or LoRA adapters) and, for a local model folder, of the model ``model.path`` names (a hub id or
-    a GGUF file: ``check_same_model`` once loaded). ``protocol/resume_check.py`` decides, for
+    a GGUF file: ``check_same_model`` once loaded). ``common/resume_check.py`` decides, for
     ``grpo-tui check`` too."""
     cfg = run.config
     if (problem := fit_problem(path, state, cfg.model.lora is not None, cfg.model.path, run.config_path)) is not None:
@@ -222,7 +221,7 @@ async def latest_that_loads(run: RunContext) -> Resume | None:
 
 def check_same_model(run: RunContext, path: Path, state: ckpt.TrainingState) -> None:
     """A checkpoint resumes only into the model it was trained from (the loaded model's identity
-    against the one its state records); ``protocol/resume_check.py`` decides, for ``check`` too."""
+    against the one its state records); ``common/resume_check.py`` decides, for ``check`` too."""
     if (problem := model_problem(path, state.model, run.model_identity, run.config_path)) is not None:
         raise Mistake("resume", problem)
 

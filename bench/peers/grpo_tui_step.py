@@ -26,7 +26,7 @@ from mlx.utils import tree_flatten  # noqa: E402
 from mlx_lm import load  # noqa: E402
 from mlx_lm.generate import batch_generate  # noqa: E402
 
-from grpo_tui.protocol.blas import active_blas  # noqa: E402
+from grpo_tui.common.blas import active_blas  # noqa: E402
 from grpo_tui.protocol.config import parse_config  # noqa: E402
 from grpo_tui.worker.engine import plan as engine_plan  # noqa: E402
 from grpo_tui.worker.engine import rollout  # noqa: E402

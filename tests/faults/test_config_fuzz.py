@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_tui.protocol.config import _DATA_SUFFIXES, _HUB_ID, Config, ConfigError, load_config, parse_config
-from grpo_tui.protocol.tomlout import dumps
+from grpo_tui.common.tomlout import dumps
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 QUICKSTART = EXAMPLES / "quickstart.toml"

@@ -116,7 +116,7 @@ def test_a_read_only_output_folder_is_one_clear_error(tmp_path, tiny_model):
     before = folders(out)
     with read_only(out):
         worker = WorkerProcess(config)
-        # caught before anything is written (protocol/preflight.py), or by the write that fails
+        # caught before anything is written (common/preflight.py), or by the write that fails
         words = ("cannot be written", "Read-only file system", "Permission denied", "readonly database")
         assert_clean_failure(worker, out, words, previous="final")
         assert folders(out) == before

@@ -21,7 +21,7 @@ import mlx_lm
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.resume_check import newest_first
+from grpo_tui.common.resume_check import newest_first
 from grpo_tui.worker import checkpoint as ckpt
 from tests.faults import FAULT_TRAINER
 from tests.helpers.trainer_env import fake_trainer_env

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_tui.protocol import distributed
+from grpo_tui.common import distributed
 from grpo_tui.protocol.config import ConfigError, load_config
 from grpo_tui.protocol.layout import RUN_LOG_FILE
 from tests.helpers.mistake_cases import CASES, ROOT, TINY, Case, Setup, custom_reward, write_checkpoint, write_run

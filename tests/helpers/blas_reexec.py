@@ -2,6 +2,6 @@
 session under the same optimized BLAS that the worker uses, so in-process MLX tests are not 30-70×
 slower on Linux. Re-executes pytest once with the library preloaded; a no-op elsewhere."""
 
-from grpo_tui.protocol.blas import reexec_if_needed
+from grpo_tui.common.blas import reexec_if_needed
 
 reexec_if_needed()

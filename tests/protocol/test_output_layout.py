@@ -10,7 +10,7 @@ import pytest
 
 from grpo_tui.protocol import layout
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.tomlout import dumps
+from grpo_tui.common.tomlout import dumps
 
 
 @pytest.mark.parametrize("kind", get_args(m.CheckpointKind))

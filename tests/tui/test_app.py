@@ -377,7 +377,7 @@ async def test_leaving_the_app_leaves_the_run_going_and_d_detaches(make_app):
 
 async def test_the_worker_is_started_with_the_fast_blas_preloaded(make_app):
     """The dashboard hands the worker the BLAS preload itself (no re-exec needed in the worker)."""
-    from grpo_tui.protocol.blas import find_blas, preloaded
+    from grpo_tui.common.blas import find_blas, preloaded
 
     app = make_app("--steps", "1", "--hold")
     async with app.run_test(size=SIZE) as pilot:

@@ -182,7 +182,7 @@ def test_dynamic_sampling_with_agent_rollouts(tmp_path):
     """The agent demo (tiny-agent calls the calculator in about a third of its answers): rounds of
     agent rollouts, dropped groups stored with their conversations."""
     from grpo_tui.protocol.config import load_config
-    from grpo_tui.protocol.tomlout import dumps
+    from grpo_tui.common.tomlout import dumps
     from tests.helpers.worker_harness import ROOT
 
     config = load_config(ROOT / "examples" / "agent_calculator.toml")

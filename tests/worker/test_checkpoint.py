@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_tui.protocol.layout import LOCK_FILE
-from grpo_tui.protocol.resume_check import newest_first
+from grpo_tui.common.resume_check import newest_first
 from grpo_tui.worker import checkpoint as ckpt
 
 

@@ -13,7 +13,7 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event
 from grpo_tui.protocol.config import load_config
-from grpo_tui.protocol.install_hint import pip_install
+from grpo_tui.common.install_hint import pip_install
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker import trackers
 from tests.helpers.tracker_files import tensorboard_scalars, trackio_logs, wandb_history

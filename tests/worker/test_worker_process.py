@@ -14,7 +14,7 @@ import pytest
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import decode_event
 from grpo_tui.protocol.config import load_config
-from grpo_tui.protocol.tomlout import dumps
+from grpo_tui.common.tomlout import dumps
 from tests.helpers.trainer_env import fake_trainer_env
 from tests.helpers.worker_harness import (
     FAULTY_TRAINER, ROOT, TOOL_CALL_TEXT, WorkerProcess, build_tool_calling_model, query, reward_config,

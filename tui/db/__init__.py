@@ -5,8 +5,8 @@ user asked for into parameterised SQL, ``queries`` reads runs / steps / generati
 writes a filter to JSONL or CSV. Nothing here writes to the store or imports Textual.
 """
 
-from .filters import GenFilter
-from .queries import Cursor, GenDetail, GenRow, Page, QueryError, Run
-from .store import ReadStore, open_readonly
+from grpo_tui.tui.db.filters import GenFilter
+from grpo_tui.tui.db.queries import Cursor, GenDetail, GenRow, Page, QueryError, Run
+from grpo_tui.tui.db.store import ReadStore, open_readonly
 
 __all__ = ["Cursor", "GenDetail", "GenFilter", "GenRow", "Page", "QueryError", "ReadStore", "Run", "open_readonly"]

@@ -14,8 +14,8 @@ import sqlite3
 from pathlib import Path
 from typing import Callable
 
-from .filters import GenFilter
-from .queries import count_generations, iter_generations
+from grpo_tui.tui.db.filters import GenFilter
+from grpo_tui.tui.db.queries import count_generations, iter_generations
 
 FORMATS = ("jsonl", "csv")
 CSV_COLUMNS = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from . import search
+from grpo_tui.tui.db import search
 
 Sort = Literal["step", "reward"]
 SORTS: tuple[tuple[Sort, bool], ...] = (("step", True), ("step", False), ("reward", True), ("reward", False))

@@ -16,9 +16,8 @@ import msgspec
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS
-
-from . import search
-from .filters import GenFilter, where
+from grpo_tui.tui.db import search
+from grpo_tui.tui.db.filters import GenFilter, where
 
 PAGE_SIZE = 50
 STEP_COLUMNS: tuple[str, ...] = ("step", "epoch", *STEP_METRIC_COLUMNS, "created_at")

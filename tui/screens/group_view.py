@@ -11,8 +11,8 @@ from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
-from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.sample_text import summary
+from grpo_tui.tui.widgets.key_bar import KeyBar
 
 
 class GroupScreen(Screen[None]):

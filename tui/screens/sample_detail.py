@@ -12,9 +12,9 @@ from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.inert import inert
-from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.sample_text import summary, tool_calls_text, turns_text
 from grpo_tui.tui.screens.group_view import GroupScreen
+from grpo_tui.tui.widgets.key_bar import KeyBar
 
 
 class SampleDetailScreen(Screen[None]):

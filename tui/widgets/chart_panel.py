@@ -16,9 +16,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widget import Widget
 
+from grpo_tui.tui.format import number
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
-from grpo_tui.tui.format import number
 from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
 

@@ -17,8 +17,8 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
+from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.widgets.chart_panel import ChartPanel, ChartSettings, Move
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
-from grpo_tui.protocol.tomlout import dumps
+from grpo_tui.common.tomlout import dumps
 from grpo_tui.tui.checkpoints import CheckpointInfo
 from grpo_tui.tui.format import MISSING, human_size
 from grpo_tui.tui.inert import inert

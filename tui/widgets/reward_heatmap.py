@@ -11,8 +11,8 @@ from rich.console import Group
 from rich.text import Text
 
 from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip
-from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.series import RewardSpread
+from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.widgets.chart_panel import CachedChart, ChartSettings
 
 TITLE = "reward distribution per step"

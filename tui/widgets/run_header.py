@@ -7,9 +7,9 @@ from textual.widgets import Static
 
 from grpo_tui.tui.format import MISSING, duration
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.state import STATUS_GLYPHS, RunState
 from grpo_tui.tui.status_style import status_style
+from grpo_tui.tui.tidy import tidy
 
 class RunHeader(Static):
     _shown: Text | None = None

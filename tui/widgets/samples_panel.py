@@ -13,8 +13,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.inert import inert
 from grpo_tui.tui.format import number
+from grpo_tui.tui.inert import inert
 
 REDRAW_INTERVAL_S = 1.0  # one table rebuild a second at most, however fast the steps come
 # A flush that comes a little early still draws: a timer for the rest would redraw the table in a

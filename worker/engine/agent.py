@@ -57,17 +57,16 @@ import msgspec
 
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
-
-from . import rollout
-from .accel import fastgen
-from .accel.rowgen import CompiledRows
-from .generator_rows import GeneratorRows
-from .parsing import parse_tool_calls
-from .plan import EnginePlan
-from .rewards import describe_error
-from .sampling import KeyedSampler
-from .stopping import cut_at_stop, make_row_stops
-from .tools import Tool, ToolError, run_call
+from grpo_tui.worker.engine import rollout
+from grpo_tui.worker.engine.accel import fastgen
+from grpo_tui.worker.engine.accel.rowgen import CompiledRows
+from grpo_tui.worker.engine.generator_rows import GeneratorRows
+from grpo_tui.worker.engine.parsing import parse_tool_calls
+from grpo_tui.worker.engine.plan import EnginePlan
+from grpo_tui.worker.engine.rewards import describe_error
+from grpo_tui.worker.engine.sampling import KeyedSampler
+from grpo_tui.worker.engine.stopping import cut_at_stop, make_row_stops
+from grpo_tui.worker.engine.tools import Tool, ToolError, run_call
 
 CLOSE = "</tool_call>"
 _MARK = "GRPOTUIASSISTANTTURNEND"  # stands for the model's turn when the template renders a tool message

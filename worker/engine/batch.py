@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from .accel import shared_prompt
+from grpo_tui.worker.engine.accel import shared_prompt
 
 # The shared-prompt widths are rounded up to a multiple of this, so that the compiled loss sees
 # few distinct shapes (each new shape is one more trace).

@@ -31,9 +31,9 @@ from typing import Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from .accel import cpu_fast
-from .accel.llama_family import is_llama_family
-from .accel.temperature import tempered
+from grpo_tui.worker.engine.accel import cpu_fast
+from grpo_tui.worker.engine.accel.llama_family import is_llama_family
+from grpo_tui.worker.engine.accel.temperature import tempered
 
 
 Quantization = tuple[int, int, str] | None  # (group_size, bits, mode) of a quantized head, None if plain

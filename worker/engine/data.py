@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from grpo_tui.protocol import data_check
+from grpo_tui.common import data_check
 from grpo_tui.protocol.config import DataConfig, RewardConfig
 from grpo_tui.protocol.outcome import Mistake
-
-from . import dataset_sources
+from grpo_tui.worker.engine import dataset_sources
 
 
 # The roles of TRL's conversational format; another passes into the chat template unchecked (some
@@ -110,7 +109,7 @@ def _kind(value: Any) -> str:
 
 def check_columns(examples: list[Example], config: DataConfig, rewards: list[RewardConfig], label: str) -> None:
     """Before any rollout: ``data.answer_column``, when set, names a column of the data, and every
-    built-in reward that compares with a column has it (``protocol/data_check.py``)."""
+    built-in reward that compares with a column has it (``common/data_check.py``)."""
     present = {k for ex in examples for k in ex.columns}
     if problem := data_check.columns_problem(present, config, rewards, label):
         raise Mistake("data", problem)

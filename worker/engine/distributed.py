@@ -24,12 +24,11 @@ import mlx.core as mx
 import msgspec
 from mlx.utils import tree_flatten, tree_unflatten
 
-from grpo_tui.protocol.distributed import undealt
+from grpo_tui.common.distributed import undealt
 from grpo_tui.protocol.messages import RankTiming
-
-from ..ranks import launched
-from .reward_call import StepLog
-from .rollout import Completion
+from grpo_tui.worker.engine.reward_call import StepLog
+from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.ranks import launched
 
 ALL_REDUCE_CHUNK = 32 * 1024 * 1024  # bytes per all_sum call, as mlx.nn.average_gradients groups them
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import data
-from .reward_call import StepLog
-from .rollout import Completion
+from grpo_tui.worker.engine import data
+from grpo_tui.worker.engine.reward_call import StepLog
+from grpo_tui.worker.engine.rollout import Completion
 
 
 @dataclass

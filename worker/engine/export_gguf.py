@@ -26,7 +26,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.outcome import Mistake
-from . import gguf
+from grpo_tui.worker.engine import gguf
 
 SOURCE_NOTE = "gguf_source.json"
 FILE_TYPES = {"f32": 0, "f16": 1}  # llama.cpp's LLAMA_FTYPE_ALL_F32 / MOSTLY_F16

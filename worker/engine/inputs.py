@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_tui.protocol.config import Config
-
-from . import data, tools as agent_tools
-from .rewards import Reward, load_rewards
+from grpo_tui.worker.engine import data, tools as agent_tools
+from grpo_tui.worker.engine.rewards import Reward, load_rewards
 
 
 @dataclass

@@ -13,12 +13,12 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import chunked_head, tied_embedding
-from .accel import host_head, host_vocab, shared_prompt, two_cores
-from .accel.llama_family import head_logits, is_llama_family
-from .accel.temperature import tempered
-from .batch import MicroBatch
-from .plan import Head
+from grpo_tui.worker.engine import chunked_head, tied_embedding
+from grpo_tui.worker.engine.accel import host_head, host_vocab, shared_prompt, two_cores
+from grpo_tui.worker.engine.accel.llama_family import head_logits, is_llama_family
+from grpo_tui.worker.engine.accel.temperature import tempered
+from grpo_tui.worker.engine.batch import MicroBatch
+from grpo_tui.worker.engine.plan import Head
 
 
 def completion_logits(model: nn.Module, inputs: mx.array, start: int, embedded: mx.array | None = None) -> mx.array:

@@ -13,11 +13,10 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm import load as mlx_load
 from mlx_lm.tuner.utils import linear_to_lora_layers
 
-from grpo_tui.protocol import preflight
+from grpo_tui.common import preflight
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
-
-from . import gguf, model_source
-from .accel.patches import row_major_weight_grads
+from grpo_tui.worker.engine import gguf, model_source
+from grpo_tui.worker.engine.accel.patches import row_major_weight_grads
 
 TOKENIZER_FILES = (
     "tokenizer.json",

@@ -19,11 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from grpo_tui.protocol import preflight, resume_check
+from grpo_tui.common import preflight, resume_check
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.protocol.outcome import Mistake
-
-from . import gguf
+from grpo_tui.worker.engine import gguf
 
 HUB_ID_HELP = "a local model folder, a GGUF file or a Hugging Face id like Qwen/Qwen3-0.6B"
 
@@ -111,7 +110,7 @@ def check_quantized(model: ModelConfig, config: dict[str, Any]) -> None:
 
 
 def identity(path: str) -> dict[str, str]:
-    """What a checkpoint records of the model it came from (``protocol/resume_check.py``'s
+    """What a checkpoint records of the model it came from (``common/resume_check.py``'s
     ``model_identity`` of the folder ``path`` resolves to); empty when it cannot be found."""
     try:
         folder = resolve(path)

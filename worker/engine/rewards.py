@@ -23,17 +23,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from grpo_tui.protocol import preflight
+from grpo_tui.common import preflight
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.protocol.outcome import Mistake
-
-from . import schema_check, timed_calls
-from .data import Example, columns_for
-from .parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
-from .reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
+from grpo_tui.worker.engine import schema_check, timed_calls
+from grpo_tui.worker.engine.data import Example, columns_for
+from grpo_tui.worker.engine.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
+from grpo_tui.worker.engine.reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
 
 if TYPE_CHECKING:
-    from .rollout import Completion
+    from grpo_tui.worker.engine.rollout import Completion
 
 RewardFn = Callable[..., Any]
 
@@ -350,7 +349,7 @@ class Reward:
     @classmethod
     def from_config(cls, config: RewardConfig, index: int = 0) -> "Reward":
         if config.judge is not None:
-            from .judge import Judge
+            from grpo_tui.worker.engine.judge import Judge
 
             judge = Judge(config.judge)
             return cls(config.label, judge, config.weight, config.timeout_s, config.on_error, {}, True,

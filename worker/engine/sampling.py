@@ -28,9 +28,8 @@ import numpy as np
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from grpo_tui.protocol.config import GenerationConfig
-
-from .accel import host_sampling
-from .accel.temperature import inverse
+from grpo_tui.worker.engine.accel import host_sampling
+from grpo_tui.worker.engine.accel.temperature import inverse
 
 _MASK64 = (1 << 64) - 1
 

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_tui.protocol.messages import ClipRatio, RankTiming, Step, finite, mean_of
-
-from ..records import Generation
-from .agent import tool_calls
-from .data import Example
-from .parsing import parse_tool_calls, split_thinking
-from .reward_call import StepLog
-from .rollout import Completion
-from .update import PassResult
+from grpo_tui.worker.engine.agent import tool_calls
+from grpo_tui.worker.engine.data import Example
+from grpo_tui.worker.engine.parsing import parse_tool_calls, split_thinking
+from grpo_tui.worker.engine.reward_call import StepLog
+from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.engine.update import PassResult
+from grpo_tui.worker.records import Generation
 
 MB = 1024 * 1024
 

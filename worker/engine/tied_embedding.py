@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 import mlx.core as mx
 import mlx.nn as nn
 
-from .accel.llama_family import is_llama_family
+from grpo_tui.worker.engine.accel.llama_family import is_llama_family
 
 LossFunction = Callable[[dict[str, mx.array], mx.array | None], Any]
 

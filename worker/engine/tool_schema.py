@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any, Callable, Literal
 
-from grpo_tui.protocol import preflight
+from grpo_tui.common import preflight
 
 _BASIC: dict[Any, str] = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?):\s*$")

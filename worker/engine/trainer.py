@@ -18,21 +18,20 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel, Phase
-
-from ..records import EvalBatch, StepOutput
-from . import agent, checkpointing, data, distributed, dynamic_sampling, memory_fit, model as model_io
-from . import judge, model_source
-from . import plan as engine_plan, rollout, sampling, timed_calls
-from .inputs import Inputs, load_inputs
-from .schedule import scheduled_lr
-from .accel import fastgen, patches
-from .grpo import group_advantages, group_std
-from .loss import LossFunctions
-from .reward_call import TrainerState
-from .rewards import RewardError, score_completions
-from . import step_output
-from .step_output import StepResults, step_metrics
-from .update import PassResult, make_optimizer, micro_batches, optimize_pass
+from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, memory_fit, model as model_io
+from grpo_tui.worker.engine import judge, model_source
+from grpo_tui.worker.engine import plan as engine_plan, rollout, sampling, timed_calls
+from grpo_tui.worker.engine import step_output
+from grpo_tui.worker.engine.accel import fastgen, patches
+from grpo_tui.worker.engine.grpo import group_advantages, group_std
+from grpo_tui.worker.engine.inputs import Inputs, load_inputs
+from grpo_tui.worker.engine.loss import LossFunctions
+from grpo_tui.worker.engine.reward_call import TrainerState
+from grpo_tui.worker.engine.rewards import RewardError, score_completions
+from grpo_tui.worker.engine.schedule import scheduled_lr
+from grpo_tui.worker.engine.step_output import StepResults, step_metrics
+from grpo_tui.worker.engine.update import PassResult, make_optimizer, micro_batches, optimize_pass
+from grpo_tui.worker.records import EvalBatch, StepOutput
 
 __all__ = ["Trainer", "RewardError", "default_log"]
 

@@ -14,19 +14,18 @@ import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from grpo_tui.protocol.config import Config, GrpoConfig
-
-from . import tied_embedding
-from .accel import two_cores
-from .batch import MicroBatch, halves, pack, row_parts
-from .grpo import LossSettings, high_entropy_mask
-from .logps import token_logps
-from .loss import LossFunctions, loss_grad_parts
-from .plan import EnginePlan
+from grpo_tui.worker.engine import tied_embedding
+from grpo_tui.worker.engine.accel import two_cores
+from grpo_tui.worker.engine.batch import MicroBatch, halves, pack, row_parts
+from grpo_tui.worker.engine.grpo import LossSettings, high_entropy_mask
+from grpo_tui.worker.engine.logps import token_logps
+from grpo_tui.worker.engine.loss import LossFunctions, loss_grad_parts
+from grpo_tui.worker.engine.plan import EnginePlan
 
 if TYPE_CHECKING:
-    from .data import Example
-    from .distributed import Ranks
-    from .rollout import Completion
+    from grpo_tui.worker.engine.data import Example
+    from grpo_tui.worker.engine.distributed import Ranks
+    from grpo_tui.worker.engine.rollout import Completion
 
 
 @dataclass

@@ -61,7 +61,7 @@ def test_extra_prompts_are_fresh_and_a_function_of_step_and_round():
 
 def test_the_sampling_metrics_reach_the_trackers_under_their_names():
     from grpo_tui.protocol.messages import Step
-    from grpo_tui.protocol.trl_names import step_metrics
+    from grpo_tui.common.trl_names import step_metrics
 
     logged = step_metrics(Step(step=3, epoch=0, extra_metrics={"sampling/rounds": 2.0, "sampling/dropped_groups": 5.0,
                                                                "sampling/generated_completions": 32.0}))

@@ -27,8 +27,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import cpu_fast, patches
-from .llama_family import MaskedCache, head_logits, is_llama_family, padded_causal_mask
+from grpo_tui.worker.engine.accel import cpu_fast, patches
+from grpo_tui.worker.engine.accel.llama_family import MaskedCache, head_logits, is_llama_family, padded_causal_mask
 
 BUCKET = 32  # the cache length is rounded up to a multiple, so nearby shapes reuse one trace
 

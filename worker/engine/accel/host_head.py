@@ -30,8 +30,8 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from .host_vocab import by_halves, host, scratch
-from .temperature import inverse
+from grpo_tui.worker.engine.accel.host_vocab import by_halves, host, scratch
+from grpo_tui.worker.engine.accel.temperature import inverse
 
 BLOCK = 2048  # vocabulary entries per block: (positions × BLOCK) float32 logits at a time
 

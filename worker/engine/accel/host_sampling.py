@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .host_vocab import by_halves, host, scratch
-from .temperature import inverse
+from grpo_tui.worker.engine.accel.host_vocab import by_halves, host, scratch
+from grpo_tui.worker.engine.accel.temperature import inverse
 
 BLOCK = 256  # entries per partial sum: one block's cumulative sum locates the token
 

@@ -14,8 +14,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from . import cpu_fast
-from .llama_family import is_llama_family
+from grpo_tui.worker.engine.accel import cpu_fast
+from grpo_tui.worker.engine.accel.llama_family import is_llama_family
 
 # Up to this many rows (decoding: one token per sequence), ``(weight @ xᵀ)ᵀ`` streams the weight
 # through sgemm faster than ``x @ weightᵀ``; the output is small, so its transposed layout is free.

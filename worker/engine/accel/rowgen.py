@@ -30,7 +30,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from . import fastgen
+from grpo_tui.worker.engine.accel import fastgen
 
 SAMPLE, FEED, WAIT, DONE = range(4)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .llama_family import MaskedCache, is_llama_family, padded_causal_mask
+from grpo_tui.worker.engine.accel.llama_family import MaskedCache, is_llama_family, padded_causal_mask
 
 
 def supports(model: nn.Module) -> bool:

@@ -1,5 +1,5 @@
 """Which checkpoint a resume picks and whether it fits the config, decided once for the worker
-(``worker/start.py``) and for ``grpo-tui check`` (``protocol/preflight.py``), so both say the same
+(``worker/start.py``) and for ``grpo-tui check`` (``common/preflight.py``), so both say the same
 sentence: ``resume = "latest"`` takes the newest resumable checkpoint whose files are whole; a full
 fine-tuning checkpoint resumes only without ``[model.lora]`` and a LoRA one only with it; and a
 checkpoint resumes only into the model it was trained from (``training_state.json``'s ``model``:
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .commands import resume_command
-from .layout import ADAPTERS_FILE, MODEL_WEIGHTS_FILE, TrainingState, list_checkpoints, parse_checkpoint_dir_name
+from grpo_tui.common.commands import resume_command
+from grpo_tui.protocol.layout import ADAPTERS_FILE, MODEL_WEIGHTS_FILE, TrainingState, list_checkpoints, parse_checkpoint_dir_name
 
 Resume = tuple[Path, TrainingState]
 

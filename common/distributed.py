@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import get_args
 
-from .config import Backend, Config, ConfigError
+from grpo_tui.protocol.config import Backend, Config, ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

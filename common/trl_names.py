@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .messages import Eval, Step
+from grpo_tui.protocol.messages import Eval, Step
 
 
 def _put(out: dict[str, float], name: str, value: float | int | None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Config, DataConfig, RewardConfig
+from grpo_tui.protocol.config import Config, DataConfig, RewardConfig
 
 # Built-in rewards that compare with a dataset column, and the column.
 REWARD_COLUMNS = {"accuracy": "answer"}

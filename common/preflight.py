@@ -19,11 +19,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError, LoraConfig, ModelConfig
-from .data_check import data_problems
-from .distributed import rank_count, undealt
-from .layout import STATE_FILE, parse_checkpoint_dir_name, read_state
-from .resume_check import damage, damaged, fit_problem, latest_whole
+from grpo_tui.common.data_check import data_problems
+from grpo_tui.common.distributed import rank_count, undealt
+from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
+from grpo_tui.protocol.config import Config, ConfigError, LoraConfig, ModelConfig
+from grpo_tui.protocol.layout import STATE_FILE, parse_checkpoint_dir_name, read_state
 
 _NO_FILES = ("/proc", "/sys", "/dev")  # virtual file systems: nothing can be saved there
 

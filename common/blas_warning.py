@@ -9,7 +9,7 @@ import platform
 import sys
 from pathlib import Path
 
-from .install_hint import pip_install
+from grpo_tui.common.install_hint import pip_install
 
 FAST_NAMES = ("mkl", "openblas", "blis", "accelerate")
 PREFIX = "slow BLAS:"  # the warning starts with this (the dashboard's header looks for it)

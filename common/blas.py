@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from .install_hint import pip_install
+from grpo_tui.common.install_hint import pip_install
 
 # Set in the child so that a re-exec happens at most once, whatever the outcome.
 REEXEC_MARK = "GRPO_TUI_BLAS_REEXEC"

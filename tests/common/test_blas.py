@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from grpo_tui.protocol.blas import active_blas, child_env, describe, find_blas, preloaded
+from grpo_tui.common.blas import active_blas, child_env, describe, find_blas, preloaded
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="BLAS preload is Linux-only")
 
@@ -30,7 +30,7 @@ def test_child_env_keeps_existing_preloads(tmp_path):
 @linux_only
 def test_active_blas_is_verified_in_a_child_process():
     """What a child started with child_env() really uses is the library we chose."""
-    code = "import mlx.core as mx; from grpo_tui.protocol.blas import active_blas; print(active_blas())"
+    code = "import mlx.core as mx; from grpo_tui.common.blas import active_blas; print(active_blas())"
     lib = find_blas("auto")
     env = child_env("auto")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
