@@ -20,6 +20,7 @@ The table (message → where the program prints it → what the command must do)
 | d (detach) in the dashboard | dashboard, on exit | attach again |
 | init | cli | train the starter run (dashboard and headless) |
 | init into a folder that is not empty | cli | write the starter run |
+| init --from-mlx-node | cli (tui/from_mlx_node.py) | check the converted config; train it; convert into a new folder |
 | attach with no live run here | cli | list the runs |
 | a tracker that is not installed | worker, trackers | pip: install what provides it |
 | attach --web without textual-serve | cli (web) | pip: install what provides it |
@@ -28,6 +29,7 @@ The table (message → where the program prints it → what the command must do)
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import sys
@@ -38,7 +40,7 @@ import pytest
 from grpo_tui.protocol import control as c
 from tests.helpers.printed import Terminal, commands, frame, frames, shell, the_command, wait_for
 from tests.helpers.trainer_env import HOOK, fake_trainer_env
-from tests.helpers.worker_harness import FAULTY_TRAINER, tiny_model, write_config
+from tests.helpers.worker_harness import FAULTY_TRAINER, tiny_model, write_config, write_dataset
 
 __all__ = ["tiny_model"]  # the fixture, imported for pytest
 
@@ -167,6 +169,26 @@ def test_the_attach_commands_of_a_run_in_the_background(home, tiny_model):
         viewer.end(out)
 
 
+def test_the_init_from_mlx_node_commands(home, tiny_model):
+    (home / "mlx node.json").write_text(json.dumps({"modelPath": str(tiny_model), "maxNewTokens": 8, "batchSize": 2}))
+    write_dataset(home / "rows.jsonl")
+    written = shell("grpo-tui init --from-mlx-node 'mlx node.json' 'from mlx' --data rows.jsonl", home)
+    assert written.returncode == 0, written.stderr
+    checked = shell(the_command(written.stdout, "grpo-tui check"), home)
+    assert checked.returncode == 0, checked.stderr
+    out = home / "from mlx" / "runs" / "grpo"
+    terminal = Terminal(the_command(written.stdout, "grpo-tui run") + " --set training.max_steps=1", home)
+    try:
+        wait_for(lambda: any(f.get("type") == "step" for f in frames(out)), 120, f"a step\n{terminal.text()[-2000:]}")
+    finally:
+        terminal.end(out)
+    busy = shell("grpo-tui init --from-mlx-node 'mlx node.json' 'from mlx' --data rows.jsonl", home)
+    assert busy.returncode == 2 and "already exists" in busy.stderr
+    again = shell(the_command(busy.stderr, "grpo-tui init"), home)
+    assert again.returncode == 0, again.stderr
+    assert "rows.jsonl" in (home / "DIR" / "config.toml").read_text()
+
+
 def test_the_init_commands(home):
     written = shell("grpo-tui init math 'my starter'", home)
     assert written.returncode == 0, written.stderr
@@ -269,5 +291,5 @@ KNOWN_PRINTERS = {
     "common/blas_warning.py", "common/install_hint.py", "common/commands.py", "common/resume_check.py",
     # not a command to run: the header of the config file GRPOTrainer writes names the commands that
     # read it (no path: the file is the one it is in); a comment
-    "api/trainer.py", "tui/supervisor.py",
+    "api/trainer.py", "tui/supervisor.py", "tui/from_mlx_node.py",
 }

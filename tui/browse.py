@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -19,10 +23,10 @@ class BrowseApp(App):
     TITLE = "grpo-tui browse"
     BINDINGS = [Binding("q", "quit", "quit"), Binding("ctrl+c", "quit", "quit", show=False)]
 
-    def __init__(self, db_path: str, run_id: int | None = None, refresh_seconds: float = 10.0) -> None:
+    def __init__(self, db_path: str, run_id: int | None = None, refresh_seconds: float = 10.0, title: str | None = None) -> None:
         super().__init__()
         self.db_path, self.run_id, self.refresh_seconds = db_path, run_id, refresh_seconds
-        self.sub_title = db_path
+        self.sub_title = title or db_path
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -39,10 +43,28 @@ def check_store(db_path: str) -> str | None:
     return None
 
 
+@contextmanager
+def browsable(db_path: str) -> Iterator[BrowseApp]:
+    """The browser for ``db_path``: a grpo-tui store as it is; an mlx-node store copied once into a
+    grpo-tui store in a temporary folder (removed after), its own file never written. ``StoreError``
+    with one sentence for anything else."""
+    from grpo_tui.tui.db.mlx_node import copy_as_grpo_store, is_mlx_node_store
+
+    if not is_mlx_node_store(db_path):
+        if (problem := check_store(db_path)) is not None:
+            raise StoreError(problem)
+        yield BrowseApp(db_path)
+        return
+    with tempfile.TemporaryDirectory(prefix="grpo-tui-mlx-node-") as folder:
+        copy = copy_as_grpo_store(db_path, Path(folder) / "outputs.db")
+        yield BrowseApp(str(copy), refresh_seconds=3600.0, title=f"{db_path} (an mlx-node store, read once)")
+
+
 def run_browser(db_path: str) -> int:
-    problem = check_store(db_path)
-    if problem is not None:
-        print(f"grpo-tui: {problem}.", file=sys.stderr)
+    try:
+        with browsable(db_path) as app:
+            app.run()
+    except StoreError as exc:
+        print(f"grpo-tui: {exc}.", file=sys.stderr)
         return 2
-    BrowseApp(db_path).run()
     return 0

@@ -202,6 +202,12 @@ def cmd_browse(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from grpo_tui.tui.init_templates import InitError, write_template
 
+    if args.from_mlx_node is not None:
+        return _init_from_mlx_node(args)
+    if args.data is not None:
+        return _fail("--data goes with --from-mlx-node: a template brings its own rows.")
+    if args.template is None:
+        return _fail("name a template (`grpo-tui init math`) or an mlx-node config (`grpo-tui init --from-mlx-node FILE.json`).")
     try:
         dest = write_template(args.template, args.directory)
     except InitError as exc:
@@ -211,6 +217,26 @@ def cmd_init(args: argparse.Namespace) -> int:
     config = shlex.quote(str(dest / "config.toml"))
     print(f"train it: `grpo-tui run {config}`   (headless: `grpo-tui worker {config} --plain`)")
     print("its comments say how to switch to a hub model (Qwen/Qwen3-0.6B) and a hub dataset")
+    return 0
+
+
+def _init_from_mlx_node(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.from_mlx_node import write_converted
+    from grpo_tui.tui.init_templates import InitError
+
+    if args.directory is not None:
+        return _fail(f"one folder only: `grpo-tui init --from-mlx-node {args.from_mlx_node} DIR` (got {args.template} and {args.directory}).")
+    try:
+        dest, unmapped = write_converted(args.from_mlx_node, args.template, args.data)
+    except InitError as exc:
+        return _fail(str(exc))
+    config = shlex.quote(str(dest / "config.toml"))
+    print(f"wrote {dest / 'config.toml'}: every mlx-node setting written out (docs/from-mlx-node.md)")
+    for line in unmapped:
+        print(f"not carried over: {line}")
+    if args.data is None:
+        print(f"mlx-node's config names no dataset: set [data] path in {dest / 'config.toml'}, or convert with --data ROWS.jsonl")
+    print(f"check it: `grpo-tui check {config}`   train it: `grpo-tui run {config}`")
     return 0
 
 
@@ -277,8 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("init", help="write a starter run (config, rewards, example rows, a tiny model)",
                        description=f"Templates: {describe()}.")
-    p.add_argument("template", choices=list(TEMPLATES), help="math, json or tools")
+    p.add_argument("template", nargs="?", help=f"{', '.join(TEMPLATES)} (with --from-mlx-node: the folder to write)")
     p.add_argument("directory", nargs="?", help="where to write it (default: ./TEMPLATE)")
+    p.add_argument("--from-mlx-node", metavar="FILE.json", help="convert an mlx-node GRPOTrainerConfig (JSON) instead")
+    p.add_argument("--data", metavar="ROWS", help="with --from-mlx-node: the training rows the config reads")
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
