@@ -142,11 +142,10 @@ class Start:
         run.control.step = state.step
         self.checkpoints.resumed(state.step, path, emergency=state.kind == "emergency")
         if state.dataset_hash != trainer.dataset_hash or state.dataset_size != trainer.dataset_size:
-            run.log(
-                "warning",
-                f"the dataset changed since {path.name} ({state.dataset_size} -> {trainer.dataset_size} rows); "
-                "the data order after the resume differs from the original run",
-            )
+            how = (f"{state.dataset_size} -> {trainer.dataset_size} rows" if state.dataset_size != trainer.dataset_size
+                   else f"the same {trainer.dataset_size} rows, but their content changed")
+            run.log("warning", f"the dataset changed since {path.name} ({how}); the data order after the resume "
+                               "differs from the original run")
         if state.config_digest != ckpt.config_digest(run.config):
             run.log("info", f"training settings differ from those of {path.name}")
         history, aggregates = await run.store.history(run.run_id) if run.store else ([], m.Aggregates())

@@ -88,7 +88,19 @@ def test_resume_from_an_explicit_path_warns_when_the_dataset_changed(tmp_path, t
         f.write('{"prompt": "What is 8 + 8?", "answer": "16"}\n')
     worker = run_to_end(config)
     assert worker.of(m.ResumeState)[0].step == 2
-    assert any(e.level == "warning" and "dataset changed" in e.message for e in worker.of(m.Log))
+    assert any(e.level == "warning" and "dataset changed" in e.message and "8 -> 9 rows" in e.message
+               for e in worker.of(m.Log))
+
+
+def test_a_resume_over_rows_whose_text_changed_says_the_content_changed(tmp_path, tiny_model):
+    rewards = reward_config(tmp_path, "varied")
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"keep_last": 0}))
+    config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"resume": str(tmp_path / "out" / "checkpoint-2")})
+    data = tmp_path / "data.jsonl"
+    data.write_text(data.read_text().replace("What is 1 + 2?", "What is 2 + 1?"))  # as many rows, one reworded
+    worker = run_to_end(config)
+    [warning] = [e.message for e in worker.of(m.Log) if "dataset changed" in e.message]
+    assert "the same 8 rows, but their content changed" in warning
 
 
 def test_resume_false_starts_a_new_run_and_sets_old_checkpoints_aside(tmp_path, tiny_model):
