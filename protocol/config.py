@@ -386,6 +386,9 @@ class LoggingConfig(_Section):
 
 class StoreConfig(_Section):
     enabled: bool = True
+    # The SQLite file; default <output_dir>/outputs.db. Several runs may share one (mlx-node's
+    # outputStore.localPath): each is a row of its runs table.
+    path: str | None = None
     # A store that fails SQLite's check at start: "stop" names it and the ways on; "fresh" keeps it
     # beside as outputs.damaged-<time>.db and starts a new one.
     if_damaged: Literal["stop", "fresh"] = "stop"
@@ -558,6 +561,8 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
         if target.endswith((".py", ".pkl")):
             tool.function = must_exist(f"tools[{i}].function", target) + ":" + func
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
+    if config.store.path is not None:
+        config.store.path = str(local(config.store.path, "store.path"))
     resume = config.checkpoint.resume
     if isinstance(resume, str) and resume != "latest":
         config.checkpoint.resume = must_exist("checkpoint.resume", resume)

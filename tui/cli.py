@@ -188,10 +188,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_browse(args: argparse.Namespace) -> int:
     database = Path(args.database)
-    if database.is_dir():  # a run folder: its store
-        if not (database / STORE_FILE).is_file():
+    if database.is_dir():  # a run folder: its store (store.path may put it elsewhere)
+        from grpo_tui.tui.runs import store_of
+
+        if not (store := store_of(database)).is_file():
             return _fail(f"{database}: a folder without {STORE_FILE}; name a run's output folder or its {STORE_FILE}.")
-        database = database / STORE_FILE
+        database = store
     if not database.is_file():
         return _fail(f"{args.database}: no such file.")
     from grpo_tui.tui.browse import run_browser

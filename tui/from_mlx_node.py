@@ -66,8 +66,8 @@ KEYS: dict[str, Key] = {
     "device": Key(None, None, "MLX's default device runs (Metal on a Mac, the CPU or CUDA on Linux)"),
     "resumeFromCheckpoint": Key("checkpoint.resume", None, "an mlx-node checkpoint cannot be resumed here: this starts fresh"),
     "tuiMode": Key(None, None, "grpo-tui run is the dashboard; the worker always speaks its protocol to it"),
-    "outputStore": Key("store.enabled", False, "grpo-tui always records every generation in <output_dir>/outputs.db; "
-                                                "`grpo-tui browse` opens mlx-node's outputs.db too"),
+    "outputStore": Key("store.enabled", False, "grpo-tui always records every generation (outputStore.localPath is "
+                                                "store.path); `grpo-tui browse` opens mlx-node's outputs.db too"),
 }
 
 SECTIONS = ("model", "data", "grpo", "generation", "training", "checkpoint", "logging", "store")
@@ -103,6 +103,11 @@ def convert(source: Path, data: str | None = None) -> tuple[str, list[str]]:
         section, _, field = key.ours.rpartition(".")
         line = f"{field} = {_toml(written)}  # {origin}" + (f"; {key.note}" if key.note else "")
         (tables[section] if section else top).append(line)
+    store = raw.get("outputStore")
+    if isinstance(store, dict) and store.get("localPath"):
+        local = str((source.parent / str(store["localPath"])).expanduser().resolve())
+        tables["store"].append(f"# path = {_toml(local)}  # mlx-node outputStore.localPath: that file holds mlx-node's "
+                               "store, which grpo-tui only reads (browse); for one store of many runs name a new file")
     name = str(values["runName"] or "grpo")
     tables["data"] += [f"path = {_toml(data or 'train.jsonl')}  # mlx-node's config names no dataset: rows with "
                        "prompt (text or chat messages) and answer"]

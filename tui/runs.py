@@ -18,7 +18,7 @@ from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event
 from grpo_tui.protocol.config import Config, ConfigError, load_config, parse_config
-from grpo_tui.protocol.layout import RUN_LOG_FILE, parse_checkpoint_dir_name
+from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE, parse_checkpoint_dir_name
 
 MAX_DEPTH = 4
 TAIL_BYTES = 256 * 1024  # enough of run.jsonl's end for the last step and how the run ended
@@ -137,6 +137,15 @@ def config_for(folder: Path) -> Config | None:
         return parse_config(dumps(config), base_dir=folder, check_paths=False)
     except (ConfigError, msgspec.MsgspecError, ValueError, TypeError):
         return None
+
+
+def store_of(folder: Path) -> Path:
+    """The run's store: its config's ``store.path`` when set (a store outside the folder, maybe
+    shared by several runs), else ``<folder>/outputs.db``."""
+    config = config_for(folder)
+    if config is not None and config.store.path:
+        return Path(config.store.path)
+    return folder / STORE_FILE
 
 
 def _first_init(path: Path) -> m.Init | None:

@@ -103,7 +103,8 @@ class Start:
 
     async def _open_store(self, state: ckpt.TrainingState | None) -> None:
         run, cfg = self.run, self.run.config
-        path = run.output_dir / STORE_FILE
+        path = Path(cfg.store.path) if cfg.store.path else run.output_dir / STORE_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
         try:
             run.store = store = await Store.open(path)
         except StoreDamaged as exc:
@@ -115,7 +116,7 @@ class Start:
             aside = await run.mlx(set_damaged_aside, path)
             run.log("warning", f"the store {path} is damaged ({exc}); kept as {aside.name}, starting a fresh store")
             run.store = store = await Store.open(path)
-        if await store.mark_abandoned_runs():
+        if await store.mark_abandoned_runs(str(run.output_dir)):
             run.log("info", "an earlier run in this store ended without finishing; marked crashed")
         if state is not None and await store.reopen_run(state.run_id, state.step, state.total_steps):
             run.run_id = state.run_id

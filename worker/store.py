@@ -100,13 +100,16 @@ class Store:
 
     # ------------------------------------------------------------ runs
 
-    async def mark_abandoned_runs(self) -> int:
-        """Runs left 'running' by a worker that died are marked crashed. Returns how many."""
+    async def mark_abandoned_runs(self, output_dir: str) -> int:
+        """Runs of ``output_dir`` left 'running' by a worker that died are marked crashed (the folder's
+        lock says none of them is live). A store shared by several runs (``store.path``) keeps the
+        other folders' live runs running. Returns how many."""
         async with self._transaction() as db:
             cur = await db.execute(
                 "UPDATE runs SET status='crashed', ended_at=coalesce("
                 "(SELECT max(created_at) FROM steps WHERE steps.run_id=runs.id), started_at) "
-                "WHERE status='running'"
+                "WHERE status='running' AND coalesce(json_extract(config, '$.checkpoint.output_dir'), ?) = ?",
+                (output_dir, output_dir),
             )
             return cur.rowcount
 

@@ -55,3 +55,9 @@ def test_a_file_that_is_not_an_mlx_node_config_is_one_sentence(tmp_path, content
 def test_every_key_of_the_table_is_in_the_migration_guide(root):
     guide = (root / "docs" / "from-mlx-node.md").read_text()
     assert [key for key in KEYS if f"`{key}`" not in guide] == []
+
+
+def test_an_output_store_path_is_offered_but_mlx_nodes_file_is_never_written(tmp_path):
+    config, text, _ = converted(tmp_path, {"modelPath": "model", "outputStore": {"enabled": True, "localPath": "all.db"}})
+    assert config.store.enabled and config.store.path is None
+    assert f"# path = \"{(tmp_path / 'all.db').resolve()}\"" in text

@@ -80,13 +80,20 @@ async def test_non_finite_values_are_stored_as_null(store):
     assert rows(store.path, "SELECT advantage FROM generations WHERE prompt_index = 0 AND group_index = 0") == [(None,)]
 
 
+async def test_a_shared_store_marks_only_its_own_folders_runs_abandoned(store):
+    mine = await store.create_run("mine", "tiny", "/m", {"checkpoint": {"output_dir": "/runs/a"}}, 10)
+    other = await store.create_run("live", "tiny", "/m", {"checkpoint": {"output_dir": "/runs/b"}}, 10)
+    assert await store.mark_abandoned_runs("/runs/a") == 1
+    assert rows(store.path, "SELECT id, status FROM runs ORDER BY id") == [(mine, "crashed"), (other, "running")]
+
+
 async def test_reopening_a_run_deletes_everything_after_the_checkpoint_step(store):
     run = await store.create_run("demo", "tiny", "/m", {}, 10)
     call = ToolCall(index=0, name="f", arguments={}, raw="{}")
     for step in range(1, 6):
         store.queue_log(step, "info", f"log {step}")
         await store.write_step(run, output(step, reward=step / 10, tool_calls=[call]))
-    assert await store.mark_abandoned_runs() == 1  # the worker died: it was left "running"
+    assert await store.mark_abandoned_runs("/runs/demo") == 1  # the worker died: it was left "running"
     assert rows(store.path, "SELECT status, ended_at IS NOT NULL FROM runs") == [("crashed", 1)]
 
     assert await store.reopen_run(run, 3, 10)
