@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from grpo_tui.common.last_words import silent_death
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.common.trl_names import StepWindow, eval_metrics
 from grpo_tui.config import GRPOConfig, trl_name
@@ -26,6 +27,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event, encode
 from grpo_tui.protocol.config import BUILTIN_REWARDS, Config, ConfigError, load_config
 from grpo_tui.protocol.layout import FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, parse_checkpoint_dir_name
+from grpo_tui.protocol.outcome import Exit
 
 CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
 REWARDS_FILE = "rewards.pkl"
@@ -221,6 +223,9 @@ class GRPOTrainer:
         else:
             code = _run_worker(config_path, follower)
         follower.close()
+        if not dashboard and follower.complete is None and follower.error is None:
+            # its exit code is believed only with its last frame (common/last_words.py)
+            raise TrainingError(silent_death(code, [], log_file, offset), Exit.CRASH)
         if code != 0 and not (dashboard and follower.complete is not None):
             raise TrainingError(follower.error or f"the worker exited with status {code}", code)
         metrics = follower.summary()

@@ -2,7 +2,7 @@
 
     python -m grpo_tui.tui.supervisor --output-dir DIR [--restart-delay S] ... -- WORKER_ARGV...
 
-It imports no Textual and no MLX (the protocol and the standard library only), so it is small and
+It imports no Textual and no MLX (the protocol, common/ and the standard library only), so it is small and
 outlives every dashboard: ``grpo-tui run`` and ``run --detach`` start it in its own session, where a
 closed terminal (SIGHUP) never reaches it (docs/architecture.md, "Processes"; docs/long-runs.md).
 
@@ -36,9 +36,11 @@ from pathlib import Path
 
 import msgspec
 
+from grpo_tui.common.last_words import log_size, silent_death
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.layout import RUN_LOG_FILE
 from grpo_tui.protocol.outcome import Exit, describe, restartable
 from grpo_tui.tui.supervisor_record import RecordKeeper
 from grpo_tui.tui.supervisor_viewers import ViewerHub
@@ -66,6 +68,7 @@ class Supervisor:
         self.refused = ""
         self.completed: m.Complete | None = None
         self.last_error = ""
+        self.silent = ""  # the current worker ended without its last frame: what to say instead
         self.greeted = False  # the current worker's first frame was checked
         self.saved = False  # a checkpoint of this run exists (a mistake's retry resumes from it)
         self.frames = 0  # the worker frames broadcast so far (all workers of this run)
@@ -136,15 +139,24 @@ class Supervisor:
                 pass
 
     async def run_worker(self, resume_latest: bool) -> int:
-        self.completed, self.last_error, self.greeted = None, "", False
+        """One worker, start to end: its exit code, believed only with its last frame (a worker that
+        greeted and then ended without ``complete`` or a fatal ``error`` died: a crash, whatever its
+        code, with ``silent`` saying so; common/last_words.py)."""
+        self.completed, self.last_error, self.greeted, self.silent = None, "", False, ""
+        log = self.out / RUN_LOG_FILE
+        offset = log_size(log)
         if not (pid := await self.worker.start(resume_latest)):
             return 1
         self.record.update(worker_pid=pid)
         self.viewers.broadcast(c.encode(c.WorkerStarted(pid=pid)))
-        return await self.worker.wait()
+        code = await self.worker.wait()
+        if self.greeted and not self.refused and self.completed is None and not self.last_error:
+            self.silent = silent_death(code, self.worker.tail(), log, offset)
+            return Exit.CRASH if code in set(Exit) else code
+        return code
 
     def reason(self, code: int) -> str:
-        return self.refused or self.last_error or self.worker.last_stderr or describe(code)
+        return self.refused or self.last_error or self.silent or self.worker.last_stderr or describe(code)
 
     # ------------------------------------------------------------ the restart policy
 

@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from grpo_tui.common.last_words import TAIL_LINES
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import messages as m
 
@@ -31,6 +33,7 @@ class WorkerProcess:
         self.stderr_file = open(stderr_path, "ab", buffering=0)  # noqa: SIM115 (open while the supervisor runs)
         self.proc: asyncio.subprocess.Process | None = None
         self.last_stderr = ""  # the worker's last stderr line: why it ended, when nothing else says
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
 
     @property
     def pid(self) -> int:
@@ -42,6 +45,7 @@ class WorkerProcess:
         saying why, if it cannot be started."""
         argv = self.argv + (list(RESUME_LATEST) if resume_latest else [])
         self.last_stderr = ""
+        self._tail.clear()
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -72,6 +76,10 @@ class WorkerProcess:
         if proc.stdin:
             proc.stdin.close()
         return code
+
+    def tail(self) -> list[str]:
+        """The current worker's last few stderr lines."""
+        return list(self._tail)
 
     async def send(self, cmd: m.Command) -> None:
         """A command to the running worker's stdin (none runs: dropped)."""
@@ -105,6 +113,7 @@ class WorkerProcess:
             text = line.decode("utf-8", errors="replace").rstrip("\r\n")
             if text.strip():
                 self.last_stderr = text
+                self._tail.append(text)
                 self.on_stderr(text)
 
 

@@ -101,6 +101,20 @@ def test_a_failing_reward_is_a_training_error_with_its_message(root, tmp_path, r
     assert "broken" in str(err.value) and err.value.exit_code != 0
 
 
+def test_a_worker_that_exits_0_without_its_last_frame_is_a_training_error(root, tmp_path, rows):
+    def leaves(completions, **kwargs):
+        import os
+
+        os._exit(0)
+
+    trainer = GRPOTrainer(model=str(root / "examples" / "models" / "tiny-arith"), reward_funcs=[leaves],
+                          args=quick_args(tmp_path), train_dataset=rows)
+    with pytest.raises(TrainingError) as err:
+        trainer.train()
+    assert err.value.exit_code == 1
+    assert str(err.value).startswith("the worker exited with code 0 during step 1 (scoring) without reporting why")
+
+
 def test_mistakes_in_the_arguments_name_them(root, tmp_path, rows):
     model = str(root / "examples" / "models" / "tiny-arith")
     with pytest.raises(ValueError, match=r"reward_funcs\[0\]: 'gpt-judge' is not a built-in"):

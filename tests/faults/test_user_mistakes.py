@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -92,6 +93,42 @@ def test_a_worker_that_dies_through_os_exit_says_why_and_where_the_log_is(tmp_pa
         "the worker exited with code 7 during step 1 (scoring) without reporting why (a reward or tool function may "
         f"have called os._exit(), or native code crashed). Its last output: reward: giving up. The run's log: {log}"
     )
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3])
+def test_an_exit_code_the_worker_did_not_say_is_a_death_not_an_outcome(tmp_path, code):
+    """os._exit(0) would read as "done", 2 as a mistake, 3 as a NaN stop: without the worker's last
+    frame (complete, or a fatal error) any exit code is a death with its sentence, exit 1."""
+    body = f"import os, sys\ndef score(completions, **kw):\n    print('reward: bye', file=sys.stderr, flush=True)\n    os._exit({code})\n"
+    config = write_run(tmp_path, rewards=custom_reward(tmp_path, body))
+    done = grpo_tui("worker", str(config), "--plain")
+    assert done.returncode == 1, done.stderr[-3000:]
+    log = tmp_path / "out" / "run.jsonl"
+    assert said(done.stderr)[-1] == (
+        f"the worker exited with code {code} during step 1 (scoring) without reporting why (a reward or tool function may "
+        f"have called os._exit(), or native code crashed). Its last output: reward: bye. The run's log: {log}"
+    )
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_ls_never_calls_a_worker_that_died_with_code_0_or_3_done(tmp_path, code):
+    """Through the supervisor (`grpo-tui run --detach`): the record says crashed, with the sentence."""
+    from grpo_tui.protocol import control as c
+
+    body = f"import os\ndef score(completions, **kw):\n    os._exit({code})\n"
+    config = write_run(tmp_path, rewards=custom_reward(tmp_path, body), display={"restart_on_crash": False})
+    started = grpo_tui("run", str(config), "--detach")
+    assert started.returncode == 0, started.stderr
+    out = tmp_path / "out"
+    for _ in range(600):
+        record = c.read_record(out)
+        if record is not None and record.status not in c.LIVE_STATUSES and not c.is_live(record):
+            break
+        time.sleep(0.1)
+    assert record is not None and record.status == "crashed" and record.exit_code == 1, record
+    assert record.reason.startswith(f"the worker exited with code {code} during step 1 (scoring) without reporting why")
+    [row] = grpo_tui("ls", str(tmp_path)).stdout.splitlines()[1:]
+    assert row.split()[:2] == ["crashed", "0/2"]
 
 
 def test_a_config_saved_with_a_bom_loads(tmp_path):
