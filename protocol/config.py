@@ -495,6 +495,14 @@ def parse_config(
     for item in overrides:  # --set: as if the file said it (so it wins over a recipe too)
         apply_override(raw, item, file)
     recipes.apply(raw)  # before validation: a key the file sets wins
+    config = validate(raw, file)
+    _resolve_paths(config, base_dir or Path.cwd(), file, check_paths)
+    return config
+
+
+def validate(raw: dict[str, Any], file: str = "<config>") -> Config:
+    """The parsed TOML ``raw`` as a ``Config``, every key checked (paths are not resolved here).
+    ``parse_config`` and a live run's changes (``live_settings``) share it: one sentence per mistake."""
     try:
         config = msgspec.convert(raw, Config)
     except msgspec.ValidationError as exc:
@@ -508,7 +516,6 @@ def parse_config(
     for i, name in enumerate(names):  # the model calls a tool by its function's name
         if name in names[:i]:
             raise ConfigError(f"tools[{i}].function", f"{config.tools[i].function!r}: a second tool named {name!r}", file)
-    _resolve_paths(config, base_dir or Path.cwd(), file, check_paths)
     return config
 
 

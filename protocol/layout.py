@@ -25,12 +25,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from grpo_tui.protocol import __version__
-from grpo_tui.protocol.messages import CheckpointKind
+from grpo_tui.protocol.messages import CheckpointKind, SettingChanged
 
 STORE_FILE = "outputs.db"
 RUN_LOG_FILE = "run.jsonl"
@@ -95,6 +95,9 @@ class TrainingState(msgspec.Struct, kw_only=True):
     epoch_indices_done: list[int] = []  # dataset indices already used in the current epoch
     reason: str = ""  # emergency saves: "nan" (after non-finite steps) or "crash" (weights untouched by the failed step)
     model: dict[str, str] = {}  # the model it was trained from: "path" and "fingerprint" (common/resume_check.py)
+    # the live changes applied up to this step (docs/steering.md): a resume goes on with them
+    live_changes: list[SettingChanged] = []
+    config: dict[str, Any] = {}  # the effective config at this step (the file's, the --set items and the live changes)
     created_at: float = 0.0
     worker_version: str = __version__
 

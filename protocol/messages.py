@@ -21,6 +21,7 @@ CheckpointKind = Literal["periodic", "manual", "final", "emergency"]
 SampleDisplay = Literal["all", "best_worst", "random"]
 FinishReason = Literal["stop", "length", "repetition"]
 ToolCallStatus = Literal["ok", "invalid_json", "missing_name"]
+SettingSource = Literal["dashboard", "cli", "api", "stdin", "doctor"]  # who asked for a live change
 
 
 def finite(value: float | None) -> float | None:
@@ -108,6 +109,7 @@ class ResumeState(_Message):
     steps_per_epoch: int
     history: list[StepSummary] = []
     aggregates: Aggregates = msgspec.field(default_factory=Aggregates)
+    changes: list["SettingChanged"] = []  # the live changes the run goes on with (docs/steering.md)
 
 
 class EpochStart(_Message):
@@ -258,6 +260,32 @@ class SampleDisplayChanged(_Message):
     mode: SampleDisplay
 
 
+class SettingChanged(_Message):
+    """A live change (``set_setting``) the worker applied at a step boundary: steps ``step`` and
+    later run with ``key`` = ``new`` (docs/steering.md). ``total_steps``: the run's length after it
+    (a change of ``training.max_steps``); ``id``: the asking command's."""
+
+    step: int
+    key: str
+    old: Any = None
+    new: Any = None
+    source: SettingSource = "dashboard"
+    time: float = 0.0
+    total_steps: int | None = None
+    id: str = ""
+
+
+class SettingRefused(_Message):
+    """The answer to a ``set_setting`` that cannot apply: ``message`` is the sentence (what
+    ``--set`` would say of a bad value, or what can change); nothing in the run changed."""
+
+    key: str
+    value: str
+    message: str
+    source: SettingSource = "dashboard"
+    id: str = ""
+
+
 class Complete(_Message):
     total_steps: int
     seconds: float
@@ -293,6 +321,8 @@ Event = Union[
     Paused,
     Resumed,
     SampleDisplayChanged,
+    SettingChanged,
+    SettingRefused,
     Complete,
     Error,
 ]
@@ -320,7 +350,18 @@ class SetSampleDisplay(_Message):
     mode: SampleDisplay
 
 
-Command = Union[Pause, Resume, Stop, SaveCheckpoint, SetSampleDisplay]
+class SetSetting(_Message):
+    """Change ``key`` (a dotted path, as ``--set`` reads it) to ``value`` (TOML text) from the next
+    step on; answered by ``setting_changed`` (once applied) or ``setting_refused``. ``id`` comes
+    back in the answer, so the one who asked finds it among every viewer's frames."""
+
+    key: str
+    value: str
+    source: SettingSource = "dashboard"
+    id: str = ""
+
+
+Command = Union[Pause, Resume, Stop, SaveCheckpoint, SetSampleDisplay, SetSetting]
 
 EVENT_TYPES: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
 COMMAND_TYPES: tuple[type, ...] = Command.__args__  # type: ignore[attr-defined]

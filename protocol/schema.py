@@ -16,7 +16,7 @@ import msgspec
 from grpo_tui.protocol.messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -186,8 +186,24 @@ DROP TABLE evals;
 ALTER TABLE evals_v7 RENAME TO evals;
 """
 
+# Live changes (docs/steering.md): a setting changed while the run trained, applying from ``step``
+# on; ``old`` and ``new`` as JSON, ``source`` who asked (dashboard, cli, api, stdin, doctor).
+_V8 = """
+CREATE TABLE setting_changes (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    old TEXT,
+    new TEXT,
+    source TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX setting_changes_run ON setting_changes (run_id, step);
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8}
 
 
 class StoreError(RuntimeError):

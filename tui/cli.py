@@ -1,4 +1,4 @@
-"""``grpo-tui`` command line: run, attach, ls, worker, browse, check.
+"""``grpo-tui`` command line: run, attach, ls, set, worker, browse, check.
 
 Kept light: heavy imports (Textual, MLX) happen only inside the subcommand that needs them, and
 the worker is started as its own process (``python -m grpo_tui.worker``) so this package never
@@ -153,8 +153,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if args.set:  # a run's config is fixed when it starts; attach only watches and steers it
         return _fail(
             f"attach takes no --set ({args.set[0]}): a run keeps the config and overrides it was started with, "
-            "and attach shows it so; to change a key, stop the run (q, then y) and start it again with "
-            "grpo-tui run CONFIG --resume latest --set KEY=VALUE."
+            "and attach shows it so; to change a live setting: grpo-tui set RUN_DIR KEY=VALUE; any other key: stop "
+            "the run (q, then y) and start it again with grpo-tui run CONFIG --resume latest --set KEY=VALUE."
         )
     target = attach_target(args.run_dir)
     if isinstance(target, str):
@@ -184,6 +184,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     print("\n".join(format_runs(runs, root)))
     return 0
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.live_set import set_live
+
+    return set_live(args.run_dir, args.items)
 
 
 def cmd_browse(args: argparse.Namespace) -> int:
@@ -287,6 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ls", help="list the runs under a folder: status, step, pid, start, reward")
     p.add_argument("dir", nargs="?", default=".", help="folder to search (default: here)")
     p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("set", help="change settings of a running run from its next step on (docs/steering.md)",
+                       description="Each KEY=VALUE is read as --set reads it and checked the same way; it applies "
+                                   "at the next step boundary. Prints the step it applies from (exit 0), or why "
+                                   "not (exit 2).")
+    p.add_argument("run_dir", help="the run's output folder")
+    p.add_argument("items", nargs="+", metavar="KEY=VALUE", help="e.g. training.learning_rate=5e-6")
+    p.set_defaults(func=cmd_set)
 
     p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -98,6 +98,7 @@ class RunState:
     sample_display: m.SampleDisplay | None = None  # the mode the worker says it uses (None: not said yet)
     checkpoints: list[m.Checkpoint] = field(default_factory=list)
     evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step and decoding mode
+    changes: list[m.SettingChanged] = field(default_factory=list)  # live changes, in the order applied (docs/steering.md)
     slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
     total_tokens: int = 0
     error: str = ""
@@ -207,6 +208,13 @@ class RunState:
                 if self.status != "stopping":
                     self.status = "paused" if isinstance(event, m.Paused) else "running"
                 return {"header", "bindings"}
+            case m.SettingChanged():  # a live change (docs/steering.md): the Config tab lists them
+                self.changes.append(event)
+                if event.total_steps is not None:
+                    self.total_steps = event.total_steps
+                return {"header", "progress", "config"}
+            case m.SettingRefused():  # said in the log (``log_entry_for``); nothing in the run changed
+                return set()
             case m.Complete():
                 return self._on_complete(event)
             case m.Error():
@@ -251,6 +259,7 @@ class RunState:
         self.step_in_epoch, self.steps_per_epoch = e.step_in_epoch, e.steps_per_epoch
         self.history_steps.clear()
         self.evals = []  # the worker sends the stored ones again after resume_state
+        self.changes = list(e.changes)
         for values in self.history.values():
             values.clear()
         self.book.clear()
@@ -325,6 +334,8 @@ def log_entry_for(event: m.Event) -> LogEntry | None:
         return LogEntry("info", f"resumed at step {event.step}", "dashboard")
     if isinstance(event, m.Complete):
         return LogEntry("info", f"run {event.status}: {event.total_steps} steps", "dashboard")
+    if isinstance(event, m.SettingRefused):
+        return LogEntry("warning", f"not changed ({event.source}): {event.message}", "worker")
     if isinstance(event, m.Status) and event.message:
         return LogEntry("debug", f"[{event.phase}] {event.message}", "dashboard")
     return None

@@ -67,7 +67,7 @@ class CheckpointPolicy:
             step=step, epoch=epoch, step_in_epoch=step_in_epoch, kind=kind, run_id=run.run_id,
             seed=run.config.training.seed, dataset_size=trainer.dataset_size, dataset_hash=trainer.dataset_hash,
             config_digest=ckpt.config_digest(run.config), total_steps=trainer.total_steps, epoch_indices_done=done,
-            reason=reason, model=run.model_identity,
+            reason=reason, model=run.model_identity, live_changes=list(run.live_changes), config=run.config.to_dict(),
         )  # fmt: skip
         run.emit(m.Status(phase="saving", message=f"saving {name}"))
         path = await run.mlx(ckpt.save_checkpoint, trainer, run.output_dir, name, state)

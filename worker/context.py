@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable, TypeVar
 
 from grpo_tui.protocol import messages as m
@@ -25,8 +26,9 @@ T = TypeVar("T")
 class RunContext:
     """The run's shared state and services; one per worker process."""
 
-    def __init__(self, config: Config, emitter: Emitter, config_path: str = "config.toml") -> None:
-        self.config = config
+    def __init__(self, config: Config, emitter: Emitter, config_path: str = "config.toml",
+                 overrides: Sequence[str] = ()) -> None:
+        self.config = config  # the effective config: the trainer shares it, live changes apply to it
         self.config_path = config_path  # what the messages' commands run again
         self.emitter = emitter
         self.output_dir = Path(config.checkpoint.output_dir)
@@ -37,6 +39,8 @@ class RunContext:
         self.run_id = 0
         self.phase: m.Phase = "loading"
         self.model_identity: dict[str, str] = {}  # the model trained (common/resume_check.py), recorded in checkpoints
+        self.overrides = list(overrides)  # the --set items: at a resume they win over the live changes
+        self.live_changes: list[m.SettingChanged] = []  # applied so far (resumed ones too), kept by each checkpoint
 
     @property
     def trainer(self) -> Trainer:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from typing import Literal
 
 from grpo_tui.protocol import messages as m
@@ -30,6 +31,7 @@ from grpo_tui.worker.context import RunContext
 from grpo_tui.worker.control import Control, choose_samples
 from grpo_tui.worker.evaluation import due, run_eval
 from grpo_tui.worker.frames import Emitter
+from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
 from grpo_tui.worker.records import StepOutput, Trainer
@@ -42,8 +44,9 @@ class TrainingLoop:
     """One run of the worker: start, the steps epoch by epoch, the end or the crash."""
 
     def __init__(self, config: Config, emitter: Emitter, plain: bool = False,
-                 make_trainer: TrainerFactory = engine_trainer, config_path: str = "config.toml") -> None:
-        self.run_context = run = RunContext(config, emitter, config_path)
+                 make_trainer: TrainerFactory = engine_trainer, config_path: str = "config.toml",
+                 overrides: Sequence[str] = ()) -> None:
+        self.run_context = run = RunContext(config, emitter, config_path, overrides)
         self.config = config
         self.emitter = emitter
         self.plain = plain
@@ -56,7 +59,8 @@ class TrainingLoop:
         self.checkpoints = CheckpointPolicy(run, self.leader)
         self.nan = NanStop(run, self.checkpoints)
         self.silent = SilentSteps(run)
-        self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed)
+        self.live = LiveChanges(run)  # set_setting: checked on arrival, applied at a step boundary
+        self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed, self.live)
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
         self.epoch_started = time.time()
         self.trackers: Trackers | None = None  # [logging] report_to, rank 0 only
@@ -114,21 +118,25 @@ class TrainingLoop:
 
     async def _train(self) -> int:
         trainer = self.run_context.trainer
-        total = trainer.total_steps
-        if self.step >= total:
+        if self.step >= trainer.total_steps:
             self.log("info", f"the run is already complete ({self.step} steps); set checkpoint.resume = false to restart")
         first = True
         if self.step == 0:
             await self._maybe_eval(0)
-        while self.step < total:
-            await self._between_steps()
+        while self.step < trainer.total_steps:  # a live change of training.max_steps moves the end
+            changes = await self._between_steps()
             stopping = self.control.stop_reason is not None
-            if self.distributed:  # every rank takes rank 0's decision at the same boundary
-                # (a stop that lands during this collective waits for the next boundary)
-                stopping = not await self.run_context.mlx(trainer.leader_value, int(not stopping))
+            if self.distributed:  # every rank takes rank 0's decision (go, and its live changes) at the same boundary
+                # (a stop or a change that lands during this collective waits for the next boundary)
+                agreed = await self.run_context.mlx(trainer.leader_value, int(not stopping) + 2 * bool(changes))
+                stopping = not agreed & 1
+                if agreed & 2:
+                    payload = await self.run_context.mlx(trainer.leader_bytes, self.live.encode(changes))
+                    if not self.leader:
+                        await self.live.follow_leader(payload)
                 if stopping:
                     self.control.stop(self.control.stop_reason or "stop")
-            if stopping:
+            if stopping or self.step >= trainer.total_steps:
                 break
             await self._run_step(self.step + 1, first)
             first = False
@@ -136,21 +144,33 @@ class TrainingLoop:
         await self._between_steps()
         return await self._finish()
 
-    async def _between_steps(self) -> None:
-        """Handle a requested save and pause; while paused, wait for resume or stop."""
+    async def _between_steps(self, live: bool = True) -> list[m.SettingChanged]:
+        """Apply the live changes due (``live``: not between an evaluation's batches), handle a
+        requested save and pause; while paused, wait for resume or stop. The changes applied."""
+        changes: list[m.SettingChanged] = []
         while True:
+            self.wake.clear()  # before the flags are read: a command that comes during an await below wakes the wait
+            if live and self.leader:
+                changes += await self._apply_changes()
             if self.control.save_requested:
                 self.control.save_requested = False
                 await self.checkpoints.save("manual")
             if self.control.stop_reason is not None:
-                return
+                return changes
             if self.control.take_pause():
                 self.emit(m.Paused(step=self.step))
                 self.emit(m.Status(phase="idle", message="paused"))
             if not self.control.paused:
-                return
-            self.wake.clear()
+                return changes
             await self.wake.wait()
+
+    async def _apply_changes(self) -> list[m.SettingChanged]:
+        changes = await self.live.apply_due()
+        if changes and self.trackers is not None:
+            self.trackers.set_total(self.run_context.trainer.total_steps)
+            for change in changes:
+                self.trackers.setting_changed(change)
+        return changes
 
     def _on_phase(self, phase: m.Phase) -> None:
         self.run_context.phase = phase
@@ -207,12 +227,15 @@ class TrainingLoop:
         run, e = self.run_context, self.config.eval
         if e is None or not due(step, run.trainer.total_steps, e.every, e.at_start, e.at_end):
             return
-        for result in await run_eval(run, step, self._between_steps) or []:
+        for result in await run_eval(run, step, self._hold_in_eval) or []:
             if run.store is not None:
                 await run.store.write_eval(run.run_id, result)
             self.emit(result)
             if self.trackers is not None:
                 self.trackers.eval(result)
+
+    async def _hold_in_eval(self) -> None:
+        await self._between_steps(live=False)  # a change waits for the end of the evaluation
 
     def _epoch_start(self, epoch: int, step_in_epoch: int) -> None:
         trainer = self.run_context.trainer

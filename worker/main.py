@@ -51,7 +51,8 @@ class Inputs:
         if isinstance(command, str):
             run.log("warning", command)
             return
-        for event in run.control.handle(command):
+        answers = run.live.request(command) if isinstance(command, m.SetSetting) else run.control.handle(command)
+        for event in answers:
             if isinstance(event, m.Log):
                 run.log(event.level, event.message)
             else:
@@ -118,9 +119,10 @@ class Inputs:
 
 
 async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer: TrainerFactory,
-                     config_path: str = "config.toml") -> int:
+                     config_path: str = "config.toml", overrides: list[str] | None = None) -> int:
     """The training loop with its inputs, until the ``complete`` frame."""
-    training = TrainingLoop(config, emitter, plain=plain, make_trainer=make_trainer, config_path=config_path)
+    training = TrainingLoop(config, emitter, plain=plain, make_trainer=make_trainer, config_path=config_path,
+                            overrides=overrides or [])
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
     return await training.run()
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_tr
             assert problem is not None
             emitter.emit(m.Error(message=problem.sentence, fatal=True, exit_code=Exit.MISTAKE, kind=problem.kind))
             return Exit.MISTAKE
-        return asyncio.run(run_worker(config, emitter, args.plain, make_trainer, args.config))
+        return asyncio.run(run_worker(config, emitter, args.plain, make_trainer, args.config, args.set))
     finally:
         release_mlx_streams()
         emitter.close()

@@ -1,6 +1,7 @@
 """Plain-text control lines, so a script can drive ``grpo-tui worker --plain`` through a pipe:
 
     PAUSE | RESUME | SAVE_CHECKPOINT | STOP | SET sample_display=all|best_worst|random
+    SET training.learning_rate=5e-6   (any live setting, as ``--set`` reads it: docs/steering.md)
 
 Case-insensitive, surrounding blanks ignored. A line that starts with ``{`` is a JSON command and
 is left to the codec. Anything else is answered with a warning that lists what is understood;
@@ -22,7 +23,8 @@ _WORDS: dict[str, Callable[[], m.Command]] = {
     "STOP": m.Stop,
 }
 _DISPLAYS: tuple[str, ...] = typing.get_args(m.SampleDisplay)
-HELP = "PAUSE, RESUME, SAVE_CHECKPOINT, STOP, SET sample_display=" + "|".join(_DISPLAYS) + " or a JSON command"
+HELP = ("PAUSE, RESUME, SAVE_CHECKPOINT, STOP, SET sample_display=" + "|".join(_DISPLAYS)
+        + ", SET KEY=VALUE (a live setting, e.g. SET training.learning_rate=5e-6) or a JSON command")
 
 
 def is_json(line: str) -> bool:
@@ -38,9 +40,11 @@ def parse_plain(line: str) -> m.Command | str:
     head, _, rest = text.partition(" ")
     if head.upper() == "SET":
         key, eq, value = rest.partition("=")
-        key, value = key.strip().lower(), value.strip().strip("\"'").lower()
-        if key != "sample_display" or not eq:
-            return f"unknown setting in {_short(text)}; expected SET sample_display=" + "|".join(_DISPLAYS)
+        if not eq or not key.strip():
+            return f"no KEY=VALUE in {_short(text)}; expected SET training.learning_rate=5e-6 or SET sample_display=" + "|".join(_DISPLAYS)
+        if key.strip().lower() != "sample_display":  # a live setting: checked as --set checks it (live_changes.py)
+            return m.SetSetting(key=key.strip(), value=value.strip(), source="stdin")
+        value = value.strip().strip("\"'").lower()
         if value not in _DISPLAYS:
             return f"sample_display={value!r} is not one of " + ", ".join(_DISPLAYS)
         return m.SetSampleDisplay(mode=value)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from grpo_tui.worker import checkpoint as ckpt
 from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory
 from grpo_tui.worker.store import Store, StoreDamaged, set_damaged_aside
 
@@ -31,8 +32,9 @@ class Start:
     """Starts one run; ``lock`` holds the output folder while the process lives."""
 
     def __init__(self, run: RunContext, checkpoints: CheckpointPolicy, make_trainer: TrainerFactory,
-                 leader: bool, distributed: bool) -> None:
+                 leader: bool, distributed: bool, live: LiveChanges) -> None:
         self.run = run
+        self.live = live
         self.checkpoints = checkpoints
         self.make_trainer = make_trainer
         self.leader = leader
@@ -60,10 +62,14 @@ class Start:
             )
         resume = await find_resume(run)
         run.emitter.open_jsonl(run.output_dir / RUN_LOG_FILE)
+        # A checkpoint from another output folder belongs to another store: record a new run.
+        ours = resume is not None and resume[0].parent.resolve() == run.output_dir.resolve()
+        later: list[m.SettingChanged] = []
         if cfg.store.enabled:
-            # A checkpoint from another output folder belongs to another store: record a new run.
-            ours = resume is not None and resume[0].parent.resolve() == run.output_dir.resolve()
-            await self._open_store(resume[1] if resume is not None and ours else None)
+            later = await self._open_store(resume[1] if resume is not None and ours else None)
+        if resume is not None:  # before the model loads: a change of the length or the sampler counts from the start
+            for line in self.live.resume(resume[1], later):
+                run.log("info", line)
         run.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))
         main_loop = asyncio.get_running_loop()
 
@@ -101,8 +107,11 @@ class Start:
         run.loaded = trainer = await run.mlx(self.make_trainer, run.config, lambda level, message: None)
         run.control.step = await run.mlx(trainer.sync_from_leader, 0)
 
-    async def _open_store(self, state: ckpt.TrainingState | None) -> None:
+    async def _open_store(self, state: ckpt.TrainingState | None) -> list[m.SettingChanged]:
+        """Open the store and record (or reopen) the run; the live changes recorded after the
+        resumed checkpoint's step (a kill came before the next checkpoint), which the resume applies again."""
         run, cfg = self.run, self.run.config
+        later: list[m.SettingChanged] = []
         path = Path(cfg.store.path) if cfg.store.path else run.output_dir / STORE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -118,6 +127,8 @@ class Start:
             run.store = store = await Store.open(path)
         if await store.mark_abandoned_runs(str(run.output_dir)):
             run.log("info", "an earlier run in this store ended without finishing; marked crashed")
+        if state is not None:
+            later = await store.changes(state.run_id, after=state.step)
         if state is not None and await store.reopen_run(state.run_id, state.step, state.total_steps):
             run.run_id = state.run_id
         else:
@@ -126,6 +137,7 @@ class Start:
             model = Path(cfg.model.path).name
             run.run_id = await store.create_run(cfg.run_name, model, cfg.model.path, cfg.to_dict(), 0)
         run.emit(m.DatabasePath(path=str(store.path), run_id=run.run_id, run_name=cfg.run_name))
+        return later
 
     async def _restore(self, path: Path, state: ckpt.TrainingState) -> None:
         run = self.run
@@ -156,6 +168,7 @@ class Start:
             m.ResumeState(
                 step=state.step, epoch=epoch, total_epochs=trainer.num_epochs, step_in_epoch=step_in_epoch,
                 steps_per_epoch=trainer.steps_per_epoch, history=history, aggregates=aggregates,
+                changes=list(run.live_changes),
             )
         )  # fmt: skip
         for done in await run.store.evals(run.run_id) if run.store else []:

@@ -135,7 +135,7 @@ class Store:
             if cur.rowcount == 0:
                 return False
             # tool_calls and the FTS index follow generations through ON DELETE CASCADE / triggers.
-            for table in ("generations", "steps", "logs", "evals"):
+            for table in ("generations", "steps", "logs", "evals", "setting_changes"):
                 await db.execute(f"DELETE FROM {table} WHERE run_id=? AND step>?", (run_id, step))
         return True
 
@@ -207,6 +207,24 @@ class Store:
                    num_prompts=r[5], num_samples=r[6], greedy=bool(r[7]), seconds=r[8] or 0.0)
             for r in rows
         ]  # fmt: skip
+
+    async def write_change(self, run_id: int, change: m.SettingChanged) -> None:
+        """A live change (docs/steering.md), with the logs queued before it."""
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT INTO setting_changes (run_id, step, key, old, new, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, change.step, change.key, json.dumps(change.old), json.dumps(change.new), change.source,
+                 change.time or time.time()),
+            )
+            await self._write_logs(db, run_id)
+
+    async def changes(self, run_id: int, after: int = 0) -> list[m.SettingChanged]:
+        """The run's live changes that apply from a step after ``after``, in the order they came."""
+        sql = "SELECT step, key, old, new, source, created_at FROM setting_changes WHERE run_id=? AND step>? ORDER BY id"
+        async with self._conn.execute(sql, (run_id, after)) as cur:
+            rows = await cur.fetchall()
+        return [m.SettingChanged(step=r[0], key=r[1], old=json.loads(r[2]), new=json.loads(r[3]), source=r[4], time=r[5])
+                for r in rows]
 
     async def _write_generation(
         self, db: aiosqlite.Connection, run_id: int, step: int, gen: Generation, now: float

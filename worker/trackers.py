@@ -43,6 +43,8 @@ class Tracker(Protocol):
 
     def table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None: ...
 
+    def changed(self, change: m.SettingChanged) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -63,6 +65,11 @@ class WandbTracker:
     def table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
         self.run.log({key: self.wandb.Table(columns=columns, data=rows)}, step=step)
 
+    def changed(self, change: m.SettingChanged) -> None:
+        self.run.config.update({change.key: change.new}, allow_val_change=True)
+        self.run.log({"live_change": f"{change.key}: {change.old} -> {change.new} ({change.source})",
+                      **_numeric(change)}, step=change.step)
+
     def close(self) -> None:
         self.run.finish()
 
@@ -81,6 +88,10 @@ class TrackioTracker:
 
     def table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
         self.trackio.log({key: self.trackio.Table(columns=columns, data=rows)}, step=step)
+
+    def changed(self, change: m.SettingChanged) -> None:
+        if numeric := _numeric(change):
+            self.trackio.log(numeric, step=change.step)
 
     def close(self) -> None:
         self.trackio.finish()
@@ -114,6 +125,11 @@ class TensorBoardTracker:
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
         self._text(key, "\n".join(lines), step)
+        self.writer.flush()
+
+    def changed(self, change: m.SettingChanged) -> None:
+        self._text("live_changes", f"from step {change.step}: {change.key} {change.old} -> {change.new} "
+                                   f"({change.source})", change.step)
         self.writer.flush()
 
     def _text(self, tag: str, text: str, step: int) -> None:
@@ -174,6 +190,9 @@ class Trackers:
         metrics = {f"{prefix}/{k}": v for k, v in eval_metrics(result).items()}
         self._each(lambda t: t.log(metrics, result.step))
 
+    def setting_changed(self, change: m.SettingChanged) -> None:
+        self._each(lambda t: t.changed(change))
+
     def close(self) -> None:
         for name, tracker in list(self.trackers.items()):
             try:
@@ -189,6 +208,12 @@ class Trackers:
             except Exception as exc:  # noqa: BLE001 — a tracker's failure never stops training
                 self.warn(f"{name}: reporting failed, no more reports to it this run: {type(exc).__name__}: {exc}")
                 del self.trackers[name]
+
+
+def _numeric(change: m.SettingChanged) -> dict[str, float]:
+    """A live change of a number as a series (``live/<key>``) a chart can mark."""
+    value = change.new
+    return {f"live/{change.key}": float(value)} if isinstance(value, (int, float)) and not isinstance(value, bool) else {}
 
 
 def completions_table(step: int, generations: list[Generation]) -> tuple[list[str], list[list[Any]]]:

@@ -30,10 +30,14 @@ EVENTS = [
     m.Paused(step=4),
     m.Resumed(step=4),
     m.SampleDisplayChanged(mode="all"),
+    m.SettingChanged(step=121, key="training.learning_rate", old=1e-5, new=5e-6, source="cli", time=2.5, id="a1"),
+    m.SettingRefused(key="model.path", value='"x"', message="model.path: cannot change in a live run", source="api"),
     m.Complete(total_steps=10, seconds=12.0, status="stopped"),
     m.Error(message="boom", fatal=True, traceback="Traceback..."),
 ]
-COMMANDS = [m.Pause(), m.Resume(), m.Stop(), m.SaveCheckpoint(), m.SetSampleDisplay(mode="random")]
+COMMANDS = [m.Pause(), m.Resume(), m.Stop(), m.SaveCheckpoint(),
+            m.SetSetting(key="generation.temperature", value="0.7", source="dashboard", id="b2"),
+            m.SetSampleDisplay(mode="random")]
 
 
 def test_every_event_type_is_covered():

@@ -178,7 +178,7 @@ async def test_a_version_1_store_is_upgraded_in_place_keeping_its_rows(tmp_path)
         await s.close()
     assert rows(path, "SELECT run_id, step, loss, extra_metrics FROM steps ORDER BY id") == [(1, 1, 0.25, None), (2, 1, 0.1, "{}")]
     with sqlite3.connect(path) as conn:
-        assert check_readable(conn) == SCHEMA_VERSION == 7
+        assert check_readable(conn) == SCHEMA_VERSION == 8
 
 
 async def test_a_greedy_and_a_sampled_eval_at_one_step_are_two_rows_also_in_a_store_from_version_6(tmp_path):
@@ -201,3 +201,27 @@ async def test_a_greedy_and_a_sampled_eval_at_one_step_are_two_rows_also_in_a_st
     finally:
         await s.close()
     assert stored == [(0, True, 0.5), (3, True, 0.75), (3, False, 0.125)]
+
+
+async def test_a_version_7_store_gets_the_live_changes_table_and_a_resume_replays_only_later_ones(tmp_path):
+    from grpo_tui.protocol.messages import SettingChanged
+    from grpo_tui.protocol.schema import MIGRATIONS
+
+    path = tmp_path / "outputs.db"
+    with sqlite3.connect(path) as conn:  # a store written before live changes
+        conn.executescript("".join(MIGRATIONS[v] for v in range(1, 8))
+                           + "\nINSERT INTO meta VALUES ('application', 'grpo-tui');"
+                           "\nINSERT INTO meta VALUES ('schema_version', '7');"
+                           "\nINSERT INTO runs (name, started_at) VALUES ('old', 0);")
+    s = await Store.open(path)
+    try:
+        for step, value in ((3, 5e-6), (7, 1e-6)):
+            await s.write_change(1, SettingChanged(step=step, key="training.learning_rate", old=1e-5, new=value,
+                                                   source="cli"))
+        later = [(c.step, c.new, c.source) for c in await s.changes(1, after=4)]
+        assert await s.reopen_run(1, 4, 10)  # a resume at step 4: what came after is replayed, so it goes
+        kept = [(c.step, c.new) for c in await s.changes(1)]
+    finally:
+        await s.close()
+    assert later == [(7, 1e-6, "cli")]
+    assert kept == [(3, 5e-6)]

@@ -55,7 +55,8 @@ def test_rules_off_by_default() -> None:
     "line,command",
     [("PAUSE", m.Pause()), ("  resume \r", m.Resume()), ("SAVE_CHECKPOINT", m.SaveCheckpoint()),
      ("STOP", m.Stop()), ("SET sample_display=all", m.SetSampleDisplay(mode="all")),
-     ("set Sample_Display = random", m.SetSampleDisplay(mode="random"))],
+     ("set Sample_Display = random", m.SetSampleDisplay(mode="random")),
+     ("SET training.learning_rate=5e-6", m.SetSetting(key="training.learning_rate", value="5e-6", source="stdin"))],
 )
 def test_plain_lines_become_commands(line: str, command: m.Command) -> None:
     assert parse_plain(line) == command
@@ -63,7 +64,7 @@ def test_plain_lines_become_commands(line: str, command: m.Command) -> None:
 
 def test_unknown_plain_lines_are_explained() -> None:
     for line, words in [("HALT", "unknown command line 'HALT'"), ("SET sample_display=some", "not one of"),
-                        ("SET speed=2", "unknown setting")]:
+                        ("SET speed", "no KEY=VALUE")]:
         answer = parse_plain(line)
         assert isinstance(answer, str) and words in answer
     assert "PAUSE" in str(parse_plain("HALT"))

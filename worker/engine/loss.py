@@ -8,6 +8,7 @@ shapes: ``batch.pack`` rounds the shared-prompt widths up to multiples of ``batc
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import mlx.core as mx
@@ -27,11 +28,24 @@ class LossFunctions:
 
     def __init__(self) -> None:
         self._functions: dict[tuple, Callable[[dict[str, mx.array]], Any]] = {}
+        self.traced_s = 0.0  # time in the first call of each function built (a compiled one traces then)
 
     def get(self, key: tuple, build: Callable[[], Callable]) -> Callable[[dict[str, mx.array]], Any]:
         if key not in self._functions:
-            self._functions[key] = build()
+            fn = build()
+            self._functions[key] = self._timed_once(key, fn)
         return self._functions[key]
+
+    def _timed_once(self, key: tuple, fn: Callable) -> Callable:
+        def first(*args: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.traced_s += time.perf_counter() - began
+                self._functions[key] = fn
+
+        return first
 
 
 def _micro_batch(arrays: dict[str, mx.array], start: int, group: int) -> MicroBatch:

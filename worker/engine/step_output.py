@@ -133,3 +133,16 @@ def generations(owners: list[Example], completions: list[Completion], totals: li
             )
         )
     return out
+
+
+def tool_metrics(tools: list, completions: list[Completion]) -> dict[str, float]:
+    """Per-step tool metrics (in ``extra_metrics``): calls per completion, the share of calls
+    that failed, seconds spent in tools."""
+    if not tools:
+        return {}
+    calls = [t for c in completions for t in c.turns if t.role == "tool"]
+    out = {"tools/calls_per_completion": len(calls) / max(len(completions), 1),
+           "tools/seconds": sum(t.seconds or 0.0 for t in calls)}
+    if calls:
+        out["tools/failed_call_rate"] = sum(t.error is not None for t in calls) / len(calls)
+    return out

@@ -18,7 +18,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel, Phase
-from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, memory_fit, model as model_io
+from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, live, memory_fit, model as model_io
 from grpo_tui.worker.engine import judge, model_source
 from grpo_tui.worker.engine import plan as engine_plan, rollout, sampling, timed_calls
 from grpo_tui.worker.engine import step_output
@@ -89,6 +89,7 @@ class Trainer:
         # Compiled functions live as long as the model they were traced for.
         self.losses = LossFunctions()
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
+        self.retrace_from: float | None = None  # a live change dropped the traces then (live.py)
         if self.plan.memory_fit is not None:
             mx.set_memory_limit(memory_fit.evaluation_limit(config.training.memory_limit_gb))
             log("info", f"{self.plan.memory_fit}; MLX's evaluation waits for queued work "
@@ -182,13 +183,14 @@ class Trainer:
             generation_s=generation_s, scoring_s=scoring_s, training_s=training_s,
             learning_rate=float(self.optimizer.learning_rate.item()),
             peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
-            extra_metrics={**logged.metric_means(), **self._tool_metrics(generated),
+            extra_metrics={**logged.metric_means(), **step_output.tool_metrics(self.tools, generated),
                            **self._cut_metrics(selection.examples), **sampling_metrics, **self._judge_metrics()},
             ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
             trained_tokens=sum(len(examples[c.prompt_index].prompt_ids) + c.model_tokens for c in completions),
         ))  # fmt: skip
         if not metrics.gradients_applied:
             self.log("warning", f"step {step}: {metrics.skipped_reason}")
+        live.after_step(self, step, generation_s)
         generations = step_output.generations(owners, generated, all_totals, per_fn,
                                               _advantage_by_completion(selection, advantages.tolist(), G), logged, G,
                                               dropped=selection.dropped)
@@ -267,18 +269,6 @@ class Trainer:
         for sentence in timed_calls.take_reports():
             self.log("warning", sentence)
 
-    def _tool_metrics(self, completions: list[rollout.Completion]) -> dict[str, float]:
-        """Per-step tool metrics (in ``extra_metrics``): calls per completion, the share of calls
-        that failed, seconds spent in tools."""
-        if not self.tools:
-            return {}
-        calls = [t for c in completions for t in c.turns if t.role == "tool"]
-        out = {"tools/calls_per_completion": len(calls) / max(len(completions), 1),
-               "tools/seconds": sum(t.seconds or 0.0 for t in calls)}
-        if calls:
-            out["tools/failed_call_rate"] = sum(t.error is not None for t in calls) / len(calls)
-        return out
-
     def _score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
@@ -315,6 +305,15 @@ class Trainer:
         if self.ref_model is not None and self.config.grpo.sync_ref_model:
             distributed.broadcast_weights(self.ranks, self.ref_model)  # rank 0 read the synced reference
         return distributed.leader_value(self.ranks, step)
+
+    def leader_bytes(self, payload: bytes) -> bytes:
+        return self.ranks.gather_bytes(payload)[0]  # rank 0's live changes of a boundary
+
+    def live_problem(self, key: str, value: object) -> str | None:
+        return live.problem(self, key, value)
+
+    def settings_changed(self, keys: list[str]) -> None:
+        live.changed(self, keys)
 
     # ------------------------------------------------------------ checkpoints
 

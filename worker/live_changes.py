@@ -1,0 +1,134 @@
+"""Live changes in the worker (docs/steering.md): a ``set_setting`` is checked when it arrives
+(``common/live_settings.check``, the code ``--set`` runs, then the loaded model's own limits) and
+refused at once, or queued; the loop applies the queue at the next step boundary, so the change
+holds from the next step on, and records it (frame, store, log; the loop tells the trackers).
+
+A resume goes on with the changes: those a checkpoint kept apply before the model loads, and those
+the store recorded after it (a kill) apply again at their own step, unless a ``--set`` of the
+resume names the key.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import Config, ConfigError, validate
+from grpo_tui.protocol.layout import TrainingState
+from grpo_tui.common.live_settings import canonical_key, check, set_value, toml_value, value_at
+
+from grpo_tui.worker.context import RunContext
+
+
+def overridden_keys(overrides: list[str]) -> set[str]:
+    """The keys the ``--set`` items name (each item was checked when the config loaded)."""
+    return {canonical_key(item.partition("=")[0]) for item in overrides}
+
+
+class LiveChanges:
+    """One run's live changes: the queue, the replays after a resume."""
+
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+        self.pending: list[tuple[m.SetSetting, str, Any]] = []  # checked: (command, key, new value)
+        self.replay: list[m.SettingChanged] = []  # recorded after the resumed checkpoint: applied again at their step
+
+    def request(self, command: m.SetSetting) -> list[m.Event]:
+        """Check a change as it arrives: the refusal now, or a log line saying when it applies."""
+        run = self.run
+        view = self._view()
+        try:
+            key, value = check(view, f"{command.key}={command.value}", run.config_path)
+            if key == "training.max_steps" and 0 < value < run.step:
+                raise ConfigError(key, f"{value} is before the step the run is at ({run.step}); at least "
+                                       f"{run.step} (which ends the run now)", run.config_path)
+            if run.loaded is not None and (why := run.loaded.live_problem(key, value)) is not None:
+                raise ConfigError(key, why, run.config_path)
+        except ConfigError as exc:
+            return [m.SettingRefused(key=command.key, value=command.value, message=exc.sentence,
+                                     source=command.source, id=command.id)]
+        self.pending.append((command, key, value))
+        when = f"after step {run.step + 1} finishes" if run.control.stepping else "at the next step boundary"
+        return [m.Log(level="info", message=f"{key} = {toml_value(value)}: applies {when}", time=time.time())]
+
+    def _view(self) -> Config:
+        """The effective config with the queued changes in it (what the next change is checked against)."""
+        if not self.pending:
+            return self.run.config
+        view = validate(self.run.config.to_dict(), self.run.config_path)
+        for _, key, value in self.pending:
+            set_value(view, key, value)
+        return view
+
+    async def apply_due(self) -> list[m.SettingChanged]:
+        """At a step boundary (rank 0): the queued changes and the replays due, applied and recorded."""
+        run = self.run
+        step = run.step + 1
+        due = [c for c in self.replay if c.step <= step]
+        self.replay = [c for c in self.replay if c.step > step]
+        wanted = [(c.key, c.new, c.source, "") for c in due]
+        wanted += [(key, value, cmd.source, cmd.id) for cmd, key, value in self.pending]
+        self.pending = []
+        if not wanted:
+            return []
+        changes = [self._set(step, key, value, source, ident) for key, value, source, ident in wanted]
+        await self._follow([c.key for c in changes])
+        total = run.trainer.total_steps
+        for change in changes:
+            if change.key == "training.max_steps":
+                change.total_steps = total
+            run.live_changes.append(change)
+            run.log("info", f"live change from step {step}: {change.key} {toml_value(change.old)} -> "
+                            f"{toml_value(change.new)} ({change.source})")
+            run.emit(change)
+            if run.store is not None:
+                await run.store.write_change(run.run_id, change)
+        if run.store is not None and any(c.key == "training.max_steps" for c in changes):
+            await run.store.update_run(run.run_id, total_steps=total)
+        return changes
+
+    def _set(self, step: int, key: str, value: Any, source: m.SettingSource, ident: str) -> m.SettingChanged:
+        old = value_at(self.run.config, key)
+        set_value(self.run.config, key, value)
+        return m.SettingChanged(step=step, key=key, old=old, new=value, source=source, time=time.time(), id=ident)
+
+    async def _follow(self, keys: list[str]) -> None:
+        run = self.run
+        await run.mlx(run.trainer.settings_changed, keys)
+        run.emitter.total_steps = run.trainer.total_steps
+
+    # ------------------------------------------------------------ several ranks
+
+    def encode(self, changes: list[m.SettingChanged]) -> bytes:
+        return msgspec.json.encode(changes)
+
+    async def follow_leader(self, payload: bytes) -> None:
+        """A rank > 0: rank 0's changes of this boundary, applied here too."""
+        changes = msgspec.json.decode(payload, type=list[m.SettingChanged])
+        for change in changes:
+            set_value(self.run.config, change.key, change.new)
+        await self._follow([c.key for c in changes])
+
+    # ------------------------------------------------------------ resume
+
+    def resume(self, state: TrainingState, later: list[m.SettingChanged]) -> list[str]:
+        """Go on with the checkpoint's changes (now, before the model loads) and the store's ``later``
+        ones (at their step); a key a ``--set`` names keeps the ``--set``. The log lines to say."""
+        run = self.run
+        mine = overridden_keys(run.overrides)
+        said = []
+        for change in state.live_changes:
+            if change.key in mine:
+                said.append(f"--set {change.key} wins over its live change ({toml_value(change.new)} since step "
+                            f"{change.step})")
+                continue
+            set_value(run.config, change.key, change.new)
+            run.live_changes.append(change)
+        if kept := [c for c in state.live_changes if c.key not in mine]:
+            said.append(f"resuming with {len(kept)} live change{'s' if len(kept) > 1 else ''}: "
+                        + "; ".join(f"{c.key} {toml_value(c.new)} since step {c.step}" for c in kept))
+        self.replay = [c for c in later if c.key not in mine]
+        return said
