@@ -19,8 +19,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grpo_tui.common.data_check import data_problems
+from grpo_tui.common.data_check import FIRST_ROWS, data_problems, first_rows
 from grpo_tui.common.distributed import rank_count, undealt
+from grpo_tui.common.reward_names import argument_problem
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
 from grpo_tui.protocol.config import Config, ConfigError, LoraConfig, ModelConfig
 from grpo_tui.protocol.layout import STATE_FILE, parse_checkpoint_dir_name, read_state
@@ -241,7 +242,7 @@ def code_problems(config: Config) -> list[str]:
             continue
         if not tool or tree is None:
             continue
-        fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+        fn = _defined(tree, name)
         if fn is None:
             continue  # made some other way (a decorator, an assignment): the worker imports it
         params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
@@ -252,6 +253,42 @@ def code_problems(config: Config) -> list[str]:
     return problems
 
 
+def _defined(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    return next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+
+
+def reward_argument_problems(config: Config) -> list[str]:
+    """A custom reward (``file.py:func``, read as source) with a named parameter that nothing fills:
+    not TRL's, not a column of the data, not an extra, not its ``params`` (``reward_names``). Only
+    when every row of the data was read (else a column may be further down)."""
+    d = config.data
+    rows = first_rows(d.path, d.split)
+    if not rows or len(rows) >= FIRST_ROWS:
+        return []
+    columns = {k for _, row in rows for k in row if k != d.prompt_column}
+    if d.answer_column != "answer" and d.answer_column in columns:
+        columns.add("answer")  # the worker's alias (data.answer_column)
+    for reward in config.rewards:
+        spec = reward.function
+        if spec is None or not spec.rsplit(":", 1)[0].endswith(".py"):
+            continue
+        path, name = spec.rsplit(":", 1)
+        tree = _source(path)
+        fn = _defined(tree, name) if isinstance(tree, ast.Module) else None
+        if fn is None:
+            continue
+        args = fn.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults = len(args.defaults)
+        named = [(a.arg, i >= len(positional) - defaults) for i, a in enumerate(positional) if a not in args.posonlyargs]
+        named += [(a.arg, d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+        line = min([fn.lineno, *(dec.lineno for dec in fn.decorator_list)])  # as the code object says
+        label = reward.label
+        if problem := argument_problem(label, f"{path}:{line}", named, columns, set(reward.params), d.path):
+            return [problem]
+    return []
+
+
 def check_problems(config: Config, config_path: str = "config.toml") -> list[str]:
     """Everything ``grpo-tui check`` finds without training, in the order the worker meets it
     (``config_path``: the config as the user named it, for the commands the sentences print)."""
@@ -259,4 +296,4 @@ def check_problems(config: Config, config_path: str = "config.toml") -> list[str
     ranks = undealt(config.training.gradient_accumulation_steps, count) if count is not None else None
     resume = resume_problem(config, config_path)
     return ([str(ranks)] if ranks else []) or folder_problems(config) or ([resume] if resume else []) or \
-        code_problems(config) or data_problems(config) or model_problems(config)
+        code_problems(config) or data_problems(config) or reward_argument_problems(config) or model_problems(config)

@@ -303,9 +303,23 @@ CASES: list[Case] = [
          lambda f: f"reward function 'score' called sys.exit(0) at {f / 'my_rewards.py'}:4, which would end the run; {ON_ERROR}"),
     Case("reward-keyboard-interrupt", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw):\n    raise KeyboardInterrupt\n"))),
          lambda f: f"reward function 'score' raised KeyboardInterrupt at {f / 'my_rewards.py'}:2; {ON_ERROR}"),
+    # the rule for names: columns first, then the extras; an argument that is neither is named
+    Case("reward-argument-answer-without-column", "reward", lambda f: Setup(write_run(f,
+        data={"path": str(jsonl(f / "d.jsonl", [{"prompt": r["prompt"], "solution": r["answer"]} for r in ROWS]))},
+        rewards=custom_reward(f, "def correct(prompts, completions, answer, **kw):\n    return [float(a in c) for c, a in zip(completions, answer)]\n", "correct"))),
+         lambda f: f"reward function 'correct' ({f / 'my_rewards.py'}:1) takes 'answer', which no row of {f / 'd.jsonl'} has "
+                   "(its columns: 'solution'); name the parameter after the column that holds what it compares with, or "
+                   "completion_answer for the completion's text after thinking (grpo-tui's extra of that name)", check=True),
+    Case("reward-argument-no-such-column", "reward", lambda f: Setup(write_run(f,
+        rewards=custom_reward(f, "import math\n\ndef correct(completions, answers, **kw):\n    return [0.0] * len(completions)\n", "correct"))),
+         lambda f: f"reward function 'correct' ({f / 'my_rewards.py'}:3) takes 'answers', which is neither a column of "
+                   f"{f / 'data.jsonl'} (its columns: 'answer') nor an argument grpo-tui passes (prompts, completions, "
+                   "completion_ids, trainer_state, finish_reason, thinking, completion_answer, tool_calls, num_tokens, "
+                   "prompt_tokens, num_tool_calls, failed_tool_calls, log_metric, log_extra); name a column, or give the "
+                   "parameter a default", check=True),
     Case("builtin-reward-unknown-param", "reward", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "length"\nparams = {target_len = 5}\n')),
          lambda f: _config_error(f, "rewards[0].params: 'target_len' is not a parameter of the built-in reward 'length' (it "
-                                    "takes: target, max_completion_length)"), check=True),
+                                    "takes: target, max_completion_length, min_length, max_length, unit)"), check=True),
     # ---- tools
     Case("tool-file-missing", "tool", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nname = "length"\n[[tools]]\nfunction = "{f}/nope.py:add"\n')),
          lambda f: _config_error(f, f"tools[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)"), check=True),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.worker.engine import data, tools as agent_tools
-from grpo_tui.worker.engine.rewards import Reward, load_rewards
+from grpo_tui.worker.engine.rewards import Reward, check_arguments, load_rewards
 
 
 @dataclass
@@ -35,4 +35,6 @@ def load_inputs(config: Config) -> Inputs:
         eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
         data.check_columns(eval_dataset, d, config.rewards, eval_label)
         data.check_same_format(dataset, d.path, eval_dataset, eval_label)
-    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, load_rewards(config.rewards))
+    rewards = load_rewards(config.rewards)
+    check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.path)
+    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards)

@@ -12,8 +12,9 @@ TRL calls ``fn(prompts=…, completions=…, completion_ids=…, trainer_state=�
 - every other dataset column, one entry per completion.
 
 A function written for TRL runs unchanged. Extras TRL does not have are passed only to functions
-that name them or take ``**kwargs`` (``EXTRAS``), so a strict TRL signature never sees an
-unexpected argument; a dataset column of the same name wins, as in TRL.
+that name them or take ``**kwargs`` (``common/reward_names.EXTRAS``), so a strict TRL signature never
+sees an unexpected argument; no extra shares a name with a likely column, and a named parameter
+that nothing fills is a mistake said before step 1 (``common/reward_names.py``).
 """
 
 from __future__ import annotations
@@ -23,20 +24,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-# Optional keyword arguments beyond TRL's (docs/config.md, "Reward functions").
-EXTRAS = (
-    "finish_reason",  # "stop" | "length" | "repetition"
-    "thinking",  # the text inside <think>…</think>, None when there is none
-    "answer",  # the completion text after thinking
-    "tool_calls",  # parsed <tool_call> blocks: {"name", "arguments", "status", "error"}
-    "num_tokens",  # completion token counts
-    "prompt_tokens",  # rendered prompt token counts
-    "num_tool_calls",  # with [[tools]]: tool calls run during the completion
-    "failed_tool_calls",  # with [[tools]]: those that returned an error (bad call, exception, timeout)
-    "log_metric",  # log_metric(name, value): a scalar averaged per step into the step metrics
-    "log_extra",  # log_extra(name, values): one text per completion, kept with the generations
-)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 
 from grpo_tui.common import preflight
+from grpo_tui.common.reward_names import EXTRAS, argument_problem
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker.engine import schema_check, timed_calls
 from grpo_tui.worker.engine.data import Example, columns_for
 from grpo_tui.worker.engine.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
-from grpo_tui.worker.engine.reward_call import EXTRAS, Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
+from grpo_tui.worker.engine.reward_call import Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
 
 if TYPE_CHECKING:
     from grpo_tui.worker.engine.rollout import Completion
@@ -452,6 +453,24 @@ def _validate(values: Any, n: int) -> list[float | None]:
     return out
 
 
+def check_arguments(rewards: list[Reward], columns: set[str], data: str) -> None:
+    """Before step 1: every named parameter of a custom reward is filled by TRL's arguments, a column
+    of the data, an extra or its ``params`` (``common/reward_names.py``); else a mistake naming it."""
+    for reward in rewards:
+        if reward.builtin:
+            continue
+        try:
+            parameters = inspect.signature(reward.fn).parameters.values()
+        except (TypeError, ValueError):  # a builtin or C function: the call says
+            continue
+        named = [(p.name, p.default is not p.empty) for p in parameters
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        code = getattr(inspect.unwrap(reward.fn), "__code__", None)
+        where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else str(reward.label)
+        if problem := argument_problem(reward.label, where, named, columns, set(reward.params), data):
+            raise RewardError(problem)
+
+
 def _check_call(reward: Reward, kwargs: dict[str, Any]) -> None:
     """A user function whose parameters cannot take TRL's arguments is a mistake in its file, said
     before the call (its TypeError would look like a failure inside it). Checked once per set of names."""
@@ -489,7 +508,7 @@ def score(
 
     The weighted sum ignores ``None``; a completion no function applies to gets ``None``. The
     built-ins get the texts and every ``extras`` entry; custom functions get TRL's arguments and the
-    ``reward_call.EXTRAS`` they take. ``log`` collects ``log_metric`` / ``log_extra`` values.
+    ``common/reward_names.EXTRAS`` they take. ``log`` collects ``log_metric`` / ``log_extra`` values.
     ``conversations`` (agent rollouts): each completion's messages, which custom functions get as
     ``completions`` (TRL's shape for tool use); the built-ins keep the model's text.
     """
@@ -544,7 +563,7 @@ def score_completions(rewards: list[Reward], owners: list[Example], completions:
     extras: dict[str, Any] = {
         "finish_reason": [c.finish_reason for c in completions],
         "thinking": [thinking for thinking, _ in parsed],
-        "answer": [answer for _, answer in parsed],
+        "completion_answer": [answer for _, answer in parsed],
         "tool_calls": [[msgspec.to_builtins(t) for t in parse_tool_calls(answer)] for _, answer in parsed],
         "num_tokens": [c.model_tokens for c in completions],
         "prompt_tokens": [len(e.prompt_ids) for e in owners],

@@ -45,3 +45,11 @@ def test_every_importance_sampling_level_weighs_differently():
         settings = grpo.LossSettings("grpo", 0.2, 0.28, importance_sampling_level=level)
         losses[level] = grpo.policy_loss(logps, old, mx.array([1.0, -1.0]), mx.ones((2, 3)), settings)[0].item()
     assert len(set(losses.values())) == len(losses), losses
+
+
+def test_no_extra_shares_a_name_with_a_likely_column_and_each_is_documented(root):
+    from grpo_tui.common.reward_names import EXTRAS, LIKELY_COLUMNS, RENAMED
+
+    assert not set(EXTRAS) & set(LIKELY_COLUMNS) and set(RENAMED) <= set(LIKELY_COLUMNS)
+    documented = (root / "docs" / "config.md").read_text()
+    assert all(f"`{name}" in documented for name in EXTRAS)
