@@ -23,6 +23,7 @@ from grpo_tui.common.last_words import silent_death
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.common.trl_names import StepWindow, eval_metrics
 from grpo_tui.config import GRPOConfig, trl_name
+from grpo_tui.live import LiveLink
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event, encode
 from grpo_tui.protocol.config import BUILTIN_REWARDS, Config, ConfigError, load_config
@@ -54,7 +55,7 @@ class TrainerState:
     max_steps: int = 0
     epoch: float = 0.0
     num_train_epochs: int = 0
-    log_history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    log_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # metrics; a live change: its key and values
     last_checkpoint: str | None = None  # the newest checkpoint folder the run saved
 
 
@@ -113,6 +114,7 @@ class GRPOTrainer:
         eval_dataset: Dataset = None,
         peft_config: Any = None,
         tools: Sequence[Callable[..., Any] | str] | None = None,
+        callbacks: Sequence[Any] | None = None,
     ) -> None:
         self.args = args if args is not None else GRPOConfig()
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
@@ -128,6 +130,8 @@ class GRPOTrainer:
         self.eval_dataset = eval_dataset
         self.peft_config = peft_config
         self.tools = list(tools or [])
+        self.callbacks = list(callbacks or [])  # TRL's: each one's on_step_end(args, state, control, trainer=...)
+        self._live = LiveLink()
         self.state = TrainerState()
         self.output_dir = Path(self.args.output_dir).expanduser().resolve()
         self._rewards = [_reward_table(r, i) for i, r in enumerate(self.reward_funcs)]
@@ -208,7 +212,7 @@ class GRPOTrainer:
         config_path = self.write_config(resume)
         log_file = self.output_dir / RUN_LOG_FILE
         offset = log_file.stat().st_size if log_file.exists() else 0
-        follower = _Follower(self.state, self.args.logging_steps)
+        follower = _Follower(self.state, self.args.logging_steps, self._live, self._step_ended)
         if dashboard and not (sys.stdin.isatty() and sys.stdout.isatty()):
             print("grpo-tui: dashboard=True needs a terminal; showing a progress bar instead", file=sys.stderr)
             dashboard = False
@@ -221,7 +225,7 @@ class GRPOTrainer:
                 for line in f:
                     follower.feed(line)
         else:
-            code = _run_worker(config_path, follower)
+            code = _run_worker(config_path, follower, self._live)
         follower.close()
         if not dashboard and follower.complete is None and follower.error is None:
             # its exit code is believed only with its last frame (common/last_words.py)
@@ -230,6 +234,19 @@ class GRPOTrainer:
             raise TrainingError(follower.error or f"the worker exited with status {code}", code)
         metrics = follower.summary()
         return TrainOutput(self.state.global_step, metrics.get("train_loss", float("nan")), metrics)
+
+    def set(self, key: str, value: Any) -> int | None:
+        """Change a setting of the running run from its next step on (docs/steering.md), as
+        ``grpo-tui set`` does: ``trainer.set("training.learning_rate", 5e-6)`` from another thread
+        while ``train()`` runs returns the step it applies from, or raises ``ValueError`` with the
+        sentence (a bad value, a key that cannot change live); from a callback it returns None at
+        once and the change applies after the running step."""
+        return self._live.set(key, value)
+
+    def _step_ended(self) -> None:
+        for callback in self.callbacks:
+            if (on_step_end := getattr(callback, "on_step_end", None)) is not None:
+                on_step_end(self.args, self.state, None, trainer=self)
 
     def save_model(self, output_dir: str | os.PathLike[str] | None = None) -> Path:
         """Save the trained model (weights, config, tokenizer; adapters with LoRA) to
@@ -267,8 +284,11 @@ class GRPOTrainer:
 class _Follower:
     """Turns the worker's frames into ``state``, ``log_history`` and the progress bar."""
 
-    def __init__(self, state: TrainerState, logging_steps: int) -> None:
+    def __init__(self, state: TrainerState, logging_steps: int, live: LiveLink | None = None,
+                 step_ended: Callable[[], None] = lambda: None) -> None:
         self.state = state
+        self.live = live or LiveLink()
+        self.step_ended = step_ended
         self.window = StepWindow(logging_steps)
         self.steps_per_epoch = 0
         self.error: str | None = None
@@ -310,6 +330,14 @@ class _Follower:
             if self.bar is not None:
                 self.bar.set_postfix(reward=_short(event.reward), loss=_short(event.loss), refresh=False)
                 self.bar.update(event.step - self.bar.n)
+            self.step_ended()
+        elif isinstance(event, m.SettingChanged):
+            state.log_history.append({"live_change": event.key, "old": event.old, "new": event.new,
+                                      "source": event.source, "step": event.step})
+            self.live.on_event(event)
+        elif isinstance(event, m.SettingRefused):
+            self._say(f"[warning] not changed: {event.message}")
+            self.live.on_event(event)
         elif isinstance(event, m.Eval):
             # eval.also_sampled: the sampled pass follows the greedy one of its step; TRL's names stay the greedy's
             second = not event.greedy and self._greedy_eval_step == event.step
@@ -370,7 +398,7 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def _run_worker(config_path: Path, follower: _Follower) -> int:
+def _run_worker(config_path: Path, follower: _Follower, live: LiveLink) -> int:
     follower.show = True
     proc = subprocess.Popen(
         [sys.executable, "-m", "grpo_tui.worker", str(config_path)],
@@ -378,6 +406,16 @@ def _run_worker(config_path: Path, follower: _Follower) -> int:
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     threading.Thread(target=_copy_stderr, args=(proc.stderr,), daemon=True).start()
+    live.follower_thread = threading.current_thread()
+    live.attach(proc.stdin)
+    try:
+        return _follow(proc, follower)
+    finally:
+        live.attach(None)
+
+
+def _follow(proc: subprocess.Popen[bytes], follower: _Follower) -> int:
+    assert proc.stdin is not None and proc.stdout is not None
     interrupted = False
     while True:
         try:

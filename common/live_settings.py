@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from grpo_tui.common.commands import run_command
+from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config, ConfigError, validate
 from grpo_tui.protocol.config_overrides import apply_override, parse_key
 
@@ -103,3 +104,20 @@ def refusal(config: Config, key: str, item: str, file: str) -> str:
     why = NOT_LIVE.get(key, "the model, the data, LoRA's shape, the output folder and the ranks are what the run is")
     return (f"cannot change in a live run: {why}. These can: {', '.join(live_keys(config))}. To train with it, "
             f"stop the run and resume it so: {run_command(file, 'checkpoint.resume=latest', item)}")
+
+
+def carried(changes: list[m.SettingChanged], overrides: list[str]) -> list[m.SettingChanged]:
+    """The live changes a resume goes on with: a key that a ``--set`` of the resume names keeps the ``--set``."""
+    named = {canonical_key(item.partition("=")[0]) for item in overrides}
+    return [c for c in changes if c.key not in named]
+
+
+def resume_note(changes: list[m.SettingChanged], config: Config) -> str | None:
+    """What a resume with ``changes`` says, the worker's log and ``grpo-tui check`` alike (``config``:
+    the file's, with the ``--set`` items): ``resuming with 1 live change: training.learning_rate 5e-06
+    since step 120 (file: 1e-05)``."""
+    if not changes:
+        return None
+    each = [f"{c.key} {toml_value(c.new)} since step {c.step} (file: {toml_value(value_at(config, c.key))})"
+            for c in changes]
+    return f"resuming with {len(changes)} live change{'s' if len(changes) > 1 else ''}: " + "; ".join(each)

@@ -135,6 +135,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     restarts: int = 0
     jsonl_offset: int = 0
     viewers: int = 0
+    changes: int = 0  # live changes the run goes on with (docs/steering.md)
 
 
 def refusal(first: m.Event) -> str | None:

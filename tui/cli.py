@@ -70,8 +70,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"# {args.config}: valid. Resolved config:")
     for line in report(Path(args.config).read_text(encoding="utf-8-sig")):
         print(f"# {line}")
+    if note := _live_changes_at_resume(config, args.set):  # and the config printed is the one it resumes with
+        print(f"# {note}")
     print(dumps(config.to_dict()), end="")
     return 0
+
+
+def _live_changes_at_resume(config: Config, overrides: list[str]) -> str | None:
+    """``resume = "latest"`` goes on with the live changes its checkpoint kept (docs/steering.md): said
+    as the worker says it, and applied to ``config``."""
+    from grpo_tui.common.live_settings import carried, resume_note, set_value
+    from grpo_tui.common.resume_check import latest_whole
+
+    found = latest_whole(Path(config.checkpoint.output_dir)) if config.checkpoint.resume == "latest" else None
+    kept = carried(found[1].live_changes, overrides) if found is not None else []
+    note = resume_note(kept, config)
+    for change in kept:
+        set_value(config, change.key, change.new)
+    return note
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

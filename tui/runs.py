@@ -35,6 +35,7 @@ class RunInfo:
     started_at: float
     last_reward: float | None
     live: bool
+    changes: int = 0  # live changes (docs/steering.md)
 
 
 def find_runs(root: Path, max_depth: int = MAX_DEPTH) -> list[RunInfo]:
@@ -61,7 +62,7 @@ def run_info(folder: Path) -> RunInfo | None:
         status = record.status if live or record.status not in c.LIVE_STATUSES else "crashed"
         return RunInfo(
             folder, status, record.step, record.total_steps, record.pid if live else 0, record.started_at,
-            record.last_reward, live,
+            record.last_reward, live, record.changes,
         )
     return _from_run_log(folder)
 
@@ -77,7 +78,7 @@ def _from_run_log(folder: Path) -> RunInfo | None:
         started = path.stat().st_mtime if size == 0 else _first_time(path)
     except OSError:
         return None
-    step, total, reward, status = 0, 0, None, "unknown"
+    step, total, reward, status, changes = 0, 0, None, "unknown", 0
     for line in tail:
         try:
             event = decode_event(line)
@@ -87,9 +88,13 @@ def _from_run_log(folder: Path) -> RunInfo | None:
             step, reward = event.step, m.finite(event.reward)
         elif isinstance(event, m.Init):
             total = event.total_steps
+        elif isinstance(event, m.ResumeState):
+            changes = len(event.changes)
+        elif isinstance(event, m.SettingChanged):
+            changes += 1
         elif isinstance(event, m.Complete):
             status, step = ("done" if event.status == "completed" else "stopped"), event.total_steps
-    return RunInfo(folder, status, step, total, 0, started, reward, False)
+    return RunInfo(folder, status, step, total, 0, started, reward, False, changes)
 
 
 def _first_time(path: Path) -> float:
@@ -102,8 +107,8 @@ def newest_live(root: Path) -> RunInfo | None:
 
 
 def format_runs(runs: list[RunInfo], root: Path) -> list[str]:
-    """``grpo-tui ls``'s lines: status, step/total, pid, start time, last reward, folder."""
-    rows = [("STATUS", "STEP", "PID", "STARTED", "REWARD", "FOLDER")]
+    """``grpo-tui ls``'s lines: status, step/total, pid, start time, last reward, live changes, folder."""
+    rows = [("STATUS", "STEP", "PID", "STARTED", "REWARD", "CHANGES", "FOLDER")]
     for r in runs:
         try:
             where = str(r.folder.relative_to(root.resolve())) or "."
@@ -112,10 +117,10 @@ def format_runs(runs: list[RunInfo], root: Path) -> list[str]:
         rows.append((
             r.status.replace("_", "-"), f"{r.step}/{r.total_steps or '?'}", str(r.pid) if r.pid else "-",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-",
-            "-" if r.last_reward is None else f"{r.last_reward:.3f}", where,
+            "-" if r.last_reward is None else f"{r.last_reward:.3f}", str(r.changes) if r.changes else "-", where,
         ))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row[:6], widths)) + "  " + row[6] for row in rows]
 
 
 def config_for(folder: Path) -> Config | None:

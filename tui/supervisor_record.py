@@ -56,8 +56,10 @@ class RecordKeeper:
         match event:
             case m.Init():
                 self.update(total_steps=event.total_steps)
-            case m.ResumeState():
-                self.update(step=event.step, status="running")
+            case m.ResumeState():  # the live changes it goes on with; the later ones are applied again
+                self.update(step=event.step, status="running", changes=len(event.changes))
+            case m.SettingChanged():
+                self.update(changes=self.record.changes + 1, total_steps=event.total_steps or self.record.total_steps)
             case m.Step():
                 self.record.step, self.record.last_reward = event.step, m.finite(event.reward)
                 if self.record.status in ("starting", "restarting"):

@@ -15,17 +15,12 @@ from typing import Any
 
 import msgspec
 
+from grpo_tui.common.live_settings import carried, check, resume_note, set_value, toml_value, value_at
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config, ConfigError, validate
 from grpo_tui.protocol.layout import TrainingState
-from grpo_tui.common.live_settings import canonical_key, check, set_value, toml_value, value_at
 
 from grpo_tui.worker.context import RunContext
-
-
-def overridden_keys(overrides: list[str]) -> set[str]:
-    """The keys the ``--set`` items name (each item was checked when the config loaded)."""
-    return {canonical_key(item.partition("=")[0]) for item in overrides}
 
 
 class LiveChanges:
@@ -118,17 +113,13 @@ class LiveChanges:
         """Go on with the checkpoint's changes (now, before the model loads) and the store's ``later``
         ones (at their step); a key a ``--set`` names keeps the ``--set``. The log lines to say."""
         run = self.run
-        mine = overridden_keys(run.overrides)
-        said = []
-        for change in state.live_changes:
-            if change.key in mine:
-                said.append(f"--set {change.key} wins over its live change ({toml_value(change.new)} since step "
-                            f"{change.step})")
-                continue
+        kept = carried(state.live_changes, run.overrides)
+        said = [f"--set {c.key} wins over its live change ({toml_value(c.new)} since step {c.step})"
+                for c in state.live_changes if c not in kept]
+        if note := resume_note(kept, run.config):
+            said.append(note)
+        for change in kept:
             set_value(run.config, change.key, change.new)
             run.live_changes.append(change)
-        if kept := [c for c in state.live_changes if c.key not in mine]:
-            said.append(f"resuming with {len(kept)} live change{'s' if len(kept) > 1 else ''}: "
-                        + "; ".join(f"{c.key} {toml_value(c.new)} since step {c.step}" for c in kept))
-        self.replay = [c for c in later if c.key not in mine]
+        self.replay = carried(later, run.overrides)
         return said

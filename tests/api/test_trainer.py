@@ -178,3 +178,49 @@ def test_a_toml_config_trains_through_the_api_as_it_is(root, tmp_path):
     ran, original = load_config(tmp_path / "q" / "config.toml").to_dict(), load_config(quick).to_dict()
     for section in ("model", "data", "rewards", "grpo", "generation"):
         assert ran[section] == original[section], section
+
+
+def test_trainer_set_from_a_thread_and_from_a_callback_changes_the_run_and_log_history_says_so(root, tmp_path, rows):
+    """trainer.set while train() runs: the step it applies from, or the sentence as a ValueError."""
+    import threading
+
+    answers: dict[str, object] = {}
+
+    class Slower:  # a callback: at step 2 it lowers the temperature (it cannot wait for the answer there)
+        def on_step_end(self, args, state, control, trainer):
+            if state.global_step == 2:
+                answers["callback"] = trainer.set("generation.temperature", 0.5)
+
+    def slow(completions, **kwargs):
+        import time
+
+        time.sleep(0.2)  # a step long enough for the other thread's set to land before the end
+        return [float(len(set(c))) for c in completions]
+
+    trainer = GRPOTrainer(model=str(root / "examples" / "models" / "tiny-arith"), reward_funcs=[slow],
+                          args=quick_args(tmp_path, max_steps=6, save_steps=0), train_dataset=rows,
+                          callbacks=[Slower()])
+
+    def steer() -> None:
+        while trainer.state.global_step < 1:
+            threading.Event().wait(0.05)
+        answers["rate"] = trainer.set("training.learning_rate", 2e-5)
+        try:
+            trainer.set("training.batch_size", 8)
+        except ValueError as exc:
+            answers["refused"] = str(exc)
+
+    thread = threading.Thread(target=steer)
+    thread.start()
+    trainer.train()
+    thread.join(timeout=60)
+    changes = [e for e in trainer.state.log_history if "live_change" in e]
+    assert sorted((e["live_change"], e["new"], e["source"]) for e in changes) == [
+        ("generation.temperature", 0.5, "api"), ("training.learning_rate", 2e-5, "api")]
+    assert answers["rate"] == [e["step"] for e in changes if e["live_change"] == "training.learning_rate"][0]
+    assert answers["callback"] is None
+    assert "training.batch_size: cannot change in a live run" in str(answers["refused"])
+    rates = [e["learning_rate"] for e in trainer.state.log_history if "learning_rate" in e]
+    assert rates[-1] == pytest.approx(2e-5) and rates[0] == pytest.approx(5e-5)
+    with pytest.raises(RuntimeError, match="while train\\(\\) runs"):
+        trainer.set("training.learning_rate", 1e-5)

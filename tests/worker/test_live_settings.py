@@ -114,6 +114,13 @@ def test_a_change_survives_a_sigkill_and_the_restart_and_a_stop_and_resume_lates
     assert sorted(query(out / "outputs.db", "SELECT step, key FROM setting_changes")) == [
         (n + 1, "generation.temperature"), (n + 1, "training.learning_rate")]  # replayed, recorded once
 
+    ls = subprocess.run([*CLI, "ls", str(out)], capture_output=True, text=True, timeout=30).stdout.splitlines()
+    assert ls[0].split()[5] == "CHANGES" and ls[1].split()[6] == "2"  # STARTED is a date and a time
+    checked = subprocess.run([*CLI, "check", str(out.parent / "config.toml")], capture_output=True, text=True)
+    assert (f"# resuming with 2 live changes: generation.temperature 0.5 since step {n + 1} (file: 1.0); "
+            f"training.learning_rate 0.003 since step {n + 1} (file: 0.01)\n") in checked.stdout, checked.stderr
+    assert "learning_rate = 0.003" in checked.stdout
+
     # a stop, then --resume latest: goes on with both; a --set given at the resume wins over its key
     worker = WorkerProcess(out.parent / "config.toml", "--resume", "latest", "--set", "training.max_steps=9",
                            "--set", "generation.temperature=0.9")
@@ -123,7 +130,8 @@ def test_a_change_survives_a_sigkill_and_the_restart_and_a_stop_and_resume_lates
     assert [(ch.key, ch.new) for ch in resumed.changes] == [("training.learning_rate", 0.003)]
     assert [round(s.learning_rate, 6) for s in worker.of(m.Step)] == [0.003] * (9 - resumed.step)
     logs = [e.message for e in worker.of(m.Log)]
-    assert any("resuming with 1 live change: training.learning_rate 0.003 since step" in t for t in logs), logs
+    assert any(f"resuming with 1 live change: training.learning_rate 0.003 since step {n + 1} (file: 0.01)" in t
+               for t in logs), logs
     assert any("--set generation.temperature wins over its live change" in t for t in logs), logs
 
 
