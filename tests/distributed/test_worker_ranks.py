@@ -171,3 +171,45 @@ def test_a_worker_killed_with_9_leaves_no_rank_training(tmp_path, tiny_model):
         assert not alive, f"ranks {alive} still running 5 s after the worker was killed"
     finally:
         worker.kill()
+
+
+def test_a_live_change_on_two_ranks_applies_at_one_boundary_and_equals_one_rank_with_it(tmp_path, tiny_model):
+    """Rank 0 hands the change to rank 1 at the boundary where both agree to go on: a rank that kept
+    the old temperature and rate would sample its half of the next steps differently."""
+    import mlx.core as mx
+
+    from tests.helpers.worker_harness import reward_config
+
+    two = tmp_path / "two"
+    two.mkdir()
+    settings = {**SETTINGS, "training": {**SETTINGS["training"], "max_steps": 5, "silent_patience": 0}}
+    config = write_config(two, tiny_model, rewards=reward_config(two, "slow"), **settings)
+    worker = WorkerProcess(config, "--ranks", "2", env={"SLOW_REWARD_S": "0.1"})
+    try:
+        worker.wait_for(m.Step, lambda e: e.step == 1)
+        worker.send(m.Pause())
+        n = worker.wait_for(m.Paused).step
+        worker.send(m.SaveCheckpoint())
+        worker.wait_for(m.Checkpoint, lambda e: e.kind == "manual")
+        worker.send(m.SetSetting(key="generation.temperature", value="0.6"))
+        worker.send(m.SetSetting(key="training.learning_rate", value="3e-3"))
+        worker.wait_for(m.SettingChanged, lambda e: e.key == "training.learning_rate")
+        worker.send(m.Resume())
+        worker.wait_for(m.Complete)
+        assert worker.finish() == 0
+    finally:
+        worker.kill()
+    assert [round(s.learning_rate, 6) for s in worker.of(m.Step)] == [0.01] * n + [0.003] * (5 - n)
+
+    one = tmp_path / "one"
+    one.mkdir()
+    config = write_config(one, tiny_model, rewards=reward_config(one, "slow"), **settings)
+    alone = WorkerProcess(config, "--resume", str(two / "out" / f"checkpoint-{n}"), "--set",
+                          "generation.temperature=0.6", "--set", "training.learning_rate=3e-3", env={"SLOW_REWARD_S": "0"})
+    alone.wait_for(m.Complete)
+    assert alone.finish() == 0
+    a = mx.load(str(two / "out" / "final" / "model.safetensors"))
+    b = mx.load(str(one / "out" / "final" / "model.safetensors"))
+    assert max(mx.abs(a[k] - b[k]).max().item() for k in a) < 1e-5
+    [step] = [s for s in worker.of(m.Step) if s.step == n + 1]
+    assert [s.completion_mean_length for s in alone.of(m.Step) if s.step == n + 1] == [step.completion_mean_length]
