@@ -40,7 +40,8 @@ STDERR_FILE = "worker.stderr"
 
 # What ``grpo-tui ls`` shows; "nan_stop" is a run that stopped itself after non-finite steps.
 RunStatus = Literal[
-    "starting", "running", "paused", "restarting", "stopping", "done", "stopped", "crashed", "mistake", "nan_stop"
+    "starting", "running", "paused", "restarting", "stopping", "done", "stopped", "crashed", "mistake", "nan_stop",
+    "unrewarded",
 ]
 LIVE_STATUSES = ("starting", "running", "paused", "restarting", "stopping")
 
@@ -226,5 +227,6 @@ def status_of_exit(code: int, completed: m.Complete | None) -> RunStatus:
 
     if code == Exit.DONE:
         return "stopped" if completed is not None and completed.status == "stopped" else "done"
-    kinds: dict[int, RunStatus] = {Exit.MISTAKE: "mistake", Exit.NAN_STOP: "nan_stop", Exit.STOPPED: "stopped"}
+    kinds: dict[int, RunStatus] = {Exit.MISTAKE: "mistake", Exit.NAN_STOP: "nan_stop", Exit.STOPPED: "stopped",
+                                   Exit.UNREWARDED: "unrewarded"}
     return kinds.get(code, "crashed")

@@ -12,6 +12,10 @@ The kinds (docs/architecture.md, "Processes"; README, "When something goes wrong
 - ``NAN_STOP`` (3): the run stopped itself after non-finite steps (an emergency checkpoint kept).
 - ``STOPPED`` (4): stopped by the user (``q``, ``STOP``) or a signal, after a checkpoint that
   ``resume = "latest"`` picks.
+- ``UNREWARDED`` (5): ``training.silent_patience`` steps in a row where no completion earned a
+  reward (every one at the run's lowest, at most 0): the task is too hard for the model as it is.
+  Not a mistake in a file, not restarted. (A run that solved its task, every completion at the
+  run's best reward for as many steps, is done: 0.)
 
 A process killed by a signal before it could say anything (exit status 128 + N, or a negative
 return code from ``subprocess``) is a crash.
@@ -29,6 +33,7 @@ class Exit(IntEnum):
     MISTAKE = 2
     NAN_STOP = 3
     STOPPED = 4
+    UNREWARDED = 5
 
 
 MistakeKind = Literal["config", "model", "data", "reward", "tool", "memory", "ranks", "output", "resume"]
@@ -67,6 +72,7 @@ def describe(code: int) -> str:
             Exit.MISTAKE: "stopped on a fixable mistake",
             Exit.NAN_STOP: "stopped after non-finite steps",
             Exit.STOPPED: "stopped",
+            Exit.UNREWARDED: "stopped: no completion earned a reward",
         }[Exit(code)]
     except ValueError:
         return f"exited with code {code}"

@@ -28,6 +28,9 @@ exit codes (the same for run, worker and a launch on several ranks; README, "Whe
      raises or hangs, memory budget, ranks, output folder): one sentence says what to fix; never restarted
   {Exit.NAN_STOP}  stopped after non-finite steps (an emergency checkpoint is kept)
   {Exit.STOPPED}  stopped by the user or a signal, after a checkpoint (--resume latest continues)
+  {Exit.UNREWARDED}  stopped after training.silent_patience steps in which no completion earned a reward (the
+     task is too hard for the model as it is); a run whose every completion got the run's best
+     reward for as many steps solved its task: it ends done (0), its model in final/
 """
 
 

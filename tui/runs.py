@@ -78,7 +78,7 @@ def _from_run_log(folder: Path) -> RunInfo | None:
         started = path.stat().st_mtime if size == 0 else _first_time(path)
     except OSError:
         return None
-    step, total, reward, status, changes = 0, 0, None, "unknown", 0
+    step, total, reward, status, changes, said = 0, 0, None, "unknown", 0, None
     for line in tail:
         try:
             event = decode_event(line)
@@ -92,8 +92,14 @@ def _from_run_log(folder: Path) -> RunInfo | None:
             changes = len(event.changes)
         elif isinstance(event, m.SettingChanged):
             changes += 1
+        elif isinstance(event, m.Error) and event.fatal:
+            said = event.exit_code  # a stop that is a mistake, a NaN stop or a task too hard says its kind
+        elif isinstance(event, m.Hello):
+            said = None
         elif isinstance(event, m.Complete):
             status, step = ("done" if event.status == "completed" else "stopped"), event.total_steps
+            if event.status == "stopped" and said is not None:
+                status = c.status_of_exit(said, event)
     return RunInfo(folder, status, step, total, 0, started, reward, False, changes)
 
 

@@ -69,6 +69,8 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
     if isinstance(event, m.Error):
         if event.exit_code == Exit.MISTAKE:  # the user's to fix: the sentence says what to do
             return f"[mistake] {event.message}"
+        if event.exit_code == Exit.UNREWARDED:
+            return f"[stopped] {event.message}"
         if event.exit_code == Exit.CRASH:
             log = f" (the traceback is also in {event.log_path})" if event.log_path else ""
             return f"[crash] {event.message}{log}"

@@ -218,7 +218,7 @@ class TrainingLoop:
         if await self.nan.after_step(output.metrics):
             self.exit_code = Exit.NAN_STOP
         elif self.leader and self.silent.after_step(output.metrics):
-            self.exit_code = Exit.MISTAKE
+            self.exit_code = self.silent.exit_code
         await self.checkpoints.after_step()
         if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:
             self._epoch_end(epoch)
@@ -259,6 +259,7 @@ class TrainingLoop:
 
     async def _finish(self) -> int:
         completed = self.step >= self.run_context.trainer.total_steps and self.control.stop_reason != "nan"
+        completed = completed or (self.control.stop_reason == "silent" and self.silent.solved)  # solved: done
         reason = None if completed else self.control.stop_reason
         await self.checkpoints.at_end(reason)
         status: Literal["completed", "stopped"] = "completed" if completed else "stopped"

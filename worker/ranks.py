@@ -121,7 +121,7 @@ MISTAKE_MARK = "grpo-tui: a fixable mistake on rank "
 _MISTAKE = re.compile(re.escape(MISTAKE_MARK) + r"(\d+): (.*)$")
 _NODE = re.compile(r"Node with rank (\d+) (?:exited with code (-?\d+)|was killed)")
 # Which rank's ending explains the launch's: a mistake on any rank explains the others' lost ranks.
-_SEVERITY = {Exit.MISTAKE: 4, Exit.CRASH: 3, Exit.NAN_STOP: 2, Exit.STOPPED: 1, Exit.DONE: 0}
+_SEVERITY = {Exit.MISTAKE: 5, Exit.CRASH: 4, Exit.NAN_STOP: 3, Exit.UNREWARDED: 2, Exit.STOPPED: 1, Exit.DONE: 0}
 
 
 def mistake_line(sentence: str) -> str:
@@ -176,7 +176,7 @@ def launch_and_wait(command: list[str]) -> int:
                 held.append(raw)  # ended by the launcher after another rank: noise unless nothing else says why
                 continue
             codes[int(node.group(1))] = int(node.group(2))
-            if int(node.group(2)) in (Exit.MISTAKE, Exit.STOPPED, Exit.NAN_STOP) or int(node.group(2)) < 0:
+            if int(node.group(2)) in (Exit.MISTAKE, Exit.STOPPED, Exit.NAN_STOP, Exit.UNREWARDED) or int(node.group(2)) < 0:
                 held.append(raw)  # a frame, a plain line or the sentence below says it
                 continue
         _write_stderr(raw)

@@ -134,25 +134,33 @@ def test_resuming_with_another_model_is_a_mistake_naming_both(tmp_path, tiny_mod
     assert fresh.finish() == 0 and not fresh.of(m.ResumeState) and len(fresh.of(m.Step)) == 2
 
 
-NONE_PY = '''
+NONE_PY = """
 def nothing(completions, **kwargs):
     return [None] * len(completions)
 
-def same(completions, **kwargs):
+def half(completions, **kwargs):
+    return [0.5] * len(completions)
+
+def solved(completions, **kwargs):
     return [1.0] * len(completions)
-'''
+
+def zero(completions, **kwargs):
+    return [0.0] * len(completions)
+"""
+
+
+def quiet_run(folder, model, reward: str, **training):
+    (folder / "quiet.py").write_text(NONE_PY)
+    return write_config(folder, model, rewards=f'[[rewards]]\nfunction = "{folder / "quiet.py"}:{reward}"\n',
+                        training={"max_steps": 0, "num_epochs": 50, **training}, checkpoint={"save_every": 0})
 
 
 @pytest.mark.parametrize(("reward", "patience", "why"), [
     ("nothing", None, "every reward of its 4 completions is None"),
-    ("same", 3, "all 4 completions got the same reward, 1"),
+    ("half", 3, "all 4 completions got the same reward, 0.5"),
 ])
 def test_steps_without_a_learning_signal_warn_once_then_stop_the_run(tmp_path, tiny_model, reward, patience, why):
-    (tmp_path / "quiet.py").write_text(NONE_PY)
-    training = {"max_steps": 0, "num_epochs": 50, **({"silent_patience": patience} if patience else {})}
-    config = write_config(tmp_path, tiny_model, rewards=f'[[rewards]]\nfunction = "{tmp_path / "quiet.py"}:{reward}"\n',
-                          training=training, checkpoint={"save_every": 0})
-    worker = WorkerProcess(config)
+    worker = WorkerProcess(quiet_run(tmp_path, tiny_model, reward, **({"silent_patience": patience} if patience else {})))
     done = worker.wait_for(m.Complete)
     assert worker.finish() == 2  # a fixable mistake; before: it trained on nothing until the end, exit 0
     stop_at = patience or 10
@@ -163,3 +171,27 @@ def test_steps_without_a_learning_signal_warn_once_then_stop_the_run(tmp_path, t
     assert error.message.startswith(f"training stopped: {stop_at} steps in a row had no learning signal")
     assert "training.silent_patience = 0" in error.message
     assert [(c.step, "emergency" in c.path) for c in worker.of(m.Checkpoint)] == [(stop_at, False)]
+
+
+def test_a_solved_task_is_done_with_its_model_in_final(tmp_path, tiny_model):
+    """Reward 1.0 on every completion: the run solved its task; not a mistake (it was exit 2)."""
+    worker = WorkerProcess(quiet_run(tmp_path, tiny_model, "solved", silent_patience=3))
+    done = worker.wait_for(m.Complete)
+    assert worker.finish() == 0 and done.status == "completed" and done.total_steps == 3
+    assert not [e for e in worker.of(m.Error) if e.fatal]
+    [said] = [e.message for e in worker.of(m.Log) if e.level == "info" and "solved" in e.message]
+    assert said.startswith("training stopped early, solved: every completion of the last 3 steps got the reward 1, the "
+                           "best of the run (step 3)")
+    assert [c.kind for c in worker.of(m.Checkpoint)] == ["final"]
+
+
+def test_a_task_too_hard_for_the_model_says_so_with_its_own_exit_code(tmp_path, tiny_model):
+    """Reward 0 on every completion: exit 5, a sentence that says the task is too hard (it was exit 2)."""
+    worker = WorkerProcess(quiet_run(tmp_path, tiny_model, "zero", silent_patience=3))
+    done = worker.wait_for(m.Complete)
+    assert worker.finish() == 5 and done.status == "stopped" and done.total_steps == 3
+    (error,) = [e for e in worker.of(m.Error) if e.fatal]
+    assert error.exit_code == 5 and error.kind is None and error.message.startswith(
+        "training stopped: no completion earned a reward in 3 steps in a row (every one scored 0, the lowest of the "
+        "run; step 3), so nothing trains; the task is too hard for the model as it is")
+    assert [c.kind for c in worker.of(m.Checkpoint)] == ["periodic"]
