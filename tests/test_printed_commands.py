@@ -22,6 +22,7 @@ The table (message → where the program prints it → what the command must do)
 | init into a folder that is not empty | cli | write the starter run |
 | init --from-mlx-node | cli (tui/from_mlx_node.py) | check the converted config; train it; convert into a new folder |
 | attach with no live run here | cli | list the runs |
+| a key that cannot change live | cli (`grpo-tui set`; common/live_settings.py) | resume the stopped run with that key changed |
 | a tracker that is not installed | worker, trackers | pip: install what provides it |
 | attach --web without textual-serve | cli (web) | pip: install what provides it |
 | the reference BLAS (slow) on x86-64 Linux | worker, start (common/blas.py, blas_warning.py) | pip: install MKL |
@@ -38,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from grpo_tui.protocol import control as c
+from grpo_tui.protocol import messages as m
 from tests.helpers.printed import Terminal, commands, frame, frames, shell, the_command, wait_for
 from tests.helpers.trainer_env import HOOK, fake_trainer_env
 from tests.helpers.worker_harness import FAULTY_TRAINER, tiny_model, write_config, write_dataset
@@ -167,6 +169,34 @@ def test_the_attach_commands_of_a_run_in_the_background(home, tiny_model):
         third.end()
     finally:
         viewer.end(out)
+
+
+def test_the_resume_command_of_a_key_that_cannot_change_live(home, tiny_model):
+    config_in(home, tiny_model, training={"max_steps": 100000, "num_epochs": 20000}, checkpoint={"save_every": 0})
+    out = (home / "out").resolve()
+    started = shell("grpo-tui run config.toml --detach", home)
+    assert started.returncode == 0, started.stderr
+    from grpo_tui.tui.connection import LAUNCHED
+    from tests.helpers.viewer import Viewer
+
+    record = c.read_record(out)
+    assert record is not None
+    LAUNCHED.append(record.pid)
+    viewer = Viewer(out)
+    viewer.wait_for(m.Step)
+    refused = shell("grpo-tui set out training.batch_size=4", home)
+    assert refused.returncode == 2 and "cannot change in a live run" in refused.stderr, refused.stderr
+    command = the_command(refused.stderr, "grpo-tui run")
+    viewer.send(m.Stop())
+    stopped = viewer.wait_for(m.Complete)
+    wait_for(lambda: not c.is_live(c.read_record(out)), 60, "the run's end")
+    since = len(frames(out))
+    terminal = Terminal(command, home)
+    try:
+        resumes_at(terminal, out, stopped.total_steps, since)
+        assert frame(out, "init", since)["config"]["training"]["batch_size"] == 4
+    finally:
+        terminal.end(out)
 
 
 def test_the_init_from_mlx_node_commands(home, tiny_model):
