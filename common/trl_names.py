@@ -37,6 +37,8 @@ def step_metrics(step: Step) -> dict[str, float]:
     _put(out, "frac_reward_zero_std", step.frac_reward_zero_std)
     _put(out, "kl", step.kl)
     _put(out, "entropy", step.entropy)
+    _put(out, "perplexity", step.perplexity)
+    _put(out, "mean_token_accuracy", step.token_accuracy)  # TRL's SFTTrainer's name
     _put(out, "clip_ratio/low_mean", step.clip_ratio.low)
     _put(out, "clip_ratio/high_mean", step.clip_ratio.high)
     _put(out, "clip_ratio/region_mean", step.clip_ratio.region)

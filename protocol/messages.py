@@ -167,6 +167,10 @@ class Step(_Message):
     ranks: list[RankTiming] = []  # per rank, with several ranks
     slowest_rank: int | None = None  # the rank with the longest generation + training
     all_reduce_bytes: int = 0  # sent by one rank through collectives this step
+    # of the completions' trained tokens under the policy that sampled them (the first pass): exp of
+    # the mean token negative log-likelihood, and the share of tokens that were its most likely one
+    perplexity: float | None = None
+    token_accuracy: float | None = None
 
 
 class ToolCall(msgspec.Struct, kw_only=True):

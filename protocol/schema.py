@@ -16,7 +16,7 @@ import msgspec
 from grpo_tui.protocol.messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -33,7 +33,7 @@ STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
 
 JSON_STEP_COLUMNS = ("rewards", "extra_metrics", "ranks")
 # Version 1's steps columns, frozen: a field added to ``Step`` later arrives by a migration.
-_LATER_STEP_COLUMNS = ("extra_metrics", "ranks", "slowest_rank", "all_reduce_bytes")
+_LATER_STEP_COLUMNS = ("extra_metrics", "ranks", "slowest_rank", "all_reduce_bytes", "perplexity", "token_accuracy")
 _V1_STEP_COLUMNS = tuple(c for c in STEP_METRIC_COLUMNS if c not in _LATER_STEP_COLUMNS)
 
 _V1 = f"""
@@ -202,8 +202,14 @@ CREATE TABLE setting_changes (
 CREATE INDEX setting_changes_run ON setting_changes (run_id, step);
 """
 
+# The completions' perplexity and token accuracy under the policy (mlx-node records both).
+_V9 = """
+ALTER TABLE steps ADD COLUMN perplexity REAL;
+ALTER TABLE steps ADD COLUMN token_accuracy REAL;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9}
 
 
 class StoreError(RuntimeError):

@@ -239,6 +239,8 @@ STEP_GROUPS: tuple[GroupSpec, ...] = (
         single("loss", "loss"),
         single("kl", "KL"),
         single("entropy", "entropy"),
+        single("perplexity", "perplexity"),
+        single("token_accuracy", "token accuracy (top-1)", percent=True),
         PanelSpec("clip ratio", (("clip_ratio/region", "region"), ("clip_ratio/low", "low"),
                                  ("clip_ratio/high", "high")), percent=True),
     )),

@@ -60,6 +60,11 @@ def reference_logps_entropy(x: np.ndarray, targets: np.ndarray) -> tuple[np.ndar
     return logp[np.arange(len(x)), targets], -(np.exp(logp) * logp).sum(1)
 
 
+def reference_is_top(x: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """1.0 where the target is the row's most likely entry."""
+    return (x[np.arange(len(x)), targets] >= x.max(1)).astype(np.float32)
+
+
 def close(a, b, rtol=1e-5, atol=1e-6):
     np.testing.assert_allclose(np.array(a.astype(mx.float32)), np.array(b.astype(mx.float32)), rtol=rtol, atol=atol)
 

@@ -336,3 +336,14 @@ def test_logging_steps_thins_the_plain_lines_and_the_store_keeps_every_step(tmp_
     step_lines = [line for line in out.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in step_lines] == ["3/4", "4/4"]  # every 3rd step, and the last
     assert query(tmp_path / "out" / "outputs.db", "SELECT step FROM steps ORDER BY step") == [(1,), (2,), (3,), (4,)]
+
+
+def test_each_step_records_its_completions_perplexity_and_token_accuracy(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), training={"max_steps": 2})
+    worker = WorkerProcess(config)
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0, worker.stderr.decode()[-2000:]
+    frames = [(s.perplexity, s.token_accuracy) for s in worker.of(m.Step)]
+    assert all(p is not None and p > 1.0 and a is not None and 0.0 <= a <= 1.0 for p, a in frames), frames
+    stored = query(tmp_path / "out" / "outputs.db", "SELECT perplexity, token_accuracy FROM steps ORDER BY step")
+    assert stored == frames  # the store, the Charts tab and browse read these columns

@@ -18,6 +18,7 @@ STEP_HEADERS = {
     "learning_rate": "lr", "peak_memory_mb": "peak MB", "active_memory_mb": "active MB",
     "clip_ratio_low": "clip_low", "clip_ratio_high": "clip_high", "clip_ratio_region": "clip_region",
     "generation_ms": "gen ms", "scoring_ms": "score ms", "training_ms": "train ms", "created_at": "time",
+    "perplexity": "ppl", "token_accuracy": "top1 acc",
 }
 
 

@@ -34,6 +34,7 @@ import mlx.nn as nn
 from grpo_tui.worker.engine.accel import cpu_fast
 from grpo_tui.worker.engine.accel.llama_family import is_llama_family
 from grpo_tui.worker.engine.accel.temperature import tempered
+from grpo_tui.worker.engine.token_stats import TokenStats
 
 
 Quantization = tuple[int, int, str] | None  # (group_size, bits, mode) of a quantized head, None if plain
@@ -119,8 +120,9 @@ def _after(part: mx.array, previous: list[mx.array]) -> mx.array:
     return mx.depends(part, previous)
 
 
-def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
-    """(log softmax(logits)[target], entropy, log-sum-exp) of (N, V) float32 ``logits``,
+def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array, mx.array]:
+    """(log softmax(logits)[target], entropy, log-sum-exp, 1 where the target is the most likely
+    token) of (N, V) float32 ``logits``,
     from one ``exp`` over the vocabulary (MLX's logsumexp and softmax take one each, and the
     gradient of logsumexp a third). The entropy is log Σe - Σ e·s / Σe of the shifted logits s and
     e = exp(s): no normalised softmax, and the Σ e·s a matrix product with no (N, V) array of its
@@ -133,7 +135,7 @@ def softmax_stats(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.arr
     weighted = (unnormalised[:, None, :] @ shifted[:, :, None])[:, 0, 0]
     log_total = mx.log(total)
     lse = top[:, 0] + log_total
-    return picked - lse, log_total - weighted / total, lse
+    return picked - lse, log_total - weighted / total, lse, (picked >= top[:, 0]).astype(mx.float32)
 
 
 def logits_gradient(logits: mx.array, lse: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
@@ -189,26 +191,28 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
         return _logits(hidden, head, quantization, temperature)
 
     @mx.custom_function
-    def logps_entropy(hidden: mx.array, head: HeadArrays, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def logps_entropy(hidden: mx.array, head: HeadArrays, targets: mx.array) -> tuple[mx.array, ...]:
         logps: list[mx.array] = []
         entropy: list[mx.array] = []
         lse: list[mx.array] = []
+        is_top: list[mx.array] = []
         for rows in chunks(hidden.shape[0]):
             # This chunk's logits wait for the previous chunk's results (mx.depends): MLX frees a
             # chunk's logits before it builds the next chunk's, in one lazy evaluation.
             part = _after(hidden[rows], logps[-1:] + entropy[-1:] + lse[-1:])
-            picked, ent, total = softmax_stats(logits_of(part, head), targets[rows])
+            picked, ent, total, top = softmax_stats(logits_of(part, head), targets[rows])
             logps.append(picked)
             entropy.append(ent)
             lse.append(total)
+            is_top.append(top)
         # The log-sum-exp is an output so that the backward's softmax is one exp, not two.
-        return mx.concatenate(logps), mx.concatenate(entropy), mx.concatenate(lse)
+        return mx.concatenate(logps), mx.concatenate(entropy), mx.concatenate(lse), mx.concatenate(is_top)
 
     @logps_entropy.vjp
     def _vjp(primals, cotangents, outputs):
         hidden, head, targets = primals
         lse = outputs[2]
-        cotangent = tempered(cotangents[0].astype(mx.float32), temperature)  # the entropy is a metric
+        cotangent = tempered(cotangents[0].astype(mx.float32), temperature)  # the entropy and top: metrics
         d_hidden: list[mx.array] = []
         d_weight: mx.array | None = None  # the running sum over chunks (in place with ``in_place``)
         # Fewer positions than the hidden size: all the logits' gradients take less memory than one
@@ -251,9 +255,8 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
 
 
 def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, temperature: float,
-                  chunk: int, in_place: bool = False) -> tuple[mx.array, mx.array]:
-    """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the model's
-    head on logits / temperature, ``chunk`` positions at a time (``in_place``: the plan's fused
+                  chunk: int, in_place: bool = False) -> TokenStats:
+    """``TokenStats`` (B, T) of ``hidden`` (B, T, H) through the model's head on logits / temperature, ``chunk`` positions at a time (``in_place``: the plan's fused
     head, whose weight gradient's running sum is not an ordering input)."""
     found = head_of(model)
     assert found is not None, "the plan enables vocab_chunk_size and fused_head only for supported heads"
@@ -262,8 +265,9 @@ def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, tempera
     weight_grad = quantization is None and head_trainable(model)  # a quantized head is frozen
     t = float(temperature)
     fn = _function(chunk, t, weight_grad, quantization, in_place)
-    logps, entropy, _ = fn(hidden.reshape(rows * steps, width), head, targets.reshape(-1))
-    return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
+    logps, entropy, _, is_top = fn(hidden.reshape(rows * steps, width), head, targets.reshape(-1))
+    return TokenStats(logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps),
+                      mx.stop_gradient(is_top).reshape(rows, steps))
 
 
 def head_trainable(model: nn.Module) -> bool:

@@ -19,6 +19,7 @@ from grpo_tui.worker.engine.accel.llama_family import head_logits, is_llama_fami
 from grpo_tui.worker.engine.accel.temperature import tempered
 from grpo_tui.worker.engine.batch import MicroBatch
 from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.token_stats import TokenStats
 
 
 def completion_logits(model: nn.Module, inputs: mx.array, start: int, embedded: mx.array | None = None) -> mx.array:
@@ -58,19 +59,21 @@ def batch_logits(model: nn.Module, batch: MicroBatch, offset: mx.array | None = 
     return completion_logits(model, batch.inputs, batch.start, _embedded(model, batch, offset))
 
 
-def _logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
+def _logps_entropy(logits: mx.array, targets: mx.array) -> TokenStats:
     # MLX's own fused reductions: on vocabulary-sized rows they beat cpu_fast's multi-pass exp.
     lse = mx.logsumexp(logits, axis=-1)
     probs = mx.softmax(logits, axis=-1)
     picked = mx.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     entropy = mx.stop_gradient(lse - mx.sum(probs * logits, axis=-1))  # a metric: no gradient
-    return picked - lse, entropy
+    is_top = mx.stop_gradient(picked >= mx.max(logits, axis=-1)).astype(mx.float32)
+    return TokenStats(picked - lse, entropy, is_top)
 
 
 def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, head: Head = Head.MLX,
                 vocab_chunk: int = 0, split_rows: bool = True,
-                embedding_offset: mx.array | None = None) -> tuple[mx.array, mx.array]:
-    """(log-probs of the targets, entropy) on logits / temperature, both (B, T), with the plan's
+                embedding_offset: mx.array | None = None) -> TokenStats:
+    """``TokenStats`` of the targets (log-probs, entropy, top flags) on logits / temperature, (B, T)
+    each, with the plan's
     ``head`` (eager graphs only, but ``MLX``): ``CHUNKED`` runs ``chunked_head``'s way,
     ``vocab_chunk`` positions at a time (MLX's log-softmax, lazily); ``FUSED`` the same custom
     function, ``fused_chunk`` positions at a time, one vocabulary-wide exp forward and one
@@ -86,13 +89,15 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, head: H
     if head is Head.HOST_HEAD:
         weight = chunked_head.plain_weight(model)
         assert weight is not None, "the plan picks the host head only for a plain head"
-        return host_head.logps_entropy(batch_hidden(model, batch, embedding_offset), weight, batch.targets, temperature,
-                                       chunked_head.head_trainable(model))
+        return TokenStats(*host_head.logps_entropy(batch_hidden(model, batch, embedding_offset), weight, batch.targets,
+                                                   temperature, chunked_head.head_trainable(model)))
     logits = tempered(batch_logits(model, batch, embedding_offset).astype(mx.float32), temperature)
     if head is Head.HOST_VOCAB and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape
-        logps, entropy = host_vocab.logps_entropy(logits.reshape(rows * steps, vocabulary), batch.targets.reshape(-1))
-        return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
+        logps, entropy, is_top = host_vocab.logps_entropy(logits.reshape(rows * steps, vocabulary),
+                                                          batch.targets.reshape(-1))
+        return TokenStats(logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps),
+                          mx.stop_gradient(is_top).reshape(rows, steps))
     streams = two_cores.streams()
     if not split_rows or len(streams) == 1 or logits.shape[0] < 2:
         return _logps_entropy(logits, batch.targets)
@@ -101,4 +106,4 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, head: H
     for stream, rows in zip(streams, (slice(0, half), slice(half, None))):
         with mx.stream(stream):
             parts.append(_logps_entropy(logits[rows], batch.targets[rows]))
-    return mx.concatenate([parts[0][0], parts[1][0]]), mx.concatenate([parts[0][1], parts[1][1]])
+    return TokenStats(*(mx.concatenate([a, b]) for a, b in zip(*parts)))

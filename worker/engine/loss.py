@@ -58,8 +58,8 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
                 ) -> tuple[mx.array, mx.array, dict[str, mx.array]]:
         batch = _micro_batch(arrays, start, group)
         # A part of a micro-batch already has a stream to itself: no further split of its rows.
-        logps, entropy = token_logps(model, batch, temperature, head, vocab_chunk, split_rows=batch_rows is None,
-                                     embedding_offset=embedding_offset)
+        logps, entropy, is_top = token_logps(model, batch, temperature, head, vocab_chunk,
+                                             split_rows=batch_rows is None, embedding_offset=embedding_offset)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
         part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"])
         loss, metrics = policy_loss(
@@ -67,7 +67,12 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
             num_items=arrays["num_items"], accumulation_steps=accumulation_steps, part_of=part_of,
             entropy_mask=batch.entropy_mask,
         )
-        metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / mx.maximum(metrics["tokens"], 1.0)
+        tokens = mx.maximum(metrics["tokens"], 1.0)
+        metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / tokens
+        # the completions' mean token NLL (perplexity = its exp) and the share of their tokens that
+        # are the policy's most likely one (token accuracy), both on the loss's tokens
+        metrics["nll"] = -mx.sum(mx.stop_gradient(logps) * batch.mask) / tokens
+        metrics["token_accuracy"] = mx.sum(is_top * batch.mask) / tokens
         return loss, mx.stop_gradient(logps), metrics
 
     return loss_fn

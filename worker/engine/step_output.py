@@ -7,6 +7,8 @@ the step hands over plain numbers.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +65,7 @@ def step_metrics(r: StepResults) -> Step:
     lengths = [c.model_tokens for c in completions]  # the model's own tokens, not tool results
     skipped = skipped_reasons(passes)
     stats = {k: float(np.mean([p.stats.get(k, 0.0) for p in passes])) for k in passes[0].stats}
+    first = passes[0].stats  # the policy that sampled the completions (num_iterations > 1 moves it)
     group_stds = np.array(r.group_stds)
     tokens = r.prompt_tokens + sum(lengths)
     return Step(
@@ -98,6 +101,8 @@ def step_metrics(r: StepResults) -> Step:
         gradients_applied=not skipped,
         skipped_reason="; ".join(skipped) or None,
         extra_metrics=r.extra_metrics,
+        perplexity=finite(math.exp(min(first["nll"], 700.0))) if "nll" in first else None,
+        token_accuracy=finite(first.get("token_accuracy")),
         ranks=r.ranks,
         slowest_rank=r.slowest_rank,
         all_reduce_bytes=r.all_reduce_bytes,

@@ -69,7 +69,7 @@ def micro_batches(examples: list[Example], completions: list[Completion], advant
         )
         if ref_model is not None:
             # The reference is the policy's architecture without LoRA: the plan's head fits it.
-            logps, _ = token_logps(ref_model, batch, config.generation.temperature, plan.head, plan.vocab_chunk_size)
+            logps = token_logps(ref_model, batch, config.generation.temperature, plan.head, plan.vocab_chunk_size).logps
             batch.ref_logps = mx.stop_gradient(logps)
             mx.eval(batch.ref_logps)
         batches.append(batch)
@@ -176,7 +176,7 @@ def _entropy_mask(model: nn.Module, batch: MicroBatch, pieces: list[MicroBatch],
     ``logprob_batch_size``) while the quantile is the whole micro-batch's."""
     entropies = []
     for piece in pieces:
-        _, entropy = token_logps(model, piece, config.generation.temperature, plan.head, plan.vocab_chunk_size)
+        entropy = token_logps(model, piece, config.generation.temperature, plan.head, plan.vocab_chunk_size).entropy
         mx.eval(entropy)
         entropies.append(entropy)
     entropy = entropies[0] if len(entropies) == 1 else mx.concatenate(entropies)

@@ -55,7 +55,7 @@ def test_sampling_logprobs_match_the_training_forward_pass(tiny):
     mx.random.seed(3)
     out = generate(model, tokenizer, prompts, 2, GenerationConfig(max_completion_length=8), plan=stock_plan(model, GenerationConfig(max_completion_length=8)))
     batch = pack([prompts[c.prompt_index] for c in out], [c.token_ids for c in out], [0.0] * 4, [True] * 4)
-    logps, _ = token_logps(model, batch, 1.0)
+    logps = token_logps(model, batch, 1.0).logps
     logps, mask = np.array(logps), np.array(batch.mask)
     for i, c in enumerate(out):
         np.testing.assert_allclose(logps[i][mask[i] > 0], c.sampling_logprobs, atol=1e-4)

@@ -253,3 +253,43 @@ def test_the_optimizer_state_exists_before_the_first_step(tmp_path, model_dir):
     before = set(moments)
     t.train_step(1)
     assert set(dict(tree_flatten(t.optimizer.state))) == before  # the update allocates no new state
+
+
+@pytest.mark.parametrize(("env", "extra", "head"), [
+    ({}, "", Head.MLX),  # the compiled loss
+    ({"GRPO_TUI_COMPILED_LOSS": "0", "GRPO_TUI_HOST_VOCAB": "0"}, "", Head.FUSED),
+    ({"GRPO_TUI_COMPILED_LOSS": "0", "GRPO_TUI_HOST_VOCAB": "1"}, "", Head.HOST_HEAD),
+    ({}, "vocab_chunk_size = 5\n", Head.CHUNKED),
+])  # fmt: skip
+def test_perplexity_and_token_accuracy_are_the_sampling_policys_on_the_trained_tokens(
+        tmp_path, model_dir, monkeypatch, env, extra, head):
+    """Against the model's own logits: exp of the mean token NLL and the share of top-1 tokens over
+    the loss's tokens, under the weights that sampled them, on every head path of the plan."""
+    from grpo_tui.worker.engine import update
+    from grpo_tui.worker.engine.accel import host_vocab
+    from grpo_tui.worker.engine.logps import batch_logits
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if head is Head.HOST_HEAD:
+        monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny vocabulary counts as large
+    seen = []
+    original = update.loss_grad_parts
+    monkeypatch.setattr(update, "loss_grad_parts", lambda model, batch, *a, **k: seen.append(batch) or original(model, batch, *a, **k))
+    trainer = make(tmp_path, model_dir, BASE.replace("learning_rate = 1e-2", "learning_rate = 1e-2\n" + extra))
+    assert trainer.plan.head is head
+    before, _ = load(str(model_dir))  # the weights that sampled step 1's completions
+    metrics = trainer.train_step(1).metrics
+    nll, top, tokens = 0.0, 0.0, 0.0
+    for batch in seen:
+        logits = np.array(batch_logits(before, batch).astype(mx.float32)) / trainer.config.generation.temperature
+        logp = logits - logits.max(-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+        targets, mask = np.array(batch.targets), np.array(batch.mask)
+        picked = np.take_along_axis(logp, targets[..., None], -1)[..., 0]
+        nll -= (picked * mask).sum()
+        top += ((picked >= logp.max(-1)) * mask).sum()
+        tokens += mask.sum()
+    assert tokens > 0 and 0 < metrics.token_accuracy < 1  # a random model: some top-1 tokens, not all
+    assert metrics.perplexity == pytest.approx(math.exp(nll / tokens), rel=1e-4)
+    assert metrics.token_accuracy == pytest.approx(top / tokens, abs=1e-6)

@@ -61,7 +61,8 @@ def _block_stats(x: np.ndarray, e: np.ndarray, top: np.ndarray, total: np.ndarra
 
 
 def forward(h: np.ndarray, w: np.ndarray, targets: np.ndarray, inv_temp: float) -> tuple[np.ndarray, ...]:
-    """(log-probs of ``targets``, entropy, log-sum-exp), float32 per position, of ``h @ w.T * inv_temp``."""
+    """(log-probs of ``targets``, entropy, log-sum-exp, 1 where the target is the most likely token),
+    float32 per position, of ``h @ w.T * inv_temp``."""
     h = h * np.float32(inv_temp)  # the temperature on the small side of the product
     blocks = _blocks(len(w))
     top, total, weighted = (np.empty((len(blocks), len(h)), np.float32) for _ in range(3))
@@ -77,7 +78,8 @@ def forward(h: np.ndarray, w: np.ndarray, targets: np.ndarray, inv_temp: float) 
     mass = (total * scale).sum(axis=0)
     lse = best + np.log(mass)
     entropy = lse - (weighted * scale).sum(axis=0) / mass
-    return (picked - lse).astype(np.float32), entropy.astype(np.float32), lse.astype(np.float32)
+    is_top = (picked >= best).astype(np.float32)  # the same float32 logits: an exact comparison
+    return (picked - lse).astype(np.float32), entropy.astype(np.float32), lse.astype(np.float32), is_top
 
 
 def gradient(h: np.ndarray, w: np.ndarray, targets: np.ndarray, lse: np.ndarray, cotangent: np.ndarray,
@@ -118,7 +120,7 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
     inv_temp = inverse(temperature)
 
     @mx.custom_function
-    def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array) -> tuple[mx.array, ...]:
         h, w = _float32(hidden), _float32(weight)
         return tuple(mx.array(a) for a in forward(h, w, host(targets), inv_temp))
 
@@ -128,7 +130,7 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
         h, w = _float32(hidden), _float32(weight)
         d_weight = mx.zeros(weight.shape, mx.float32)
         out = host(d_weight) if weight_grad else None  # writable: MLX's buffer, filled in place
-        # The entropy and the log-sum-exp are metrics: only the log-probs' cotangent counts.
+        # The entropy, the log-sum-exp and the top flags are metrics: only the log-probs' cotangent counts.
         d_hidden = gradient(h, w, host(targets), host(outputs[2]), _float32(cotangents[0]),
                             inv_temp, out)
         if weight.dtype != mx.float32:
@@ -139,10 +141,12 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
 
 
 def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array, temperature: float,
-                  weight_grad: bool) -> tuple[mx.array, mx.array]:
-    """(log-probs of ``targets``, entropy), both (B, T), of ``hidden`` (B, T, H) through the head
-    ``weight`` (V, H) on logits / temperature. ``weight_grad``: the head is trained (LoRA's is not)."""
+                  weight_grad: bool) -> tuple[mx.array, mx.array, mx.array]:
+    """(log-probs of ``targets``, entropy, 1 where the target is the most likely token), (B, T) each,
+    of ``hidden`` (B, T, H) through the head ``weight`` (V, H) on logits / temperature.
+    ``weight_grad``: the head is trained (LoRA's is not)."""
     rows, steps, width = hidden.shape
-    logps, entropy, _ = _function(float(temperature), weight_grad)(
+    logps, entropy, _, is_top = _function(float(temperature), weight_grad)(
         hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
-    return logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps)
+    return (logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps),
+            mx.stop_gradient(is_top).reshape(rows, steps))

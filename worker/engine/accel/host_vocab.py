@@ -50,25 +50,28 @@ def fits(logits: mx.array) -> bool:
     return logits.dtype == mx.float32
 
 
-def _probabilities(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(softmax of each row, log-sum-exp of each row) for float32 rows ``x``, softmax into ``out``."""
+def _probabilities(x: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(softmax of each row, log-sum-exp of each row, max of each row) for float32 rows ``x``,
+    softmax into ``out``."""
     top = x.max(axis=1)
     probs = np.subtract(x, top[:, None], out=out)
     np.exp(probs, out=probs)
     total = probs.sum(axis=1, dtype=np.float64)
     probs /= total.astype(np.float32)[:, None]
-    return probs, top + np.log(total).astype(np.float32)
+    return probs, top + np.log(total).astype(np.float32), top
 
 
 def _forward_rows(x: np.ndarray, targets: np.ndarray, buffer: np.ndarray, picked: np.ndarray,
-                  entropy: np.ndarray) -> None:
-    probs, lse = _probabilities(x, buffer)
-    picked[:] = x[np.arange(len(x)), targets] - lse
+                  entropy: np.ndarray, is_top: np.ndarray) -> None:
+    probs, lse, top = _probabilities(x, buffer)
+    target = x[np.arange(len(x)), targets]
+    picked[:] = target - lse
     entropy[:] = lse - np.einsum("ij,ij->i", probs, x)
+    is_top[:] = target >= top
 
 
 def _gradient_rows(x: np.ndarray, targets: np.ndarray, cotangent: np.ndarray, out: np.ndarray) -> None:
-    probs, _ = _probabilities(x, out)
+    probs, _, _ = _probabilities(x, out)
     probs *= -cotangent[:, None]  # d logp[target] / dx = onehot(target) - softmax(x)
     probs[np.arange(len(x)), targets] += cotangent
 
@@ -92,15 +95,15 @@ def _chunks(rows: int, vocabulary: int) -> list[slice]:
     return [slice(s, min(s + step, rows)) for s in range(0, rows, step)]
 
 
-def rows_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
-    """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), evaluated now
-    (the host log-softmax's forward)."""
+def rows_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """(log softmax(logits)[target], entropy, 1 where the target is the row's max) per row of float32
+    ``logits`` (N, V), evaluated now (the host log-softmax's forward)."""
     x, t = host(logits), host(targets)
-    picked, entropy = np.empty(len(x), np.float32), np.empty(len(x), np.float32)
+    picked, entropy, is_top = (np.empty(len(x), np.float32) for _ in range(3))
     for rows in _chunks(*x.shape):
         buffer = scratch((rows.stop - rows.start, x.shape[1]))
-        by_halves(_forward_rows, x[rows], t[rows], buffer, picked[rows], entropy[rows])
-    return mx.array(picked), mx.array(entropy)
+        by_halves(_forward_rows, x[rows], t[rows], buffer, picked[rows], entropy[rows], is_top[rows])
+    return mx.array(picked), mx.array(entropy), mx.array(is_top)
 
 
 def rows_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
@@ -115,8 +118,9 @@ def rows_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> m
 
 
 @mx.custom_function
-def logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array]:
-    """(log softmax(logits)[target], entropy) per row of float32 ``logits`` (N, V), ``targets`` (N,)."""
+def logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """(log softmax(logits)[target], entropy, 1 where the target is the most likely token) per row of
+    float32 ``logits`` (N, V), ``targets`` (N,)."""
     return rows_forward(logits, targets)
 
 

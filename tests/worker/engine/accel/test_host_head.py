@@ -13,7 +13,7 @@ from grpo_tui.worker.engine.batch import pack
 from grpo_tui.worker.engine.logps import _logps_entropy
 from grpo_tui.worker.engine.plan import Head
 from tests.helpers.loss_cases import (
-    assert_same, grads, host_head_of, reference_logps_entropy, small_model, switch_batch, switch_config,
+    assert_same, grads, host_head_of, reference_is_top, reference_logps_entropy, small_model, switch_batch, switch_config,
 )
 
 
@@ -26,23 +26,27 @@ def test_log_probs_entropy_and_gradients_match_the_whole_logits(small_blocks):
     hidden = mx.random.normal((3, 13, 16), key=mx.random.key(0))
     weight = mx.random.normal((5000, 16), key=mx.random.key(1)) * 0.5
     targets = mx.concatenate([mx.array([[4999, 0, 699, 700]] * 3), mx.random.randint(0, 5000, (3, 9), key=mx.random.key(2))], 1)
+    targets[:, -1] = mx.argmax(hidden[:, -1] @ weight.T, axis=-1)  # the last position picks its most likely token
     cotangent = mx.random.normal((3, 13), key=mx.random.key(3))
     temperature = 0.7
 
     def ours(h, w):
-        logps, entropy = host_head.logps_entropy(h, w, targets, temperature, weight_grad=True)
-        return mx.sum(logps * cotangent), (logps, entropy)
+        logps, entropy, is_top = host_head.logps_entropy(h, w, targets, temperature, weight_grad=True)
+        return mx.sum(logps * cotangent), (logps, entropy, is_top)
 
     def whole(h, w):
-        logps, entropy = _logps_entropy((h @ w.T) / temperature, targets)
-        return mx.sum(logps * cotangent), (logps, entropy)
+        logps, entropy, is_top = _logps_entropy((h @ w.T) / temperature, targets)
+        return mx.sum(logps * cotangent), (logps, entropy, is_top)
 
-    (loss, (logps, entropy)), grads = mx.value_and_grad(ours, argnums=(0, 1))(hidden, weight)
+    (loss, (logps, entropy, is_top)), grads = mx.value_and_grad(ours, argnums=(0, 1))(hidden, weight)
     (want_loss, _), want_grads = mx.value_and_grad(whole, argnums=(0, 1))(hidden, weight)
     logits = np.array((hidden @ weight.T) / temperature).reshape(-1, 5000)
     exact_logps, exact_entropy = reference_logps_entropy(logits, np.array(targets).reshape(-1))
     np.testing.assert_allclose(np.array(logps).reshape(-1), exact_logps, atol=2e-5)
     np.testing.assert_allclose(np.array(entropy).reshape(-1), exact_entropy, atol=1e-4)
+    want_top = reference_is_top(logits, np.array(targets).reshape(-1))
+    np.testing.assert_array_equal(np.array(is_top).reshape(-1), want_top)
+    assert np.array(is_top)[:, -1].all()
     assert loss.item() == pytest.approx(want_loss.item(), rel=1e-5)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-5, rtol=1e-4)

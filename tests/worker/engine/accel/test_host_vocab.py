@@ -11,7 +11,7 @@ from grpo_tui.worker.engine.accel import host_vocab
 from grpo_tui.worker.engine.logps import _logps_entropy
 from grpo_tui.worker.engine.grpo import LossSettings
 from grpo_tui.worker.engine.plan import Head
-from tests.helpers.loss_cases import STREAMS_CONFIG, loss_and_grad, reference_logps_entropy, stream_batch
+from tests.helpers.loss_cases import STREAMS_CONFIG, loss_and_grad, reference_is_top, reference_logps_entropy, stream_batch
 from tests.helpers.tiny_model import build_tiny_model
 
 
@@ -19,10 +19,13 @@ def test_logps_and_entropy_match_float64_and_the_gradient_matches_mlx():
     x = mx.random.normal((7, 9000), key=mx.random.key(0)) * 3
     targets = mx.random.randint(0, 9000, (7,), key=mx.random.key(1))
     weights = mx.random.normal((7,), key=mx.random.key(2))
-    logps, entropy = host_vocab.logps_entropy(x, targets)
+    targets[::2] = mx.argmax(x[::2], axis=1)  # half the rows pick their most likely token
+    logps, entropy, is_top = host_vocab.logps_entropy(x, targets)
     want_logps, want_entropy = reference_logps_entropy(np.array(x), np.array(targets))
     np.testing.assert_allclose(np.array(logps), want_logps, atol=2e-5)
     np.testing.assert_allclose(np.array(entropy), want_entropy, atol=1e-4)
+    np.testing.assert_array_equal(np.array(is_top), reference_is_top(np.array(x), np.array(targets)))
+    assert np.array(is_top)[::2].all()
 
     def loss(fn):
         return lambda x: mx.sum(fn(x, targets)[0] * weights)
@@ -58,8 +61,8 @@ def test_more_logits_than_the_old_64m_cap_match_mlx_in_chunks_with_a_bounded_buf
     targets = mx.random.randint(0, vocab, (rows,), key=mx.random.key(4))
     weights = mx.random.normal((rows,), key=mx.random.key(5))
     host_vocab._SCRATCH.pop("log-softmax", None)
-    logps, entropy = host_vocab.logps_entropy(x, targets)
-    want_logps, want_entropy = _logps_entropy(x, targets)
+    logps, entropy, _ = host_vocab.logps_entropy(x, targets)
+    want_logps, want_entropy, _ = _logps_entropy(x, targets)
     # float32 sums over 151,936 entries: MLX's and numpy's log-probs agree to ~4e-6 relative; the
     # entropies to ~1e-4, numpy's within 1e-4 of float64 (MLX's sequential sum: ~1e-3 off)
     np.testing.assert_allclose(np.array(logps), np.array(want_logps), rtol=1e-5)

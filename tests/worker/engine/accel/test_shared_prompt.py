@@ -45,8 +45,8 @@ def test_logps_and_gradients_match_the_plain_layout(model):
     assert plain.prompts is None and shared.prompts is not None
     assert shared.prompts.shape[0] == 3  # each prompt once
 
-    lp_plain, ent_plain = token_logps(model, plain, 0.7)
-    lp_shared, ent_shared = token_logps(model, shared, 0.7)
+    lp_plain, ent_plain, _ = token_logps(model, plain, 0.7)
+    lp_shared, ent_shared, _ = token_logps(model, shared, 0.7)
     for a, b in zip(_per_token(lp_plain, plain.mask), _per_token(lp_shared, shared.mask)):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, atol=2e-5)
@@ -54,7 +54,7 @@ def test_logps_and_gradients_match_the_plain_layout(model):
         np.testing.assert_allclose(a, b, atol=2e-5)
 
     def loss(batch):
-        logps, _ = token_logps(model, batch, 0.7)
+        logps = token_logps(model, batch, 0.7).logps
         return mx.sum(logps * batch.mask * batch.advantages[:, None])
 
     (l1, g1), (l2, g2) = nn.value_and_grad(model, loss)(plain), nn.value_and_grad(model, loss)(shared)
