@@ -29,6 +29,7 @@ Prints figures; not a test.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import pty
 import re
@@ -198,12 +199,12 @@ def part_paint(repeat: int) -> None:
         out.mkdir()
         os.symlink(store, out / STORE_FILE)
         (out / "config.toml").write_text("")
-        from grpo_tui.tui.connection import launch, wait_ready
+        from grpo_tui.tui.launcher import launch, wait_ready
 
         worker = [sys.executable, str(Path(__file__).resolve()), "--replay", str(folder / "frames.jsonl"), str(out)]
         sup = launch(out, worker)
         try:
-            assert wait_ready(out, sup), "the supervisor did not start"
+            assert asyncio.run(wait_ready(out, sup)), "the supervisor did not start"
             total = sum(1 for _ in open(folder / "frames.jsonl", "rb"))
             while (r := c.read_record(out)) is None or r.step < STEPS:
                 time.sleep(0.1)
@@ -307,12 +308,12 @@ def part_cpu(seconds: float, rate: float, against: str | None) -> None:
         envs = {"this checkout": dict(os.environ)}
         if against:
             envs[against] = checkout(against, Path(tmp) / "against")
-        from grpo_tui.tui.connection import launch, wait_ready
+        from grpo_tui.tui.launcher import launch, wait_ready
 
         sup = launch(out, [sys.executable, str(Path(__file__).resolve()), "--replay", str(source), str(out), str(rate)])
         terms: dict[str, Terminal] = {}
         try:
-            assert wait_ready(out, sup), "the supervisor did not start"
+            assert asyncio.run(wait_ready(out, sup)), "the supervisor did not start"
             while c.read_record(out) is None or not (out / RUN_LOG_FILE).exists():  # what attach looks for
                 time.sleep(0.05)
             terms = {name: Terminal([*CLI, "attach", str(out)], env=env) for name, env in envs.items()}

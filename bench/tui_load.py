@@ -28,7 +28,7 @@ from textual import events
 
 from grpo_tui.protocol.config import parse_config
 from grpo_tui.tui.app import GrpoApp
-from grpo_tui.tui.worker_proc import WorkerEvent, WorkerFrames
+from grpo_tui.tui.run_messages import WorkerEvent, WorkerFrames
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "helpers" / "fake_worker.py"
@@ -133,9 +133,9 @@ def main() -> None:
     try:
         asyncio.run(run(p.parse_args()))
     finally:
-        from grpo_tui.tui.connection import end_launched
+        from grpo_tui.tui.launcher import end_started
 
-        end_launched()  # the fake run outlives the dashboard: end it
+        end_started()  # the fake run outlives the dashboard: end it
 
 
 if __name__ == "__main__":

@@ -11,10 +11,9 @@ forwards their commands to the worker::
         supervisor.log              the supervisor's own output
         worker.stderr               every line the worker wrote to stderr
 
-On top of the worker's frames a viewer receives ``welcome`` first (the supervisor has registered
-it), ``stderr_line`` for each stderr line and ``worker_exit`` when the worker ends; besides the
-worker's commands it may send ``restart`` (answer a crash countdown). Everything else is the
-protocol of protocol/messages.py.
+What goes over the socket, the worker's frames and the supervisor's own (``welcome``,
+``worker_started``, ``stderr_line``, ``worker_exit``, the ``restart`` command), is declared in
+protocol/messages.py and read and written by protocol/codec.py, as every other line.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 import msgspec
 
@@ -44,77 +43,6 @@ RunStatus = Literal[
     "unrewarded",
 ]
 LIVE_STATUSES = ("starting", "running", "paused", "restarting", "stopping")
-
-
-class _Frame(msgspec.Struct, tag_field="type", tag=m._snake, kw_only=True):
-    pass
-
-
-class Welcome(_Frame):
-    """The first line a viewer gets: it is registered and receives every frame from now on.
-
-    The worker's frames before it are the first ``frames`` lines of ``run.jsonl`` from byte
-    ``jsonl_offset`` (where this run began: the worker mirrors every frame there, in order). The
-    next ``stderr_tail`` lines are the last of the ``stderr_lines`` stderr lines so far."""
-
-    supervisor_pid: int
-    worker_pid: int = 0
-    jsonl_offset: int = 0
-    frames: int = 0
-    stderr_lines: int = 0
-    stderr_tail: int = 0
-    restarts: int = 0
-
-
-class StderrLine(_Frame):
-    line: str
-
-
-class WorkerExit(_Frame):
-    """The worker ended. ``restart_in_s`` is set when the supervisor restarts it after that many
-    seconds (attempt ``attempt`` of ``max_restarts``); ``final`` when the run is over."""
-
-    code: int
-    reason: str = ""
-    restart_in_s: float | None = None
-    attempt: int = 0
-    max_restarts: int = 0
-    restart_on_crash: bool = True
-    final: bool = False
-    retry: bool = False  # a fixable mistake: a viewer may retry once it is fixed (``restart``), or end the run
-
-
-class WorkerStarted(_Frame):
-    """The supervisor started a worker (its first frame, ``hello``, follows)."""
-
-    pid: int
-
-
-class Restart(_Frame):
-    """A viewer's answer to a crash countdown or a mistake: restart (retry) now, or cancel (the run ends)."""
-
-    now: bool
-
-
-ViewerFrame = Union[m.Event, Welcome, WorkerStarted, StderrLine, WorkerExit]  # supervisor -> viewer
-ViewerCommand = Union[m.Command, Restart]  # viewer -> supervisor
-
-_frame_decoder = msgspec.json.Decoder(ViewerFrame)
-_command_decoder = msgspec.json.Decoder(ViewerCommand)
-_encoder = msgspec.json.Encoder()
-
-
-def encode(frame: _Frame | m.Event | m.Command) -> bytes:
-    return _encoder.encode(frame) + b"\n"
-
-
-def decode_frame(line: bytes) -> ViewerFrame:
-    """Raises msgspec.DecodeError / ValidationError on a bad line."""
-    return _frame_decoder.decode(line)
-
-
-def decode_command(line: bytes) -> ViewerCommand:
-    return _command_decoder.decode(line)
 
 
 class RunRecord(msgspec.Struct, kw_only=True):

@@ -1,7 +1,10 @@
 """Every message of the dashboard <-> worker protocol as a msgspec Struct (docs/architecture.md, "Protocol").
 
 Worker -> dashboard messages are variants of ``Event``; dashboard -> worker messages are
-variants of ``Command``. Both are tagged unions with tag field ``type`` and snake_case tags.
+variants of ``Command``. Both are tagged unions with tag field ``type`` and snake_case tags. On the
+control socket (protocol/control.py) the supervisor adds its own frames to the worker's
+(``ViewerFrame``) and takes one more command (``ViewerCommand``). protocol/codec.py reads and
+writes every one of them.
 Floats that can be NaN/inf are typed ``float | None``: msgspec encodes NaN/inf as ``null``.
 """
 
@@ -369,3 +372,60 @@ Command = Union[Pause, Resume, Stop, SaveCheckpoint, SetSampleDisplay, SetSettin
 
 EVENT_TYPES: tuple[type, ...] = Event.__args__  # type: ignore[attr-defined]
 COMMAND_TYPES: tuple[type, ...] = Command.__args__  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- supervisor <-> viewer (the control socket)
+# A viewer receives ``welcome`` first (the supervisor has registered it), then the worker's frames,
+# ``stderr_line`` for each stderr line and ``worker_exit`` when the worker ends; besides the
+# worker's commands it may send ``restart`` (answer a crash countdown).
+
+
+class Welcome(_Message):
+    """The first line a viewer gets: it is registered and receives every frame from now on.
+
+    The worker's frames before it are the first ``frames`` lines of ``run.jsonl`` from byte
+    ``jsonl_offset`` (where this run began: the worker mirrors every frame there, in order). The
+    next ``stderr_tail`` lines are the last of the ``stderr_lines`` stderr lines so far."""
+
+    supervisor_pid: int
+    worker_pid: int = 0
+    jsonl_offset: int = 0
+    frames: int = 0
+    stderr_lines: int = 0
+    stderr_tail: int = 0
+    restarts: int = 0
+
+
+class StderrLine(_Message):
+    line: str
+
+
+class WorkerExit(_Message):
+    """The worker ended. ``restart_in_s`` is set when the supervisor restarts it after that many
+    seconds (attempt ``attempt`` of ``max_restarts``); ``final`` when the run is over."""
+
+    code: int
+    reason: str = ""
+    restart_in_s: float | None = None
+    attempt: int = 0
+    max_restarts: int = 0
+    restart_on_crash: bool = True
+    final: bool = False
+    retry: bool = False  # a fixable mistake: a viewer may retry once it is fixed (``restart``), or end the run
+
+
+class WorkerStarted(_Message):
+    """The supervisor started a worker (its first frame, ``hello``, follows)."""
+
+    pid: int
+
+
+class Restart(_Message):
+    """A viewer's answer to a crash countdown or a mistake: restart (retry) now, or cancel (the run ends)."""
+
+    now: bool
+
+
+SupervisorFrame = Union[Welcome, WorkerStarted, StderrLine, WorkerExit]
+ViewerFrame = Union[Event, Welcome, WorkerStarted, StderrLine, WorkerExit]  # supervisor -> viewer
+ViewerCommand = Union[Command, Restart]  # viewer -> supervisor

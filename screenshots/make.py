@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests.tui.* lives in the repository, not the package
 
-from grpo_tui.tui.connection import end_launched  # noqa: E402
+from grpo_tui.tui.launcher import end_started  # noqa: E402
 from tests.tui import sized_scenarios as sized  # noqa: E402
 from tests.tui.conftest import build_app  # noqa: E402
 from tests.tui.scenarios import SCENARIOS  # noqa: E402
@@ -56,7 +56,7 @@ async def shoot(name: str, png: bool) -> Path:
         async with app.run_test(size=size) as pilot:
             await prepare(pilot)
             app.save_screenshot(filename=path.name, path=str(HERE))
-        end_launched()  # the run outlives its dashboard: end it before its folder goes
+        end_started()  # the run outlives its dashboard: end it before its folder goes
     if png:  # cairosvg, or librsvg's rsvg-convert (apt-get install librsvg2-bin)
         try:
             import cairosvg

@@ -37,9 +37,9 @@ async def shoot(config_path: Path, run_dir: Path, out: Path, tab: str | None, si
             await pilot.press({"charts": "9"}.get(tab, tab))
         await pilot.pause(1.0)
         app.save_screenshot(filename=out.name, path=str(out.parent))
-    from grpo_tui.tui.connection import end_launched
+    from grpo_tui.tui.launcher import end_started
 
-    end_launched()  # the replaying run outlives its dashboard: end it
+    end_started()  # the replaying run outlives its dashboard: end it
     return out
 
 

@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
 def _end_supervisors():
     """A test that leaves its dashboard leaves the run going (as a user's would): end the supervisors
     this test started, and their workers, so nothing outlives the test."""
-    from grpo_tui.tui.connection import end_launched
+    from grpo_tui.tui.launcher import end_started
 
     yield
-    end_launched(timeout=0)
+    end_started(timeout=0)

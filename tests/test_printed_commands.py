@@ -144,11 +144,11 @@ def test_the_attach_commands_of_a_run_in_the_background(home, tiny_model):
     out = (home / "out").resolve()
     started = shell("grpo-tui run config.toml --detach", home)
     assert started.returncode == 0, started.stderr
-    from grpo_tui.tui.connection import LAUNCHED
+    from grpo_tui.tui.launcher import adopt
 
     record = c.read_record(out)
     assert record is not None
-    LAUNCHED.append(record.pid)  # ended by the autouse fixture if this test fails half-way
+    adopt(record.pid)  # ended by the autouse fixture if this test fails half-way
     viewer = Terminal(the_command(started.stdout, "grpo-tui attach"), home)
     try:
         wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 1, 60, "the attached viewer")
@@ -317,7 +317,7 @@ def test_every_command_printed_in_source_is_in_this_table():
 
 KNOWN_PRINTERS = {
     "worker/checkpoint.py", "worker/start.py", "worker/nan_stop.py", "worker/trackers.py", "tui/cli.py",
-    "tui/app.py", "tui/connection.py", "tui/web.py", "tui/init_templates.py", "common/blas.py",
+    "tui/app.py", "tui/launcher.py", "tui/web.py", "tui/init_templates.py", "common/blas.py",
     "common/blas_warning.py", "common/install_hint.py", "common/commands.py", "common/resume_check.py",
     # not a command to run: the header of the config file GRPOTrainer writes names the commands that
     # read it (no path: the file is the one it is in); a comment

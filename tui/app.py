@@ -3,7 +3,7 @@
 The run belongs to its supervisor (tui/supervisor.py), which owns the worker and its restarts; the
 dashboard starts one (``grpo-tui run``) or attaches to one (``grpo-tui attach``) and talks to it over
 the control socket (tui/connection.py). Leaving the dashboard leaves the run going. The run's output
-arrives in batches of typed items (``WorkerFrames`` of ``WorkerEvent`` and friends, tui/worker_proc.py)
+arrives in batches of typed items (``WorkerFrames`` of ``WorkerEvent`` and friends, tui/run_messages.py)
 that are buffered in order; a timer flushes the buffer a few times a second, folding every event
 into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard").
 
@@ -39,6 +39,15 @@ from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
 from grpo_tui.tui.run_link import RunLink
+from grpo_tui.tui.run_messages import (
+    WorkerBadLine,
+    WorkerEvent,
+    WorkerExited,
+    WorkerFrames,
+    WorkerHistory,
+    WorkerOutput,
+    WorkerStderr,
+)
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
@@ -55,15 +64,6 @@ from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.run_header import RunHeader
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 from grpo_tui.tui.widgets.stats_panel import StatsPanel
-from grpo_tui.tui.worker_proc import (
-    WorkerBadLine,
-    WorkerEvent,
-    WorkerExited,
-    WorkerFrames,
-    WorkerHistory,
-    WorkerOutput,
-    WorkerStderr,
-)
 
 # Frames are folded and widgets redrawn once a second (with the header's clock), however fast the
 # worker sends: a widget redraws at most that often, and a dashboard's work per second does not grow

@@ -133,8 +133,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> int:
     """``run --detach``: start the run's supervisor in its own session and return at once."""
+    import asyncio
+
     from grpo_tui.common.blas import child_env
-    from grpo_tui.tui.connection import RunLive, launch, supervisor_failure, wait_ready
+    from grpo_tui.tui.launcher import RunLive, launch, supervisor_failure, wait_ready
 
     out = str(Path(config.checkpoint.output_dir).resolve())
     argv = [sys.executable, "-m", "grpo_tui.worker", config_path, *worker_args]
@@ -142,7 +144,7 @@ def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> i
         proc = launch(out, argv, config_path=config_path, display=config.display, env=child_env(config.runtime.blas))
     except (RunLive, OSError) as exc:
         return _fail(f"{exc}.")
-    if not wait_ready(out, proc):
+    if not asyncio.run(wait_ready(out, proc)):
         return _fail(f"the run did not start: {supervisor_failure(out)}", 1)
     print(f"Training in the background (supervisor pid {proc.pid}). Run folder: {out}")
     print(f"Attach: grpo-tui attach {shlex.quote(out)}")

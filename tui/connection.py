@@ -1,38 +1,26 @@
-"""A dashboard's link to a run: start its supervisor, connect to the control socket, catch up.
+"""A dashboard's view of a live run: connect to its control socket, catch up, follow.
 
-``launch`` starts ``python -m grpo_tui.tui.supervisor`` in its own session (so a closed terminal
-never reaches it) and waits until its socket answers. ``RunConnection`` connects to the socket
-(protocol/control.py), reads what the run said before it connected from ``run.jsonl`` (one
-``WorkerHistory`` message), then posts each live frame. When the supervisor cuts it off (its queue
-overflowed) it reconnects and catches up from ``run.jsonl`` again; frames are counted, so none is
-shown twice or skipped (docs/architecture.md, "Processes"; docs/long-runs.md).
+``RunConnection`` connects to the socket (protocol/control.py), reads what the run said before it
+connected from ``run.jsonl`` (one ``WorkerHistory`` message; tui/run_history.py), then posts each
+live frame. When the supervisor cuts it off (its queue overflowed) it reconnects and catches up from
+``run.jsonl`` again; frames are counted, so none is shown twice or skipped (docs/architecture.md,
+"Processes"; docs/long-runs.md). Starting the supervisor is tui/launcher.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
-import shlex
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-
-import msgspec
 
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.config import DisplayConfig
-from grpo_tui.protocol.layout import RUN_LOG_FILE
-from grpo_tui.tui.series import HISTORY_LIMIT
-from grpo_tui.tui.supervisor_worker import kill_group
-from grpo_tui.tui.worker_proc import (
-    WorkerBadLine,
+from grpo_tui.tui.run_history import JsonlCursor, bad_line
+from grpo_tui.tui.run_messages import (
     WorkerEvent,
     WorkerExited,
     WorkerFrames,
@@ -40,105 +28,17 @@ from grpo_tui.tui.worker_proc import (
     WorkerOutput,
     WorkerStderr,
 )
-
-LAUNCHED: list[int] = []  # supervisors this process started (tests end them)
-
-
-class RunLive(Exception):
-    """Another supervisor already runs in this folder."""
+from grpo_tui.tui.supervisor_worker import kill_group
 
 
-def launch_argv(
-    output_dir: str | Path, worker_argv: Sequence[str], *, config_path: str = "",
-    display: DisplayConfig | None = None, env: dict[str, str] | None = None, wait_viewer: float = 0.0,
-) -> list[str]:
-    d = display or DisplayConfig()
-    return [
-        sys.executable, "-m", "grpo_tui.tui.supervisor", "--output-dir", str(output_dir),
-        "--config", str(Path(config_path).resolve()) if config_path else "",
-        "--restart-delay", str(d.restart_delay_s), "--max-restarts", str(d.max_restarts),
-        *([] if d.restart_on_crash else ["--no-restart"]), "--wait-viewer", str(wait_viewer),
-        "--env-json", json.dumps(env or {}), "--", *worker_argv,
-    ]
-
-
-def launch(output_dir: str | Path, worker_argv: Sequence[str], **options: object) -> subprocess.Popen[bytes]:
-    """Start the supervisor in its own session, its output to ``.control/supervisor.log``.
-    Raises ``RunLive`` when a run already goes on in the folder."""
-    out = Path(output_dir).resolve()
-    folder = c.make_private_dir(c.control_dir(out))
-    record = c.read_record(out)
-    if c.is_live(record) and record is not None:
-        raise RunLive(f"a run is already going in {out} (pid {record.pid}): `grpo-tui attach {shlex.quote(str(out))}`")
-    env = options.pop("env", None) or {}
-    # only what differs from ours goes on the command line (which other users can read; the rest is inherited)
-    extra = {k: v for k, v in env.items() if os.environ.get(k) != v}  # type: ignore[attr-defined]
-    with open(folder / c.SUPERVISOR_LOG, "ab") as log:
-        proc = subprocess.Popen(
-            launch_argv(out, worker_argv, env=extra, **options),  # type: ignore[arg-type]
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        )
-    LAUNCHED.append(proc.pid)
-    return proc
-
-
-def end_launched(timeout: float = 10.0) -> None:
-    """Stop the runs this process started (scripts and benches whose runs must not outlive them):
-    SIGTERM each supervisor's group (its worker saves and exits), and wait for them."""
-    for pid in LAUNCHED:
-        kill_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while any(c.pid_alive(pid) for pid in LAUNCHED) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    LAUNCHED.clear()
-
-
-def ready(output_dir: str | Path, proc: subprocess.Popen[bytes]) -> bool | None:
-    """True once the socket exists, False when the supervisor exited, None while it starts."""
-    if proc.poll() is not None:
-        return False
-    record = c.read_record(output_dir)
-    return True if record is not None and record.pid == proc.pid and c.socket_path(output_dir).exists() else None
-
-
-def wait_ready(output_dir: str | Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while (state := ready(output_dir, proc)) is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return bool(state)
-
-
-async def wait_ready_async(output_dir: str | Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while (state := ready(output_dir, proc)) is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    return bool(state)
-
-
-def supervisor_failure(output_dir: str | Path) -> str:
-    """The last lines of a supervisor that did not start."""
-    try:
-        text = (c.control_dir(output_dir) / c.SUPERVISOR_LOG).read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-5:])
-
-
-def to_output(line: bytes) -> WorkerOutput | None:
-    """One socket or run.jsonl line as a dashboard message (None for the supervisor's own welcome)."""
-    try:
-        frame = c.decode_frame(line)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        try:
-            return WorkerEvent(codec.decode_event(line))
-        except codec.ProtocolError as exc:
-            return WorkerBadLine(f"bad frame ({exc.reason.split(' (')[0]}): {exc.line}")
+def to_output(frame: m.ViewerFrame) -> WorkerOutput | None:
+    """One decoded socket line as a dashboard message (None for the supervisor's own bookkeeping)."""
     match frame:
-        case c.Welcome() | c.WorkerStarted():
+        case m.Welcome() | m.WorkerStarted():
             return None
-        case c.StderrLine(line=text):
+        case m.StderrLine(line=text):
             return WorkerStderr(text)
-        case c.WorkerExit():
+        case m.WorkerExit():
             return WorkerExited(frame)
         case _:
             return WorkerEvent(frame)
@@ -191,10 +91,10 @@ class RunConnection:
             reader, writer = await asyncio.open_unix_connection(address, limit=codec.MAX_LINE_BYTES)
         first = await asyncio.wait_for(reader.readline(), 10.0)
         try:
-            welcome = c.decode_frame(first)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            welcome: m.ViewerFrame | None = codec.decode_viewer_frame(first)
+        except codec.ProtocolError:
             welcome = None
-        if not isinstance(welcome, c.Welcome):
+        if not isinstance(welcome, m.Welcome):
             writer.close()
             raise ConnectionError(f"{self.output_dir}: the control socket did not say welcome")
         self._reader, self._writer = reader, writer
@@ -249,20 +149,25 @@ class RunConnection:
             self.ended = True
             record = c.read_record(self.output_dir)
             if record is not None and record.exit_code is not None and record.status not in c.LIVE_STATUSES:
-                self._post(WorkerFrames([WorkerExited(c.WorkerExit(code=record.exit_code, reason=record.reason, final=True))]))
+                self._post(WorkerFrames([WorkerExited(m.WorkerExit(code=record.exit_code, reason=record.reason, final=True))]))
             else:
                 gone = f"the run's supervisor (pid {self.supervisor_pid}) is gone"
-                self._post(WorkerFrames([WorkerExited(c.WorkerExit(code=-9, reason=gone, final=True))]))
+                self._post(WorkerFrames([WorkerExited(m.WorkerExit(code=-9, reason=gone, final=True))]))
             return
 
     def _live(self, line: bytes) -> WorkerOutput | None:
         """One live line as a message for the app (None: nothing to show)."""
         if not line.strip():
             return None
-        if line.startswith(b'{"type":"worker_started"'):
-            self.worker_pid = _started_pid(line)
-            return None
-        out = to_output(line)
+        try:
+            frame = codec.decode_viewer_frame(line)
+        except codec.ProtocolError as exc:
+            out: WorkerOutput | None = bad_line(exc)
+        else:
+            if isinstance(frame, m.WorkerStarted):
+                self.worker_pid = frame.pid
+                return None
+            out = to_output(frame)
         if not self._counted(out):
             return None
         if isinstance(out, WorkerExited):
@@ -274,12 +179,12 @@ class RunConnection:
             self.worker_pid = out.event.pid
         return out
 
-    async def send(self, command: m.Command | c.Restart) -> bool:
+    async def send(self, command: m.ViewerCommand) -> bool:
         """Write one command; False when the run cannot take it."""
         if not self.connected or self._writer is None:
             return False
         try:
-            self._writer.write(c.encode(command))
+            self._writer.write(codec.encode(command))
             await self._writer.drain()
             return True
         except (ConnectionError, OSError, RuntimeError):
@@ -307,161 +212,6 @@ class RunConnection:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-
-
-class JsonlCursor:
-    """Reads ``run.jsonl`` by frame number: line ``n`` after the run's offset is its frame ``n``."""
-
-    WAIT_S = 3.0  # the worker mirrors a frame right after sending it (at start, once it knows its folder)
-
-    def __init__(self, output_dir: Path) -> None:
-        self.path = output_dir / RUN_LOG_FILE
-        self.offset: int | None = None  # byte position of line number `line`
-        self.line = 0
-
-    def start_at(self, offset: int) -> None:
-        if self.offset is None:
-            self.offset = offset
-
-    def read(self, first: int, end: int) -> list[WorkerOutput]:
-        """Frames ``first`` to ``end - 1`` as messages (fewer if run.jsonl lacks them after a wait)."""
-        if end <= first:
-            return []
-        lines: list[bytes] = []
-        deadline = time.monotonic() + self.WAIT_S
-        while True:
-            lines += self._next_lines(end - self.line)
-            if self.line >= end or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        keep = lines[max(0, len(lines) - (self.line - first)):] if self.line > first else []
-        return decode_lines(keep)
-
-    def _next_lines(self, count: int) -> list[bytes]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset or 0)
-                data = f.read()
-        except OSError:
-            return []
-        end = data.rfind(b"\n") + 1  # a line the worker is still writing is read next time
-        if not end:
-            return []
-        if b"\n\n" in data[:end] or data.startswith(b"\n"):  # blank lines (a torn write's repair): not frames
-            return self._next_lines_slowly(data, count)
-        lines = data[:end - 1].split(b"\n", count)  # in C: a long run's history is tens of thousands of lines
-        if len(lines) > count:
-            end -= len(lines.pop()) + 1  # the lines after the ``count``-th are read later
-        self.offset = (self.offset or 0) + end
-        self.line += len(lines)
-        return lines
-
-    def _next_lines_slowly(self, data: bytes, count: int) -> list[bytes]:
-        out: list[bytes] = []
-        pos = 0
-        while len(out) < count:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break
-            if data[pos:nl].strip():
-                out.append(data[pos:nl])
-            pos = nl + 1
-        self.offset = (self.offset or 0) + pos
-        self.line += len(out)
-        return out
-
-
-def read_history(output_dir: Path) -> list[WorkerOutput]:
-    """A finished run's frames: ``run.jsonl`` from where its (last) supervisor began it."""
-    record = c.read_record(output_dir)
-    try:
-        with open(output_dir / RUN_LOG_FILE, "rb") as f:
-            f.seek(record.jsonl_offset if record is not None else 0)
-            data = f.read()
-    except OSError:
-        return []
-    return decode_lines([line for line in data.splitlines() if line.strip()])
-
-
-_SAMPLE, _STATUS, _STEP = b'{"type":"sample"', b'{"type":"status"', b'{"type":"step"'
-
-
-def decode_lines(lines: list[bytes]) -> list[WorkerOutput]:
-    """run.jsonl lines as messages, for a dashboard to fold. A long run's history is mostly samples
-    and phase changes; only what the screen can show is decoded: the newest step's samples, the
-    newest phase (and phases that carry a message, for the log), every other frame, and of the steps
-    that would leave the charts (``HISTORY_LIMIT`` newer ones follow) only their counters."""
-    if not lines:
-        return []
-    # what to keep, by index: every frame but samples and phases (list comprehensions: C-speed loops)
-    kept = [i for i, line in enumerate(lines) if not (line.startswith(_SAMPLE) or line.startswith(_STATUS))]
-    kept += [i for i, line in enumerate(lines) if line.startswith(_STATUS) and b'"message":""' not in line]
-    last_status = _last_index(lines, _STATUS)
-    last_sample = _last_index(lines, _SAMPLE)
-    extra = [last_status] if last_status >= 0 else []
-    if last_sample >= 0:  # the newest step's samples (consecutive lines of one step)
-        step, first = _step_of(lines[last_sample]), last_sample
-        while first > 0 and lines[first - 1].startswith(_SAMPLE) and _step_of(lines[first - 1]) == step:
-            first -= 1
-        extra += range(first, last_sample + 1)
-    order = sorted(set(kept).union(extra))
-    steps = [i for i in order if lines[i].startswith(_STEP)]
-    charted = steps[-HISTORY_LIMIT] if len(steps) > HISTORY_LIMIT else 0
-    out: list[WorkerOutput] = []
-    for i in order:
-        line = lines[i]
-        if i < charted and line.startswith(_STEP):  # off the charts: its counters are enough
-            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                n = _counters.decode(line)
-                out.append(WorkerEvent(m.Step(step=n.step, epoch=n.epoch, num_tokens=n.num_tokens, generation_ms=n.generation_ms,
-                                              scoring_ms=n.scoring_ms, training_ms=n.training_ms)))
-                continue
-        if not line.strip():
-            continue
-        try:  # run.jsonl holds the worker's frames only
-            out.append(WorkerEvent(codec.decode_event(line)))
-        except codec.ProtocolError as exc:
-            out.append(WorkerBadLine(f"bad frame ({exc.reason.split(' (')[0]}): {exc.line}"))
-    return out
-
-
-def _last_index(lines: list[bytes], prefix: bytes) -> int:
-    return next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(prefix)), -1)
-
-
-def _started_pid(line: bytes) -> int:
-    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-        frame = c.decode_frame(line)
-        if isinstance(frame, c.WorkerStarted):
-            return frame.pid
-    return 0
-
-
-class _StepCounters(msgspec.Struct):
-    """What ``RunState.count_step`` reads of a step (msgspec skips the rest of the line unparsed)."""
-
-    step: int
-    epoch: int
-    num_tokens: int = 0
-    generation_ms: float | None = None
-    scoring_ms: float | None = None
-    training_ms: float | None = None
-
-
-_counters = msgspec.json.Decoder(_StepCounters)
-
-
-class _StepOnly(msgspec.Struct):
-    step: int = -1
-
-
-_step_decoder = msgspec.json.Decoder(_StepOnly)
-
-
-def _step_of(line: bytes) -> int:
-    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-        return _step_decoder.decode(line).step
-    return -1
 
 
 class LineSplitter:

@@ -22,15 +22,18 @@ from textual.app import App
 from grpo_tui.common.blas import child_env
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.protocol.control import Restart, WorkerExit, read_record, refusal
+from grpo_tui.protocol.control import read_record, refusal
+from grpo_tui.protocol.messages import Restart, WorkerExit
 from grpo_tui.protocol.outcome import restartable
-from grpo_tui.tui.connection import RunConnection, RunLive, launch, read_history, supervisor_failure, wait_ready_async
+from grpo_tui.tui.connection import RunConnection
 from grpo_tui.tui.ending import read_ending, run_exit_code
+from grpo_tui.tui.launcher import RunLive, launch, supervisor_failure, wait_ready
+from grpo_tui.tui.run_history import read_history
+from grpo_tui.tui.run_messages import WorkerExited, WorkerOutput
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.state import LogEntry, RunState
 from grpo_tui.tui.views import Part
-from grpo_tui.tui.worker_proc import WorkerExited, WorkerOutput
 
 LIVE = ("starting", "running", "paused", "stopping", "restarting")  # the dashboard's statuses of a run that goes on
 
@@ -107,7 +110,7 @@ class RunLink:
                 )
             except (RunLive, OSError) as exc:
                 return self.view.fail(str(exc))
-            if not await wait_ready_async(out, supervisor):
+            if not await wait_ready(out, supervisor):
                 return self.view.fail(f"cannot start the run ({' '.join(self.worker_argv[:3])}…): {supervisor_failure(out)}")
         self.proc = RunConnection(out, self.app.post_message)
         try:

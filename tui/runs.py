@@ -16,7 +16,7 @@ import msgspec
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.codec import ProtocolError, decode_event
+from grpo_tui.protocol.codec import ProtocolError, decode_event, line_prefix
 from grpo_tui.protocol.config import Config, ConfigError, load_config, parse_config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE, parse_checkpoint_dir_name
 
@@ -159,13 +159,16 @@ def store_of(folder: Path) -> Path:
     return folder / STORE_FILE
 
 
+_INIT = line_prefix(m.Init)
+
+
 def _first_init(path: Path) -> m.Init | None:
     """The newest ``init`` frame in run.jsonl."""
     found: m.Init | None = None
     try:
         with open(path, "rb") as f:
             for line in f:
-                if line.startswith(b'{"type":"init"'):
+                if line.startswith(_INIT):
                     try:
                         event = decode_event(line)
                     except ProtocolError:

@@ -34,8 +34,6 @@ import signal
 import sys
 from pathlib import Path
 
-import msgspec
-
 from grpo_tui.common.last_words import log_size, silent_death
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
@@ -77,17 +75,17 @@ class Supervisor:
 
     # ------------------------------------------------------------ viewers
 
-    def welcome(self) -> c.Welcome:
+    def welcome(self) -> m.Welcome:
         rec = self.record.record
-        return c.Welcome(supervisor_pid=os.getpid(), worker_pid=self.worker.pid, jsonl_offset=rec.jsonl_offset,
+        return m.Welcome(supervisor_pid=os.getpid(), worker_pid=self.worker.pid, jsonl_offset=rec.jsonl_offset,
                          frames=self.frames, restarts=rec.restarts)
 
     async def command(self, line: bytes) -> None:
         try:
-            cmd = c.decode_command(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            cmd = codec.decode_viewer_command(line)
+        except codec.ProtocolError:
             return
-        if isinstance(cmd, c.Restart):
+        if isinstance(cmd, m.Restart):
             if self.restart_answer is not None and not self.restart_answer.done():
                 self.restart_answer.set_result(cmd.now)
             return
@@ -148,7 +146,7 @@ class Supervisor:
         if not (pid := await self.worker.start(resume_latest)):
             return 1
         self.record.update(worker_pid=pid)
-        self.viewers.broadcast(c.encode(c.WorkerStarted(pid=pid)))
+        self.viewers.broadcast(codec.encode(m.WorkerStarted(pid=pid)))
         code = await self.worker.wait()
         if self.greeted and not self.refused and self.completed is None and not self.last_error:
             self.silent = silent_death(code, self.worker.tail(), log, offset)
@@ -170,7 +168,7 @@ class Supervisor:
             may_restart = restartable(code) and not self.stopping and not self.refused and self.completed is None
             if may_restart and a.restart_on_crash and restarts < a.max_restarts:
                 restarts += 1
-                exit_frame = c.WorkerExit(
+                exit_frame = m.WorkerExit(
                     code=code, reason=self.reason(code), restart_in_s=a.restart_delay_s, attempt=restarts,
                     max_restarts=a.max_restarts,
                 )
@@ -194,7 +192,7 @@ class Supervisor:
                 code_status = c.status_of_exit(code, self.completed)
                 if self.refused or (self.stopping and code_status == "crashed"):  # asked to stop: not a crash
                     code_status = "stopped"
-            final = c.WorkerExit(
+            final = m.WorkerExit(
                 code=code, reason="" if code == 0 else self.reason(code), attempt=restarts,
                 max_restarts=a.max_restarts, restart_on_crash=a.restart_on_crash, final=True,
             )
@@ -205,7 +203,7 @@ class Supervisor:
     async def await_retry(self, code: int) -> bool:
         """A fixable mistake with a viewer attached: it shows the sentence; once the file is fixed a
         retry (``restart``) starts the worker again. The run ends on a cancel, a stop or no viewers left."""
-        frame = c.WorkerExit(code=code, reason=self.reason(code), retry=True)
+        frame = m.WorkerExit(code=code, reason=self.reason(code), retry=True)
         self.restart_answer = asyncio.get_running_loop().create_future()
         self.record.update(status="mistake", exit_code=code, reason=frame.reason, worker_pid=0)
         self.viewers.show_exit(frame)

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from grpo_tui.protocol import codec
-from grpo_tui.protocol import control as c
+from grpo_tui.protocol import messages as m
 
 STDERR_KEPT = 200  # stderr lines a new viewer gets (the rest is in worker.stderr)
 # A viewer's queue: frames waiting for a slow reader. Past this it is cut off (it catches up from run.jsonl).
@@ -82,14 +82,14 @@ class ViewerHub:
     keeps), ``on_command`` gets each line a viewer sends, ``on_count`` the number of viewers whenever
     it changes."""
 
-    def __init__(self, welcome: Callable[[], c.Welcome], on_command: Callable[[bytes], Awaitable[None]],
+    def __init__(self, welcome: Callable[[], m.Welcome], on_command: Callable[[bytes], Awaitable[None]],
                  on_count: Callable[[int], None]) -> None:
         self.welcome, self.on_command, self.on_count = welcome, on_command, on_count
         self.viewers: set[Viewer] = set()
         self.first_viewer = asyncio.Event()
         self.stderr_tail: deque[bytes] = deque(maxlen=STDERR_KEPT)
         self.stderr_lines = 0
-        self.pending_exit: c.WorkerExit | None = None  # the countdown or final exit a new viewer must see
+        self.pending_exit: m.WorkerExit | None = None  # the countdown or final exit a new viewer must see
         self.countdown_ends = 0.0
 
     def __len__(self) -> int:
@@ -104,17 +104,17 @@ class ViewerHub:
     def stderr_line(self, text: str) -> None:
         """One (non-blank) line of the worker's stderr: to every viewer, and kept for the next ones."""
         self.stderr_lines += 1
-        data = c.encode(c.StderrLine(line=codec.truncate(text, 4000)))
+        data = codec.encode(m.StderrLine(line=codec.truncate(text, 4000)))
         self.stderr_tail.append(data)
         self.broadcast(data)
 
-    def show_exit(self, frame: c.WorkerExit) -> None:
+    def show_exit(self, frame: m.WorkerExit) -> None:
         """The worker's exit, to every viewer and to each that connects until ``clear_exit``. A
         countdown (``restart_in_s``) is told to a later viewer as what is left of it."""
         self.pending_exit = frame
         if frame.restart_in_s is not None:
             self.countdown_ends = time.monotonic() + frame.restart_in_s
-        self.broadcast(c.encode(frame))
+        self.broadcast(codec.encode(frame))
 
     def clear_exit(self) -> None:
         self.pending_exit = None
@@ -123,13 +123,13 @@ class ViewerHub:
         viewer = Viewer(writer)
         welcome = self.welcome()
         welcome.stderr_lines, welcome.stderr_tail = self.stderr_lines, len(self.stderr_tail)
-        viewer.offer(c.encode(welcome))
+        viewer.offer(codec.encode(welcome))
         for line in self.stderr_tail:
             viewer.offer(line)
         if self.pending_exit is not None:
             if self.pending_exit.restart_in_s is not None:
                 self.pending_exit.restart_in_s = max(0.0, self.countdown_ends - time.monotonic())
-            viewer.offer(c.encode(self.pending_exit))
+            viewer.offer(codec.encode(self.pending_exit))
         self.viewers.add(viewer)
         self.first_viewer.set()
         self.on_count(len(self.viewers))

@@ -32,9 +32,9 @@ def start_detached(
     [attach] = [line for line in done.stdout.splitlines() if line.startswith("Attach: ")]
     record = c.read_record(out)
     assert record is not None and c.pid_alive(record.pid)
-    from grpo_tui.tui.connection import LAUNCHED
+    from grpo_tui.tui.launcher import adopt
 
-    LAUNCHED.append(record.pid)  # ended by the autouse fixture if the test fails half-way
+    adopt(record.pid)  # ended by the autouse fixture if the test fails half-way
     return out, attach.removeprefix("Attach: ")
 
 

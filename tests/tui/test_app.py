@@ -394,7 +394,7 @@ async def test_a_periodic_checkpoint_waits_for_the_next_redraw_a_saved_one_is_dr
     """A key's answer (s: a manual checkpoint) is drawn at once; a periodic checkpoint answers no
     key, and drawing it at once cost every viewer a whole extra screen update each time."""
     from grpo_tui.protocol import messages as m
-    from grpo_tui.tui.worker_proc import WorkerEvent, WorkerFrames
+    from grpo_tui.tui.run_messages import WorkerEvent, WorkerFrames
 
     app = make_app("--steps", "2", delay=0.05)
     async with app.run_test(size=(160, 48)) as pilot:

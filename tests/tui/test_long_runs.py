@@ -129,9 +129,9 @@ def test_sighup_to_the_dashboard_never_stops_the_run(tmp_path, tiny_model):
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     wait_for(lambda: thread_nices(dashboard) == {max(ours, DASHBOARD_NICE)})
     assert thread_nices(record.pid) == thread_nices(record.worker_pid) == {ours}
-    from grpo_tui.tui.connection import LAUNCHED
+    from grpo_tui.tui.launcher import adopt
 
-    LAUNCHED.append(record.pid)
+    adopt(record.pid)
     os.killpg(terminal.proc.pid, signal.SIGHUP)  # the terminal's session leader and its group hang up
     os.close(terminal.master)
     terminal.proc.wait(20)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 
 
@@ -41,9 +40,9 @@ class WorkerBadLine:
 @dataclass(eq=False, slots=True)
 class WorkerExited:
     """The worker is gone, after its last frame and stderr line: the supervisor's ``worker_exit``
-    (protocol/control.py says what it carries: a restart's countdown, or ``final``)."""
+    (protocol/messages.py says what it carries: a restart's countdown, or ``final``)."""
 
-    exit: c.WorkerExit
+    exit: m.WorkerExit
 
 
 WorkerOutput = WorkerEvent | WorkerStderr | WorkerBadLine | WorkerExited
