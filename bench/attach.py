@@ -130,7 +130,7 @@ def replay(frames_file: str, out: str, rate: float = 0.0) -> int:
     with open(Path(out) / RUN_LOG_FILE, "ab") as log, open(frames_file, "rb") as source:
         start, steps = time.monotonic(), 0
         for line in source:
-            if rate and line.startswith(b'{"type":"status"'):  # a step's first frame
+            if rate and line.startswith(codec.line_prefix(m.Status)):  # a step's first frame
                 stdout.flush()
                 log.flush()
                 steps += 1

@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.codec import ProtocolError, decode_event
+from grpo_tui.protocol.codec import ProtocolError, decode_event, line_prefix
 
 TAIL_LINES = 3  # the worker's last stderr lines quoted when it died without a word
 
-# The frames that matter here, found by their first bytes (msgspec writes the tag first), so a long
-# run's log is not decoded line by line.
-_HELLO, _STATUS, _COMPLETE, _ERROR = (b'{"type":"hello"', b'{"type":"status"', b'{"type":"complete"',
-                                      b'{"type":"error"')
+# The frames that matter here, found by how their lines begin (the codec says), so a long run's log
+# is not decoded line by line.
+_HELLO, _STATUS, _COMPLETE, _ERROR = (line_prefix(m.Hello), line_prefix(m.Status), line_prefix(m.Complete),
+                                      line_prefix(m.Error))
 
 
 def log_size(log: Path) -> int:
@@ -54,7 +54,7 @@ def said_its_end(log: Path, offset: int, pid: int) -> bool | None:
             event = _decode(line)
             if isinstance(event, m.Hello) and event.pid == pid:
                 ours, ended = True, False  # a re-executed worker keeps its pid: the last hello counts
-        elif ours and (line.startswith(_COMPLETE) or (line.startswith(_ERROR) and b'"fatal":true' in line)):
+        elif ours and (line.startswith(_COMPLETE) or (line.startswith(_ERROR) and _is_fatal(line))):
             ended = True
     return ended if ours else None
 
@@ -87,6 +87,11 @@ def silent_death(code: int, tail: list[str], log: Path, offset: int) -> str:
     if log_size(log) > offset:
         text += f" The run's log: {log}"
     return text
+
+
+def _is_fatal(line: bytes) -> bool:
+    event = _decode(line)
+    return isinstance(event, m.Error) and event.fatal
 
 
 def _decode(line: bytes) -> m.Event | None:

@@ -17,13 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-import msgspec
-
+from grpo_tui.common.live_settings import toml_value
+from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import ConfigError
 from grpo_tui.protocol.config_overrides import apply_override
-from grpo_tui.common.live_settings import toml_value
 from grpo_tui.protocol.outcome import Exit
 
 
@@ -45,7 +44,7 @@ def set_live(run_dir: str, items: list[str]) -> int:
         with _connect(folder) as conn:
             for ident, item in asks.items():
                 key, _, value = item.partition("=")
-                conn.sendall(c.encode(m.SetSetting(key=key.strip(), value=value.strip(), source="cli", id=ident)))
+                conn.sendall(codec.encode(m.SetSetting(key=key.strip(), value=value.strip(), source="cli", id=ident)))
             return _answers(conn.makefile("rb"), asks)
     except OSError as exc:
         return _fail(f"{run_dir}: the run's control socket does not answer ({exc.strerror or exc})")
@@ -70,10 +69,10 @@ def _answers(stream: BinaryIO, asks: dict[str, str]) -> int:
         if not line:
             return _fail(f"the run's control socket closed before it answered {', '.join(asks.values())}")
         try:
-            frame = c.decode_frame(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            frame = codec.decode_viewer_frame(line)
+        except codec.ProtocolError:
             continue
-        if isinstance(frame, c.WorkerExit):
+        if isinstance(frame, m.WorkerExit):
             return _fail(f"the worker ended (exit {frame.code}) before it answered {', '.join(asks.values())}")
         if isinstance(frame, m.SettingChanged) and frame.id in asks:
             del asks[frame.id]

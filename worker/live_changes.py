@@ -19,7 +19,6 @@ from grpo_tui.common.live_settings import carried, check, resume_note, set_value
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config, ConfigError, validate
 from grpo_tui.protocol.layout import TrainingState
-
 from grpo_tui.worker.context import RunContext
 
 

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import msgspec
-
+from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 
@@ -38,15 +37,15 @@ class Viewer:
     def _read(self) -> None:
         for line in self.sock.makefile("rb"):
             try:
-                frame = c.decode_frame(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+                frame = codec.decode_viewer_frame(line)
+            except codec.ProtocolError:
                 continue
             self.frames.append(frame)
             self._queue.put(frame)
         self._queue.put(None)
 
-    def send(self, command: m.Command | c.Restart) -> None:
-        self.sock.sendall(c.encode(command))
+    def send(self, command: m.ViewerCommand) -> None:
+        self.sock.sendall(codec.encode(command))
 
     def wait_for(self, kind: type, predicate: Callable[[Any], bool] = lambda f: True, timeout: float = 120) -> Any:
         deadline = time.monotonic() + timeout

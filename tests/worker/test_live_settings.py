@@ -34,12 +34,12 @@ def detached(folder: Path, model: Path, **training: object) -> Path:
     done = subprocess.run([*CLI, "run", str(config), "--detach"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **SLOW})
     assert done.returncode == 0, done.stderr
-    from grpo_tui.tui.connection import LAUNCHED
+    from grpo_tui.tui.launcher import adopt
 
     out = (folder / "out").resolve()
     record = c.read_record(out)
     assert record is not None
-    LAUNCHED.append(record.pid)
+    adopt(record.pid)
     return out
 
 
