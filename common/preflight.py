@@ -21,8 +21,8 @@ from typing import Any
 
 from grpo_tui.common.data_check import FIRST_ROWS, data_problems, first_rows
 from grpo_tui.common.distributed import rank_count, undealt
-from grpo_tui.common.reward_names import argument_problem
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
+from grpo_tui.common.reward_names import argument_problem
 from grpo_tui.protocol.config import Config, ConfigError, LoraConfig, ModelConfig
 from grpo_tui.protocol.layout import STATE_FILE, parse_checkpoint_dir_name, read_state
 
