@@ -176,12 +176,12 @@ def test_the_resume_command_of_a_key_that_cannot_change_live(home, tiny_model):
     out = (home / "out").resolve()
     started = shell("grpo-tui run config.toml --detach", home)
     assert started.returncode == 0, started.stderr
-    from grpo_tui.tui.connection import LAUNCHED
+    from grpo_tui.tui.launcher import adopt
     from tests.helpers.viewer import Viewer
 
     record = c.read_record(out)
     assert record is not None
-    LAUNCHED.append(record.pid)
+    adopt(record.pid)
     viewer = Viewer(out)
     viewer.wait_for(m.Step)
     refused = shell("grpo-tui set out training.batch_size=4", home)
