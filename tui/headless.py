@@ -15,13 +15,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from grpo_tui.common.last_words import TAIL_LINES, log_size, said_its_end, silent_death
 from grpo_tui.protocol.layout import RUN_LOG_FILE
 from grpo_tui.protocol.outcome import Exit
+
+DRAIN_S = 2.0  # after the worker's exit: its last stderr lines still in the pipe
+
 
 def run_headless(argv: Sequence[str], output_dir: str) -> int:
     """Run the worker ``argv`` to its end; the exit code by kind."""
@@ -35,14 +40,14 @@ def run_headless(argv: Sequence[str], output_dir: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    assert proc.stderr is not None
+    reader = threading.Thread(target=_copy_stderr, args=(proc.stderr, tail), name="stderr", daemon=True)
+    reader.start()
     try:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            _write_stderr(raw)
-            line = raw.decode("utf-8", errors="replace").rstrip()
-            if line.strip():
-                tail.append(line)
         code = proc.wait()
+        # A process the worker's user code started and that escaped it can hold the pipe open after
+        # the worker is gone: the run ends when the worker ends, with what came until then.
+        reader.join(DRAIN_S)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -53,6 +58,14 @@ def run_headless(argv: Sequence[str], output_dir: str) -> int:
         return code
     print(f"grpo-tui: {silent_death(code, list(tail), log, offset)}", file=sys.stderr, flush=True)
     return Exit.CRASH
+
+
+def _copy_stderr(stream: IO[bytes], tail: deque[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        _write_stderr(raw)
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        if line.strip():
+            tail.append(line)
 
 
 def _write_stderr(data: bytes) -> None:

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from grpo_tui.common.blas import reexec_if_needed
 from grpo_tui.protocol import __version__
@@ -21,7 +22,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_command
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.outcome import Exit
-from grpo_tui.worker import ranks
+from grpo_tui.worker import leftovers, ranks
 from grpo_tui.worker.frames import Emitter, reserve_stdout
 from grpo_tui.worker.loop import TrainingLoop
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
@@ -94,6 +95,7 @@ class Inputs:
         run = self.training
         await run.finish_store("stopped")
         run.emit(m.Complete(total_steps=run.step, seconds=time.time() - run.started, status="stopped"))
+        end_user_processes(run.log)
         run.emitter.close()
         os._exit(run.exit_code)
 
@@ -125,7 +127,16 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
                             overrides=overrides or [])
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
-    return await training.run()
+    code = await training.run()
+    end_user_processes(training.log)
+    return code
+
+
+def end_user_processes(log: Callable[[m.LogLevel, str], None]) -> None:
+    """A run ends when its worker ends: what user code left running ends with it, and the log says so
+    (``leftovers``)."""
+    if ended := leftovers.end_leftovers():
+        log("warning", leftovers.sentence(ended))
 
 
 def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_trainer) -> int:
