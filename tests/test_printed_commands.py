@@ -155,7 +155,10 @@ def test_the_attach_commands_of_a_run_in_the_background(home, tiny_model):
         wait_for(lambda: "grpo-tui" in viewer.text(), 60, "the dashboard")
         busy = shell("grpo-tui run config.toml --detach", home)  # a second start: the run is going already
         assert busy.returncode == 2, busy.stdout + busy.stderr
-        second = Terminal(the_command(busy.stderr, "grpo-tui attach"), home)
+        again_run = shell("grpo-tui run config.toml", home)  # refused the same way, before any dashboard opens
+        assert again_run.returncode == 2 and again_run.stderr == busy.stderr and again_run.stdout == ""
+        assert again_run.stderr.count("\n") == 1, again_run.stderr
+        second = Terminal(the_command(again_run.stderr, "grpo-tui attach"), home)
         wait_for(lambda: (r := c.read_record(out)) is not None and r.viewers == 2, 60, "a second viewer")
         second.type("d")  # detach: this dashboard closes, the run goes on
         second.proc.wait(30)

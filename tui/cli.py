@@ -124,6 +124,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = runnable(args)
     if config is None:
         return Exit.MISTAKE
+    from grpo_tui.tui.launcher import live_run
+
+    if (busy := live_run(config.checkpoint.output_dir)) is not None:  # with or without --detach: one line
+        return _fail(f"{busy}.")
     if args.detach:
         return _run_detached(args.config, config, distributed.forwarded(args) + _sets(args) + _resume_args(args))
     from grpo_tui.tui.app import run_dashboard

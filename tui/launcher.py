@@ -44,14 +44,23 @@ def launch_argv(
     ]
 
 
+def live_run(output_dir: str | Path) -> str | None:
+    """Why no run can start in ``output_dir`` now (another one goes on there, with the command that
+    attaches to it), or None."""
+    out = Path(output_dir).resolve()
+    record = c.read_record(out)
+    if c.is_live(record) and record is not None:
+        return f"a run is already going in {out} (pid {record.pid}): `grpo-tui attach {shlex.quote(str(out))}`"
+    return None
+
+
 def launch(output_dir: str | Path, worker_argv: Sequence[str], **options: object) -> subprocess.Popen[bytes]:
     """Start the supervisor in its own session, its output to ``.control/supervisor.log``.
     Raises ``RunLive`` when a run already goes on in the folder."""
     out = Path(output_dir).resolve()
     folder = c.make_private_dir(c.control_dir(out))
-    record = c.read_record(out)
-    if c.is_live(record) and record is not None:
-        raise RunLive(f"a run is already going in {out} (pid {record.pid}): `grpo-tui attach {shlex.quote(str(out))}`")
+    if (busy := live_run(out)) is not None:
+        raise RunLive(busy)
     env = options.pop("env", None) or {}
     # only what differs from ours goes on the command line (which other users can read; the rest is inherited)
     extra = {k: v for k, v in env.items() if os.environ.get(k) != v}  # type: ignore[attr-defined]
