@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_tui.common.data_check import FIRST_ROWS, data_problems, first_rows
+from grpo_tui.common.disk_space import too_little_space
 from grpo_tui.common.distributed import rank_count, undealt
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
 from grpo_tui.common.reward_names import argument_problem
@@ -100,7 +101,8 @@ def resume_problem(config: Config, config_path: str) -> str | None:
 
 
 def folder_problems(config: Config) -> list[str]:
-    return [p for p in (output_dir_problem(config.checkpoint.output_dir), model_inside_output_problem(config)) if p]
+    out = config.checkpoint.output_dir
+    return [p for p in (output_dir_problem(out) or too_little_space(out), model_inside_output_problem(config)) if p]
 
 
 # ---------------------------------------------------------------- the model

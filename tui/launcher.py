@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from grpo_tui.common.disk_space import MIN_FREE_BYTES, free_bytes, full_sentence
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol.config import DisplayConfig
 from grpo_tui.tui.supervisor_worker import kill_group
@@ -107,9 +108,14 @@ async def wait_ready(output_dir: str | Path, proc: subprocess.Popen[bytes], time
 
 
 def supervisor_failure(output_dir: str | Path) -> str:
-    """The last lines of a supervisor that did not start."""
+    """The last lines of a supervisor that did not start; when it wrote none, what the disk says."""
     try:
         text = (c.control_dir(output_dir) / c.SUPERVISOR_LOG).read_text(errors="replace")
     except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-5:])
+        text = ""
+    if text.strip():
+        return "\n".join(text.strip().splitlines()[-5:])
+    free = free_bytes(output_dir)
+    if free is not None and free < 64 * MIN_FREE_BYTES:
+        return full_sentence(c.control_dir(output_dir), "the run's supervisor")
+    return f"its supervisor exited without a word (its log, {c.control_dir(output_dir) / c.SUPERVISOR_LOG}, is empty)"

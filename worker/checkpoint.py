@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import IO, Protocol
 
+from grpo_tui.common import disk_space
 from grpo_tui.common.commands import resume_command
 from grpo_tui.common.resume_check import resumable
 from grpo_tui.protocol.config import Config
@@ -117,8 +118,12 @@ def save_checkpoint(trainer: Saver, output_dir: Path, name: str, state: Training
         trainer.save_optimizer(tmp / OPTIMIZER_FILE)
         state.created_at = time.time()
         write_state(tmp, state)
-    except BaseException:
+    except BaseException as exc:
+        full = isinstance(exc, Exception) and disk_space.is_full(exc, output_dir)  # before the space comes back
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk needs its space back, not a half checkpoint
+        if full:
+            written = getattr(exc, "filename", None) or target
+            raise disk_space.DiskFull(disk_space.full_sentence(written, f"the checkpoint {name}")) from exc
         raise
     _install(tmp, target)
     return target

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Literal
 
+from grpo_tui.common import disk_space
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import mean_of
@@ -107,6 +108,11 @@ class TrainingLoop:
         except Mistake as exc:  # the user's to fix: one sentence, never restarted
             return await self._end_badly(exc, mistake=True)
         except Exception as exc:  # noqa: BLE001 - anything else is a crash, reported once
+            if disk_space.is_full(exc, run.output_dir):  # a store, log or state write that did not fit
+                sqlite = "database or disk is full" in str(exc) and run.store is not None
+                written = run.store.path if sqlite and run.store is not None else getattr(exc, "filename", None)
+                full = disk_space.DiskFull(disk_space.full_sentence(written or run.output_dir, "the store" if sqlite else ""))
+                return await self._end_badly(full, mistake=True)
             return await self._end_badly(exc, mistake=False)
         finally:
             if self.trackers is not None:
@@ -297,7 +303,8 @@ class TrainingLoop:
             # So did a lost rank (every collective comes before the one update of a single pass).
             lost = type(exc).__name__ == "RankLost" and self.config.grpo.num_iterations == 1
             untouched = run.phase in ("generating", "scoring") or lost
-            if run.loaded is not None and untouched and self.checkpoints.steps_since():
+            full = isinstance(exc, disk_space.DiskFull)  # another checkpoint would not fit either
+            if run.loaded is not None and untouched and not full and self.checkpoints.steps_since():
                 await self.checkpoints.save("emergency", reason="crash")
             await self.finish_store("stopped" if mistake else "crashed")
         except Exception as inner:  # noqa: BLE001 - already ending; say it, keep the first error

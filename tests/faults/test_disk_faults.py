@@ -43,9 +43,10 @@ def finish_after_fix(config: Path, out: Path) -> None:
     assert mlx_lm.load(str(out / "final"))[0] is not None
 
 
-def assert_clean_failure(worker: WorkerProcess, out: Path, words: tuple[str, ...], previous: str = "checkpoint-2") -> m.Error:
+def assert_clean_failure(worker: WorkerProcess, out: Path, words: tuple[str, ...], previous: str = "checkpoint-2",
+                         code: int | None = None) -> m.Error:
     error = worker.wait_for(m.Error)
-    assert worker.finish() != 0
+    assert worker.finish() == code if code is not None else worker.finish() != 0
     assert error.fatal and any(w in error.message for w in words), error.message
     assert "\n" not in error.message
     print(f"\nerror shown: {error.message}")
@@ -59,10 +60,12 @@ def test_a_full_disk_at_checkpoint_time_is_one_clear_error(tmp_path, tiny_model)
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), **SETTINGS)
     out = tmp_path / "out"
     worker = WorkerProcess(config, env={**fake_trainer_env(FAULT_TRAINER), "FAULT_ENOSPC": "4"})
-    error = assert_clean_failure(worker, out, ("No space left on device",))
-    assert "optimizer.safetensors" in error.message  # says which file could not be written
+    error = assert_clean_failure(worker, out, ("the disk is full",), code=2)  # a mistake: never restarted
+    assert error.kind == "output" and error.message.startswith(
+        f"the disk is full: the checkpoint checkpoint-4 could not be written to {out / '.tmp-checkpoint-4' / 'optimizer.safetensors'} (")
+    assert " free on that disk); free some space or set checkpoint.output_dir to a disk with room" in error.message
     assert folders(out) == ["checkpoint-2"]
-    assert query(out / "outputs.db", "SELECT status FROM runs") == [("crashed",)]
+    assert query(out / "outputs.db", "SELECT status FROM runs") == [("stopped",)]
     finish_after_fix(config, out)
 
 
@@ -97,7 +100,10 @@ def test_a_really_full_tmpfs_is_one_clear_error(tmp_path, tiny_model):
                 while f.write(b"\0" * 65536):
                     pass
         worker.send(m.SaveCheckpoint())
-        assert_clean_failure(worker, out, ("No space left on device", "database or disk is full"))
+        error = assert_clean_failure(worker, out, ("the disk is full",), code=2)  # MLX's write: no errno, no path
+        step = worker.of(m.Paused)[0].step
+        assert error.message.startswith(f"the disk is full: the checkpoint checkpoint-{step} could not be written to "
+                                        f"{out / f'checkpoint-{step}'} (0 bytes free on that disk)")
         assert [n for n in folders(out) if n.startswith("checkpoint-")] == ["checkpoint-2"]
         filler.unlink()
         finish_after_fix(config, out)
@@ -121,3 +127,51 @@ def test_a_read_only_output_folder_is_one_clear_error(tmp_path, tiny_model):
         assert_clean_failure(worker, out, words, previous="final")
         assert folders(out) == before
     finish_after_fix(config, out)
+
+
+def fill(disk: Path) -> Path:
+    """Take every byte left on ``disk`` (unbuffered: see test_a_really_full_tmpfs_is_one_clear_error)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        with contextlib.suppress(OSError):
+            while f.write(b"\0" * 65536):
+                pass
+    return filler
+
+
+@pytest.mark.slow
+def test_a_store_write_on_a_full_disk_is_one_sentence_naming_the_store(tmp_path, tiny_model):
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                              training={"max_steps": 6, "num_epochs": 2},
+                              checkpoint={"save_every": 2, "keep_last": 0, "output_dir": str(disk / "out")})
+        out = disk / "out"
+        worker = WorkerProcess(config)
+        worker.wait_for(m.Checkpoint, lambda e: e.step == 2)
+        worker.send(m.Pause())
+        worker.wait_for(m.Paused)
+        filler = fill(disk)
+        worker.send(m.Resume())  # the next step's rows do not fit
+        error = assert_clean_failure(worker, out, ("the disk is full",), code=2)
+        assert error.message.startswith(f"the disk is full: the store could not be written to {out / 'outputs.db'} (")
+        filler.unlink()
+        finish_after_fix(config, out)
+
+
+def test_a_run_started_on_a_full_disk_is_one_sentence(tmp_path):
+    """`grpo-tui run --detach` said "the run did not start: " with nothing after the colon."""
+    import sys
+
+    from tests.helpers.mistake_cases import ROOT, write_run
+
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        config = write_run(tmp_path, checkpoint={"output_dir": str(disk / "out")})
+        fill(disk)
+        sentence = (f"checkpoint.output_dir: the disk of {disk / 'out'} is full (0 bytes free); free some space or "
+                    "choose a folder on a disk with room")
+        for args, said in ((["run", str(config), "--detach"], f"grpo-tui: {sentence}\n"),
+                           (["worker", str(config), "--plain"], f"[mistake] {sentence}\n"),
+                           (["check", str(config)], f"grpo-tui: {sentence}\n")):
+            done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", *args], capture_output=True, text=True,
+                                  timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+            assert done.returncode == 2 and done.stdout + done.stderr == said, (args, done.stdout + done.stderr)
