@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_tui.protocol.layout import LOCK_FILE
+from grpo_tui.common.disk_space import DiskFull
 from grpo_tui.common.resume_check import newest_first
+from grpo_tui.protocol.layout import LOCK_FILE
 from grpo_tui.worker import checkpoint as ckpt
 
 
@@ -52,9 +53,9 @@ def test_a_checkpoint_holds_model_optimizer_and_state(tmp_path):
 
 def test_a_failed_save_leaves_no_checkpoint_and_the_previous_one_intact(tmp_path):
     save(tmp_path, "final", 2, "final", tag="old")
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull, match="the disk is full: the checkpoint final could not be written to "):
         ckpt.save_checkpoint(FakeSaver(fail=True), tmp_path, "final", state(4, "final"))
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull):
         ckpt.save_checkpoint(FakeSaver(fail=True), tmp_path, "checkpoint-4", state(4))
     assert not (tmp_path / "checkpoint-4").exists()
     latest = newest_first(tmp_path)[0]
