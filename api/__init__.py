@@ -9,6 +9,8 @@ The Python API is shaped like TRL's (docs/python-api.md)::
     trainer.train()
 
 It writes a TOML config and runs the same worker process as ``grpo-tui run`` / ``grpo-tui worker``.
+``Engine(config)`` runs the same trainer in this process instead, one phase at a time (``generate``,
+``score``, ``train_step``).
 ``grpo_tui.protocol``, ``grpo_tui.worker`` and ``grpo_tui.tui`` are the packages underneath.
 """
 
@@ -19,8 +21,9 @@ from grpo_tui.protocol import __version__
 if TYPE_CHECKING:
     from grpo_tui.config import GRPOConfig
     from grpo_tui.trainer import GRPOTrainer, TrainerState, TrainingError
+    from grpo_tui.worker.engine.stepwise import Engine
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "TrainerState", "TrainingError", "__version__"]
+__all__ = ["Engine", "GRPOConfig", "GRPOTrainer", "TrainerState", "TrainingError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -34,4 +37,8 @@ def __getattr__(name: str) -> Any:
         from grpo_tui import trainer
 
         return getattr(trainer, name)
+    if name == "Engine":  # the engine in this process, step by step: MLX comes in here
+        from grpo_tui.worker.engine.stepwise import Engine
+
+        return Engine
     raise AttributeError(f"module 'grpo_tui' has no attribute {name!r}")

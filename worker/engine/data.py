@@ -69,6 +69,11 @@ def read_dataset(path: str, config: DataConfig, split: str | None = None,
     return examples, rows.fingerprint
 
 
+def examples_of(rows: list[dict[str, Any]], config: DataConfig, label: str) -> list[Example]:
+    """Examples of rows given in memory (the engine API's prompts), checked as a file's rows are."""
+    return [_example(row, config, f"{label} row {i + 1}") for i, row in enumerate(rows)]
+
+
 def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:
     column = config.prompt_column
     if problem := data_check.row_problem(row, column, where):

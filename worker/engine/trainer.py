@@ -47,6 +47,19 @@ def _advantage_by_completion(selection: dynamic_sampling.Selection, trained: lis
     return out
 
 
+def _judge_metrics(rewards: list) -> dict[str, float]:
+    """``judge/seconds``: the judge models' time this step (part of ``scoring_ms``), when there are any."""
+    seconds = judge.take_seconds(rewards)
+    return {} if seconds is None else {"judge/seconds": seconds}
+
+
+def _cut_metrics(config: Config, examples: list[data.Example]) -> dict[str, float]:
+    """``prompts_truncated``: the step's prompts cut by ``max_prompt_length`` (only when set)."""
+    if config.generation.max_prompt_length is None:
+        return {}
+    return {"prompts_truncated": float(sum(e.cut > 0 for e in examples))}
+
+
 def default_log(level: LogLevel, message: str) -> None:
     print(f"[{level}] {message}", file=sys.stderr)
 
@@ -75,10 +88,10 @@ class Trainer:
         self.model, self.tokenizer = model_io.load(config.model)
         self.model_identity = model_source.identity(config.model.path)  # recorded in every checkpoint
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
-        self._fit_prompts(self.dataset, d.path)
+        self.fit_prompts(self.dataset, d.path)
         if self.eval_dataset is not None:
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
-            self._fit_prompts(self.eval_dataset, eval_label)
+            self.fit_prompts(self.eval_dataset, eval_label)
         self.plan = engine_plan.decide(self.model, config, prompt_tokens=max(len(e.prompt_ids) for e in self.dataset),
                                        extra_bytes=judge.weights_bytes(self.rewards),
                                        keeps_freed_memory=keeps_freed_memory)
@@ -119,7 +132,7 @@ class Trainer:
                         f"their results while the other rows decode (at most {config.generation.max_tool_calls} "
                         "calls per completion)")
 
-    def _fit_prompts(self, examples: list[data.Example], label: str) -> None:
+    def fit_prompts(self, examples: list[data.Example], label: str) -> None:
         """Before any rollout: cut the prompts (``max_prompt_length``) or refuse one that overflows
         the context; a prompt of any length otherwise reaches the model (and its memory)."""
         g = self.config.generation
@@ -138,17 +151,28 @@ class Trainer:
 
     def train_step(self, step: int, on_phase: Callable[[Phase], None] = lambda p: None) -> StepOutput:
         cfg = self.config
-        G = cfg.grpo.group_size
-        # Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py).
-        mx.random.seed((cfg.training.seed * 1_000_003 + step + 7919 * self.ranks.rank) % 2**32)
-        mx.reset_peak_memory()
-        self.ranks.start_step()
+        self.begin_step(step)
         epoch, _, indices = self.batch(step)
-        judge.take_seconds(self.rewards)  # an evaluation's judging since the last step is not this step's
         selection = dynamic_sampling.sample(
             step, indices, lambda r, more: self._sampling_round(step, r, [self.dataset[i] for i in more], on_phase),
-            group_size=G, batch_size=cfg.training.batch_size, dataset_size=self.dataset_size, seed=cfg.data.seed,
-            dynamic=cfg.grpo.dynamic_sampling, max_rounds=cfg.grpo.max_sampling_rounds)
+            group_size=cfg.grpo.group_size, batch_size=cfg.training.batch_size, dataset_size=self.dataset_size,
+            seed=cfg.data.seed, dynamic=cfg.grpo.dynamic_sampling, max_rounds=cfg.grpo.max_sampling_rounds)
+        return self.learn(step, epoch, selection, on_phase)
+
+    def begin_step(self, step: int) -> None:
+        """What every step starts with, before its rollout (also ``stepwise.Engine.generate``'s)."""
+        # Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py).
+        mx.random.seed((self.config.training.seed * 1_000_003 + step + 7919 * self.ranks.rank) % 2**32)
+        mx.reset_peak_memory()
+        self.ranks.start_step()
+        judge.take_seconds(self.rewards)  # an evaluation's judging since the last step is not this step's
+
+    def learn(self, step: int, epoch: int, selection: dynamic_sampling.Selection,
+              on_phase: Callable[[Phase], None] = lambda p: None) -> StepOutput:
+        """The step's scored rollouts (``selection``) -> advantages -> optimiser passes -> its
+        metrics and generations."""
+        cfg = self.config
+        G = cfg.grpo.group_size
         generation_s, scoring_s = selection.generation_s, selection.scoring_s
         # The trained batch (examples, completions; all of the step's without dynamic sampling) and
         # what the step generated and scored in every round (generated, all_totals): the reward
@@ -184,7 +208,7 @@ class Trainer:
             learning_rate=float(self.optimizer.learning_rate.item()),
             peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(), with_kl=cfg.grpo.beta > 0,
             extra_metrics={**logged.metric_means(), **step_output.tool_metrics(self.tools, generated),
-                           **self._cut_metrics(selection.examples), **sampling_metrics, **self._judge_metrics()},
+                           **_cut_metrics(cfg, selection.examples), **sampling_metrics, **_judge_metrics(self.rewards)},
             ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=self.ranks.comm_bytes,
             trained_tokens=sum(len(examples[c.prompt_index].prompt_ids) + c.model_tokens for c in completions),
         ))  # fmt: skip
@@ -201,22 +225,18 @@ class Trainer:
         """Roll out and score ``examples`` (this rank's share), then gather every rank's: one round
         of the step (dynamic_sampling.py; the step's only round without dynamic sampling)."""
         cfg = self.config
-        G = cfg.grpo.group_size
         mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
         on_phase("generating")
         t0 = time.perf_counter()
-        self.model.eval()  # no LoRA dropout while sampling
-        prompts = [examples[i].prompt_ids for i in mine]
-        offset = round_ * cfg.training.batch_size  # a later round's rows draw with keys of their own
-        completions = self._rollout(prompts, G, keys=sampling.step_keys(cfg.training.seed, step,
-                                                                         [offset + i for i in mine], G))
+        completions = self.roll_out(step, [examples[i].prompt_ids for i in mine],
+                                    [round_ * cfg.training.batch_size + i for i in mine])
         generation_s = time.perf_counter() - t0
         self._report_hung()
 
         on_phase("scoring")
         t0 = time.perf_counter()
         owners = [examples[mine.start + c.prompt_index] for c in completions]
-        totals, per_fn, logged = self._score(owners, completions, step)
+        totals, per_fn, logged = self.score(owners, completions, step)
         # Every rank's scored completions (and what its reward functions logged), so what follows
         # sees the whole round on every rank.
         completions, totals, per_fn, logged = distributed.gather_scored(
@@ -243,6 +263,13 @@ class Trainer:
         self.model.eval()
         return passes
 
+    def roll_out(self, step: int, prompts: list[list[int]], positions: list[int]) -> list[rollout.Completion]:
+        """Step ``step``'s ``group_size`` completions of each prompt; ``positions``: each prompt's place in
+        the step (a later round's rows continue after the step's), which keys its rows' draws."""
+        self.model.eval()  # no LoRA dropout while sampling
+        G = self.config.grpo.group_size
+        return self._rollout(prompts, G, keys=sampling.step_keys(self.config.training.seed, step, positions, G))
+
     def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False,
                  keys: list[int] | None = None) -> list[rollout.Completion]:
         """``n`` completions per prompt; ``keys`` (sampling.step_keys) make a row's tokens independent
@@ -253,23 +280,12 @@ class Trainer:
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
 
-    def _judge_metrics(self) -> dict[str, float]:
-        """``judge/seconds``: the judge models' time this step (part of ``scoring_ms``), when there are any."""
-        seconds = judge.take_seconds(self.rewards)
-        return {} if seconds is None else {"judge/seconds": seconds}
-
-    def _cut_metrics(self, examples: list[data.Example]) -> dict[str, float]:
-        """``prompts_truncated``: the step's prompts cut by ``max_prompt_length`` (only when set)."""
-        if self.config.generation.max_prompt_length is None:
-            return {}
-        return {"prompts_truncated": float(sum(e.cut > 0 for e in examples))}
-
     def _report_hung(self) -> None:
         """A tool or reward function that stays hung, said once (``timed_calls``)."""
         for sentence in timed_calls.take_reports():
             self.log("warning", sentence)
 
-    def _score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
+    def score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
         return score_completions(self.rewards, owners, completions, state, self.config.generation.max_completion_length,
@@ -290,7 +306,7 @@ class Trainer:
             mx.random.seed(seed % 2**32)
         self.model.eval()
         completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy)
-        totals, per_fn, _ = self._score([examples[c.prompt_index] for c in completions], completions)
+        totals, per_fn, _ = self.score([examples[c.prompt_index] for c in completions], completions)
         return EvalBatch(per_fn, totals, [c.model_tokens for c in completions], [c.finish_reason for c in completions])
 
     # ------------------------------------------------------------ several ranks (distributed.py)
