@@ -183,6 +183,22 @@ def no_weights(folder: Path) -> str:
     return f"model folder {str(folder)!r} has no weights (no *.safetensors file); copy the model's weight files into it"
 
 
+# What a Hugging Face tokenizer is read from (mlx-lm's own download patterns hold these)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def model_files_problem(folder: Path) -> str | None:
+    """A local model folder (with config.json) without tokenizer files, or with a weight file cut
+    short or longer than its header says (``resume_check.damage``: headers only, no weights read)."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
+        return (f"model folder {str(folder)!r} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); copy "
+                "the tokenizer files that came with the model into it")
+    if (why := damage(folder)) is not None:
+        return (f"model folder {str(folder)!r} is damaged: {why}; copy or download the model's weight files "
+                "again (a copy that was cut short, or a full disk while it was written)")
+    return None
+
+
 def model_problems(config: Config) -> list[str]:
     """A local model folder without config.json or weights, its quantization and LoRA keys, from
     config.json and the weight headers (a GGUF file or a hub id: the worker checks them)."""
@@ -192,6 +208,8 @@ def model_problems(config: Config) -> list[str]:
             return [no_config_json(folder)]
         if not any(folder.glob("*.safetensors")):
             return [no_weights(folder)]
+        if (files := model_files_problem(folder)) is not None:
+            return [files]
     try:
         model_config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -218,6 +218,14 @@ CASES: list[Case] = [
          lambda f: f"model folder '{f / 'empty'}' has no config.json, so it is not a model", check=True),
     Case("model-no-weights", "model", lambda f: Setup(write_run(f, model={"path": str(_no_weights(f))})),
          lambda f: f"model folder '{f / 'model'}' has no weights (no *.safetensors file); copy the model's weight files into it", check=True),
+    Case("model-no-tokenizer", "model", lambda f: Setup(write_run(f, model={"path": str(_without(model_copy(f), "tokenizer*", "special_tokens_map.json"))})),
+         lambda f: f"model folder '{f / 'model'}' has no tokenizer files (none of tokenizer.json, tokenizer.model, "
+                   "tiktoken.model, vocab.json, vocab.txt, spiece.model); copy the tokenizer files that came with the "
+                   "model into it", check=True),
+    Case("model-weights-truncated", "model", lambda f: Setup(write_run(f, model={"path": str(_truncated(model_copy(f)))})),
+         lambda f: f"model folder '{f / 'model'}' is damaged: model.safetensors is {4096:,} bytes where its header says "
+                   f"{(TINY / 'model.safetensors').stat().st_size:,}; copy or download the model's weight files again (a copy "
+                   "that was cut short, or a full disk while it was written)", check=True),
     Case("unsupported-architecture", "model",
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, model_type="zebra_lm"))})),
          lambda f: f"model type 'zebra_lm' ({f / 'model' / 'config.json'}) is not supported by mlx-lm {_mlx_lm()}, which "
@@ -412,6 +420,19 @@ def _text(path: Path, text: str) -> Path:
 def _bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def _without(folder: Path, *patterns: str) -> Path:
+    for pattern in patterns:
+        for p in folder.glob(pattern):
+            p.unlink()
+    return folder
+
+
+def _truncated(folder: Path) -> Path:
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4096])  # a download cut short
+    return folder
 
 
 def _no_weights(f: Path) -> Path:

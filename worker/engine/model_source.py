@@ -57,6 +57,8 @@ def resolve(path: str) -> Path:
             return gguf.converted(gguf_file, log=lambda line: NOTES.__setitem__(path, line))
         if not (local / "config.json").exists():
             raise ModelSourceError(preflight.no_config_json(local))
+        if any(local.glob("*.safetensors")) and (problem := preflight.model_files_problem(local)) is not None:
+            raise ModelSourceError(problem)  # before mlx-lm reads it: its errors name neither
         return local
     if path.count("/") != 1 or path.startswith(("/", ".", "~")):
         raise ModelSourceError(f"model {path!r} was not found: it is neither an existing folder nor {HUB_ID_HELP}")
