@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from typing import Any
 
 from grpo_tui.common.commands import run_command
@@ -102,8 +103,13 @@ def _unset_dropped(value: Any) -> Any:
 def refusal(config: Config, key: str, item: str, file: str) -> str:
     """The sentence for a key that cannot change in a live run: why, what can, and how to get it."""
     why = NOT_LIVE.get(key, "the model, the data, LoRA's shape, the output folder and the ranks are what the run is")
-    return (f"cannot change in a live run: {why}. These can: {', '.join(live_keys(config))}. To train with it, "
-            f"stop the run and resume it so: {run_command(file, 'checkpoint.resume=latest', item)}")
+    resume = run_command(file, "checkpoint.resume=latest", item)
+    if key.startswith("model."):  # a fork keeps the model (its weights are that model's)
+        how = f"train with it, stop the run and resume it so: {resume}"
+    else:
+        fork = f"`grpo-tui fork {shlex.quote(config.checkpoint.output_dir)} --set {shlex.quote(item)}`"
+        how = f"train with it, fork the run: {fork} (a new run from its latest checkpoint), or stop it and resume it so: {resume}"
+    return f"cannot change in a live run: {why}. These can: {', '.join(live_keys(config))}. To {how}"
 
 
 def carried(changes: list[m.SettingChanged], overrides: list[str]) -> list[m.SettingChanged]:

@@ -432,6 +432,14 @@ class DistributedConfig(_Section):
             raise _invalid("hosts", self.hosts, "must be host names, one per element")
 
 
+class ForkConfig(_Section):
+    """Where a forked run branched off (``grpo-tui fork``, docs/steering.md); fork writes it."""
+
+    parent: str  # the parent's output folder (never written to)
+    run_id: int = 0  # the parent's run in its store
+    step: int = 0  # the parent's checkpoint it starts from: the fork's first step is step + 1
+
+
 class Config(_Section):
     model: ModelConfig
     data: DataConfig
@@ -448,6 +456,7 @@ class Config(_Section):
     eval: EvalConfig | None = None  # held-out evaluation when the [eval] table is present
     distributed: DistributedConfig = msgspec.field(default_factory=DistributedConfig)
     tools: list[ToolConfig] = []  # functions the model calls during rollouts (agent training)
+    fork: ForkConfig | None = None  # a forked run: its parent (grpo-tui fork)
 
     def __post_init__(self) -> None:
         if not self.rewards:

@@ -22,7 +22,7 @@ The table (message → where the program prints it → what the command must do)
 | init into a folder that is not empty | cli | write the starter run |
 | init --from-mlx-node | cli (tui/from_mlx_node.py) | check the converted config; train it; convert into a new folder |
 | attach with no live run here | cli | list the runs |
-| a key that cannot change live | cli (`grpo-tui set`; common/live_settings.py) | resume the stopped run with that key changed |
+| a key that cannot change live | cli (`grpo-tui set`; common/live_settings.py) | fork the run with that key changed; resume the stopped run with it |
 | a tracker that is not installed | worker, trackers | pip: install what provides it |
 | attach --web without textual-serve | cli (web) | pip: install what provides it |
 | the reference BLAS (slow) on x86-64 Linux | worker, start (common/blas.py, blas_warning.py) | pip: install MKL |
@@ -187,8 +187,17 @@ def test_the_resume_command_of_a_key_that_cannot_change_live(home, tiny_model):
     adopt(record.pid)
     viewer = Viewer(out)
     viewer.wait_for(m.Step)
+    viewer.send(m.SaveCheckpoint())  # the fork starts from the latest checkpoint
+    saved = viewer.wait_for(m.Checkpoint)
     refused = shell("grpo-tui set out training.batch_size=4", home)
     assert refused.returncode == 2 and "cannot change in a live run" in refused.stderr, refused.stderr
+    fork = Terminal(the_command(refused.stderr, "grpo-tui fork"), home)  # the parent goes on meanwhile
+    child = out.with_name(f"out-fork-{saved.step}")
+    try:
+        resumes_at(fork, child, saved.step, 0)
+        assert frame(child, "init")["config"]["training"]["batch_size"] == 4
+    finally:
+        fork.end(child)
     command = the_command(refused.stderr, "grpo-tui run")
     viewer.send(m.Stop())
     stopped = viewer.wait_for(m.Complete)

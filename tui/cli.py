@@ -1,4 +1,4 @@
-"""``grpo-tui`` command line: run, attach, ls, set, worker, browse, check.
+"""``grpo-tui`` command line: run, attach, ls, set, fork, worker, browse, check.
 
 Kept light: heavy imports (Textual, MLX) happen only inside the subcommand that needs them, and
 the worker is started as its own process (``python -m grpo_tui.worker``) so this package never
@@ -217,6 +217,25 @@ def cmd_set(args: argparse.Namespace) -> int:
     return set_live(args.run_dir, args.items)
 
 
+def cmd_fork(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.fork import ForkError, make_fork
+
+    try:
+        config_path = make_fork(args.run_dir, args.start, args.set, args.name, args.new_dir)
+    except ForkError as exc:
+        return _fail(str(exc))
+    config = _load(str(config_path))
+    if config is None or config.fork is None:
+        return Exit.MISTAKE
+    print(f"Forked {config.fork.parent} at step {config.fork.step} into {config_path.parent}: its first step is "
+          f"{config.fork.step + 1}")
+    if args.detach:  # the fork's --set items win over the parent's live changes its checkpoint carries
+        return _run_detached(str(config_path), config, _sets(args))
+    from grpo_tui.tui.app import run_dashboard
+
+    return run_dashboard(str(config_path), config, _sets(args))
+
+
 def cmd_browse(args: argparse.Namespace) -> int:
     database = Path(args.database)
     if database.is_dir():  # a run folder: its store (store.path may put it elsewhere)
@@ -285,6 +304,31 @@ def _sets(args: argparse.Namespace) -> list[str]:
     return [arg for item in args.set for arg in ("--set", item)]
 
 
+def _add_steering(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """``set`` and ``fork`` (docs/steering.md)."""
+    p = sub.add_parser("set", help="change settings of a running run from its next step on (docs/steering.md)",
+                       description="Each KEY=VALUE is read as --set reads it and checked the same way; it applies "
+                                   "at the next step boundary. Prints the step it applies from (exit 0), or why "
+                                   "not (exit 2).")
+    p.add_argument("run_dir", help="the run's output folder")
+    p.add_argument("items", nargs="+", metavar="KEY=VALUE", help="e.g. training.learning_rate=5e-6")
+    p.set_defaults(func=cmd_set)
+
+    p = sub.add_parser("fork", help="start a new run from a checkpoint of a run, with changes (docs/steering.md)",
+                       description="The new run starts from the checkpoint (weights, optimizer, RNG, data position) "
+                                   "with the parent's effective config and the --set changes (any key but the model); "
+                                   "its first step is STEP+1 and its charts hold the parent's steps up to there. The "
+                                   "parent's folder is only read.")
+    p.add_argument("run_dir", help="the parent run's output folder")
+    p.add_argument("new_dir", nargs="?", default=None, help="the fork's output folder (default: RUN_DIR-fork-STEP)")
+    p.add_argument("--from", dest="start", default="latest", metavar="STEP|latest",
+                   help="the checkpoint's step (default: latest, what a resume picks)")
+    p.add_argument("--name", default=None, help="the fork's run name (default: the parent's name-fork-STEP)")
+    p.add_argument("--detach", action="store_true", help="start it in the background and return at once")
+    add_set_argument(p)
+    p.set_defaults(func=cmd_fork)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-tui",
@@ -319,13 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", default=".", help="folder to search (default: here)")
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("set", help="change settings of a running run from its next step on (docs/steering.md)",
-                       description="Each KEY=VALUE is read as --set reads it and checked the same way; it applies "
-                                   "at the next step boundary. Prints the step it applies from (exit 0), or why "
-                                   "not (exit 2).")
-    p.add_argument("run_dir", help="the run's output folder")
-    p.add_argument("items", nargs="+", metavar="KEY=VALUE", help="e.g. training.learning_rate=5e-6")
-    p.set_defaults(func=cmd_set)
+    _add_steering(sub)
 
     p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -36,6 +36,7 @@ class RunInfo:
     last_reward: float | None
     live: bool
     changes: int = 0  # live changes (docs/steering.md)
+    parent: Path | None = None  # a fork's parent folder (grpo-tui fork)
 
 
 def find_runs(root: Path, max_depth: int = MAX_DEPTH) -> list[RunInfo]:
@@ -51,8 +52,28 @@ def find_runs(root: Path, max_depth: int = MAX_DEPTH) -> list[RunInfo]:
         here = Path(folder)
         if (here / c.CONTROL_DIR / c.RECORD_FILE).is_file() or RUN_LOG_FILE in files:
             if (info := run_info(here)) is not None:
+                config = config_for(here)
+                if config is not None and config.fork is not None:
+                    info.parent = Path(config.fork.parent)
                 runs.append(info)
-    return sorted(runs, key=lambda r: r.started_at)
+    return _forks_under_parents(sorted(runs, key=lambda r: r.started_at))
+
+
+def _forks_under_parents(runs: list[RunInfo]) -> list[RunInfo]:
+    """Oldest first, each fork right after its parent (and its parent's earlier forks)."""
+    folders = {r.folder for r in runs}
+    out: list[RunInfo] = []
+
+    def place(run: RunInfo) -> None:
+        out.append(run)
+        for fork in runs:
+            if fork.parent == run.folder and fork not in out:
+                place(fork)
+
+    for run in runs:
+        if run not in out and (run.parent is None or run.parent not in folders):
+            place(run)
+    return out + [r for r in runs if r not in out]
 
 
 def run_info(folder: Path) -> RunInfo | None:
@@ -120,6 +141,10 @@ def format_runs(runs: list[RunInfo], root: Path) -> list[str]:
             where = str(r.folder.relative_to(root.resolve())) or "."
         except ValueError:
             where = str(r.folder)
+        depth, up = 0, r.parent
+        while up is not None and depth < 8 and (above := next((p for p in runs if p.folder == up), None)) is not None:
+            depth, up = depth + 1, above.parent
+        where = "  " * (depth - 1) + "└ " + where if depth else where
         rows.append((
             r.status.replace("_", "-"), f"{r.step}/{r.total_steps or '?'}", str(r.pid) if r.pid else "-",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at)) if r.started_at else "-",
