@@ -44,11 +44,11 @@ def test_a_fork_from_step_2_with_another_temperature_starts_at_3_and_leaves_the_
                            "--name", "cooler", "--detach"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"Forked {out} at step 2 into {child}: its first step is 3\n")
-    from grpo_tui.tui.connection import LAUNCHED
+    from grpo_tui.tui.launcher import adopt
 
     record = c.read_record(child)
     assert record is not None
-    LAUNCHED.append(record.pid)
+    adopt(record.pid)
     wait_for(lambda: not c.is_live(c.read_record(child)), 120)
     assert c.read_record(child).status == "done"  # type: ignore[union-attr]
 
