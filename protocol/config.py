@@ -182,6 +182,7 @@ class ToolConfig(_Section):
 
     function: str  # "file.py:func" or "module:func"; its signature and docstring make the schema
     timeout_s: float = 10.0  # per call; a call still running then is abandoned and reported
+    sandbox: bool = False  # each call in a child process with limits (grpo_tui.sandbox; docs/agents.md)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.function):

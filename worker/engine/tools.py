@@ -47,6 +47,7 @@ class Tool:
     fn: Callable[..., Any]
     timeout_s: float
     schema: dict[str, Any]
+    sandboxed: str | None = None  # with sandbox = true: the function's spec, called in a child process
 
 
 def load_tools(configs: list[ToolConfig]) -> list[Tool]:
@@ -65,7 +66,8 @@ def load_tools(configs: list[ToolConfig]) -> list[Tool]:
         if not (inspect.getdoc(fn) or "").strip():  # TRL's tools need one too: it is the tool's description
             raise ToolError(preflight.no_docstring(key, name, where))
         schema["function"]["name"] = config.function.rsplit(":", 1)[1]  # the name the config gave
-        tools.append(Tool(schema["function"]["name"], fn, config.timeout_s, schema))
+        tools.append(Tool(schema["function"]["name"], fn, config.timeout_s, schema,
+                          config.function if config.sandbox else None))
     return tools
 
 
@@ -109,6 +111,21 @@ def _stdout_to_stderr() -> Iterator[None]:
                 sys.stdout = _saved_stdout
 
 
+def _sandboxed(tool: Tool, arguments: dict[str, Any], turn: Turn) -> str | None:
+    """One call of a ``sandbox = true`` tool in a child process (``grpo_tui.sandbox``): its result in
+    ``turn``, or the error text the model reads; what it printed goes to the worker's stderr."""
+    from grpo_tui.sandbox import Limits, call
+
+    assert tool.sandboxed is not None
+    result = call(tool.sandboxed, arguments, Limits(timeout_s=tool.timeout_s))
+    for line in (result.stdout + result.stderr).splitlines()[-20:]:
+        print(f"tool {tool.name!r} (sandboxed): {line}", file=sys.stderr)
+    if result.error is not None:
+        return f"{tool.name} {result.error}"
+    turn.content = cap(_text(result.value))
+    return None
+
+
 def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
     """Run one parsed ``<tool_call>``; the ``tool`` turn holds its result or its error text."""
     name = call.name
@@ -135,8 +152,11 @@ def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
         tool = tools[str(name)]
         start = time.perf_counter()
         try:
-            with _stdout_to_stderr():  # a tool's print is a log line, never a frame
-                turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s, f"tool {name!r}")))
+            if tool.sandboxed is not None:
+                error = _sandboxed(tool, dict(arguments), turn)
+            else:
+                with _stdout_to_stderr():  # a tool's print is a log line, never a frame
+                    turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s, f"tool {name!r}")))
         except StillHung as exc:
             error = str(exc)
         except TimeoutError:
