@@ -49,8 +49,11 @@ def run_headless(argv: Sequence[str], output_dir: str) -> int:
         # the worker is gone: the run ends when the worker ends, with what came until then.
         reader.join(DRAIN_S)
     finally:
+        # SIGINT stays ignored: a Ctrl-C pressed again as the worker ends would otherwise reach this
+        # process on its way out (a KeyboardInterrupt instead of the worker's exit code)
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if sig != signal.SIGINT:
+                signal.signal(sig, handler)
     said = said_its_end(log, offset, proc.pid)
     # None: its hello is not in the log (it stopped before opening it, and said why on its stdout;
     # or several ranks, whose rank 0 has a pid of its own and whose launcher reports their codes)

@@ -128,8 +128,28 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
     code = await training.run()
+    quiet_teardown(asyncio.get_running_loop())
     end_user_processes(training.log)
     return code
+
+
+TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def quiet_teardown(loop: asyncio.AbstractEventLoop) -> None:
+    """The run has said its end (and saved): a second Ctrl-C from here on would only cut the teardown
+    short with a KeyboardInterrupt (asyncio's handlers go with its loop), and ``grpo-tui worker``
+    would report a death. The signals are blocked while the handlers are swapped for SIG_IGN, so
+    none lands in between."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS)
+    try:
+        for sig in TEARDOWN_SIGNALS:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, TEARDOWN_SIGNALS)
 
 
 def end_user_processes(log: Callable[[m.LogLevel, str], None]) -> None:
