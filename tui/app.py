@@ -4,12 +4,14 @@ The run belongs to its supervisor (tui/supervisor.py), which owns the worker and
 dashboard starts one (``grpo-tui run``) or attaches to one (``grpo-tui attach``) and talks to it over
 the control socket (tui/connection.py). Leaving the dashboard leaves the run going. The run's output
 arrives in batches of typed items (``WorkerFrames`` of ``WorkerEvent`` and friends, tui/run_messages.py)
-that are buffered in order; a timer flushes the buffer a few times a second, folding every event
-into the state and refreshing each changed widget once (docs/architecture.md, "Dashboard").
+that are buffered in order, with the dashboard's own events (tui/run_events.py) in the same stream;
+a timer flushes the buffer once a second (an answer to a key at once), folding every event into the
+state through ``RunState.apply``, its one writer, and refreshing each changed widget once
+(docs/architecture.md, "Dashboard").
 
 Three homes, each handed what it needs when it is made: the app (this file) composes the widgets,
 folds the frames and answers the run's keys; ``RunLink`` (tui/run_link.py, ``app.run_link``) starts
-or attaches to the run, shows how its worker ended, and stops, leaves or detaches; ``DashboardScreen``
+or attaches to the run, decides what to show of how its worker ended, and stops, leaves or detaches; ``DashboardScreen``
 (tui/screens/dashboard.py, ``app.dashboard``) draws the state into the widgets and answers the tabs'
 keys. Which key does what, and where, is tui/keys.py.
 """
@@ -38,16 +40,27 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
-from grpo_tui.tui.run_link import RunLink
+from grpo_tui.tui.run_events import (
+    DashboardEvent,
+    DashboardNote,
+    OpenedReadOnly,
+    RestartBegan,
+    RunAge,
+    RunFailed,
+    StopAsked,
+    WorkerEnded,
+)
+from grpo_tui.tui.run_link import CloseCountdown, Decision, PushScreen, RunLink
 from grpo_tui.tui.run_messages import (
+    RunItem,
     WorkerBadLine,
     WorkerEvent,
     WorkerExited,
     WorkerFrames,
     WorkerHistory,
-    WorkerOutput,
     WorkerStderr,
 )
+from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
@@ -74,7 +87,7 @@ PROMPT_S = 0.05  # how soon an answer to a key is drawn
 LAZY_TABS: tuple[View, ...] = ("database", "charts")  # made when first shown (``GrpoApp.tab_widgets``)
 
 
-def _answers_a_key(item: WorkerOutput) -> bool:
+def _answers_a_key(item: RunItem) -> bool:
     """Frames a person waits for after a key: drawn at once, not at the next second."""
     if isinstance(item, WorkerEvent):
         event = item.event  # a periodic checkpoint answers no key: it waits for the next second's redraw
@@ -113,14 +126,14 @@ class GrpoApp(App[int]):
         self.config, self.flush_interval_s, self.nice = config, flush_interval_s, nice
         self.state = RunState(clock=clock, run_name=config.run_name)
         self.run_link = RunLink(
-            self, self, self.state, config, config_path=config_path,
+            self, self.fold, self.state, config, config_path=config_path,
             worker_argv=list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path]),
             run_dir=str(Path(run_dir or config.checkpoint.output_dir).resolve()),
             launch=launch, stop_timeout_s=stop_timeout_s,
         )
         self.dashboard = DashboardScreen(self.state, config, id="_default")
         self._greeted = False
-        self._pending: list[WorkerOutput] = []
+        self._pending: list[RunItem] = []
         self._prompt: Timer | None = None  # a flush soon: an answer to a key came
         self._last_tab: View | None = VIEWS[0]
         # No animations: the tab underline's slide alone repainted the tab bar ~10 times per switch.
@@ -277,23 +290,34 @@ class GrpoApp(App[int]):
 
     # ------------------------------------------------------------ the flush loop
 
-    def fail(self, message: str) -> None:
-        """The run's error: in the header, the logs and a notification (``RunView``)."""
-        self.state.status, self.state.error = "error", message
-        self.state.ended_at = self.state.clock()
-        self.add_logs([LogEntry("error", message, "dashboard")])
-        self.notify(clean(message, single_line=True), severity="error", timeout=10, markup=False)  # may quote stderr
-        self.redraw({"header", "bindings"})
-
-    def fold(self, items: list[WorkerOutput]) -> None:
-        """``items``, after the frames waiting for the timer, folded and drawn now (``RunView``)."""
+    def fold(self, items: Sequence[RunItem]) -> None:
+        """``items``, after the frames waiting for the timer, folded and drawn now (the run link's ``post``)."""
         self._pending.extend(items)
         self.flush()
 
-    def _greet(self, event: m.Event) -> bool:
-        """A worker's first event: False if it refuses this dashboard."""
-        self._greeted = True
-        return self.run_link.accept(event)
+    def _fold_own(self, event: DashboardEvent, logs: list[LogEntry]) -> set[Part]:
+        """One of the dashboard's own events into the state (and the log); the run's error is also
+        a notification."""
+        dirty = self.state.apply(event)
+        if entry := log_entry_for(event):
+            logs.append(entry)
+        if isinstance(event, RunFailed):  # may quote stderr: no markup
+            self.notify(clean(event.message, single_line=True), severity="error", timeout=10, markup=False)
+        return dirty
+
+    def _carry_out(self, decisions: list[Decision], logs: list[LogEntry]) -> set[Part]:
+        """What the run link decided, in order: fold its events, push its dialog, close the countdown."""
+        dirty: set[Part] = set()
+        for decision in decisions:
+            match decision:
+                case PushScreen(screen=screen, answered=answered):
+                    self.push_screen(screen, answered)
+                case CloseCountdown():
+                    if isinstance(self.screen, (CrashScreen, MistakeScreen)):
+                        self.screen.dismiss(None)
+                case _:
+                    dirty |= self._fold_own(decision, logs)
+        return dirty
 
     def on_worker_frames(self, message: WorkerFrames) -> None:
         """Live frames wait for the next flush (once a second, however fast they come); an answer
@@ -332,17 +356,23 @@ class GrpoApp(App[int]):
         for i, item in enumerate(batch):
             match item:
                 case WorkerEvent(event=m.Step() as event) if i < charted and self._greeted:
-                    self.state.count_step(event)
+                    self.state.apply(event, charted=False)
                 case WorkerEvent(event=event):
                     if isinstance(event, m.Hello):  # a restart's worker, or a retry's
-                        self.run_link.hello()
-                    if self.run_link.refused or (not self._greeted and not self._greet(event)):
+                        dirty |= self._carry_out(self.run_link.hello(), logs)
+                    if not self._greeted:  # a worker's first event: is it one of ours?
+                        self._greeted = True
+                        if (refused := self.run_link.accept(event)) is not None:
+                            dirty |= self._fold_own(refused, logs)
+                    if self.run_link.refused:
                         continue
                     dirty |= self.state.apply(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
+                case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
+                    dirty |= self._fold_own(item, logs)
                 case WorkerStderr(line=line):
-                    self.run_link.stderr_tail.append(line)
+                    self.run_link.heard_stderr(line)
                     level = "error" if "Traceback" in line or "Error" in line else "info"
                     logs.append(LogEntry(level, line, "stderr"))
                 case WorkerBadLine(text=text):
@@ -353,7 +383,7 @@ class GrpoApp(App[int]):
                     self.redraw(dirty)
                     dirty = set()
                     self._greeted = False  # a restarted worker says hello again
-                    self.run_link.worker_exited(item.exit)
+                    dirty |= self._carry_out(self.run_link.worker_exited(item.exit), logs)
                 case _:
                     assert_never(item)
         self.add_logs(logs)

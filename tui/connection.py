@@ -55,12 +55,10 @@ class RunConnection:
         self.output_dir = Path(output_dir)
         self._post = post
         self.supervisor_pid = 0
-        self.worker_pid = 0
+        self.worker_pid = 0  # 0 while none runs
         self.connected = False
         self.ended = False  # the run is over (its final worker_exit, or the supervisor is gone)
-        self.exit_code: int | None = None  # the worker's, once the run is over
         self.closing = False
-        self.reconnects = 0
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
         self._task: asyncio.Task[None] | None = None
@@ -69,11 +67,6 @@ class RunConnection:
         self._tail_left = 0  # stderr lines still to come from the welcome's tail
         self._tail_index = 0
         self._log = JsonlCursor(self.output_dir)
-
-    @property
-    def pid(self) -> int:
-        """The worker's pid (0 while none runs)."""
-        return self.worker_pid
 
     @property
     def running(self) -> bool:
@@ -142,7 +135,6 @@ class RunConnection:
                 try:
                     await asyncio.sleep(0.2)
                     await self._connect()
-                    self.reconnects += 1
                     continue
                 except (OSError, ConnectionError, asyncio.TimeoutError):
                     pass
@@ -172,7 +164,6 @@ class RunConnection:
             return None
         if isinstance(out, WorkerExited):
             self.ended = out.exit.final
-            self.exit_code = out.exit.code if out.exit.final else None
             if not out.exit.final:
                 self.worker_pid = 0
         elif isinstance(out, WorkerEvent) and isinstance(out.event, m.Hello):

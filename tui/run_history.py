@@ -146,7 +146,7 @@ def _last_index(lines: list[bytes], prefix: bytes) -> int:
 
 
 class _StepCounters(msgspec.Struct):
-    """What ``RunState.count_step`` reads of a step (msgspec skips the rest of the line unparsed)."""
+    """What ``RunState.apply`` reads of a step it does not chart (the rest of the line is skipped unparsed)."""
 
     step: int
     epoch: int

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.tui.run_events import DashboardEvent
 
 
 @dataclass(eq=False, slots=True)
@@ -46,6 +47,7 @@ class WorkerExited:
 
 
 WorkerOutput = WorkerEvent | WorkerStderr | WorkerBadLine | WorkerExited
+RunItem = WorkerOutput | DashboardEvent  # the app's one stream: the run's output and the dashboard's own events
 
 
 @dataclass(eq=False)

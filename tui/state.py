@@ -1,8 +1,9 @@
-"""What the dashboard knows about the run, folded from protocol events. No Textual here.
+"""What the dashboard knows about the run, folded from events. No Textual here.
 
-``RunState.apply`` takes one event and returns the names of the parts of the screen it changed,
-so the app can batch many events and refresh each widget at most once per flush
-(docs/architecture.md, "Dashboard").
+``RunState.apply`` is the one writer of this state: it takes one event, the worker's (a protocol
+frame) or the dashboard's own (tui/run_events.py: a restart begun, a worker ended, the run's error),
+and returns the names of the parts of the screen it changed, so the app can batch many events and
+refresh each widget at most once per flush (docs/architecture.md, "Dashboard").
 """
 
 from __future__ import annotations
@@ -14,22 +15,23 @@ from typing import Any, Literal, assert_never
 
 from grpo_tui.common.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.control import LIVE_STATUSES
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import duration
+from grpo_tui.tui.run_events import (
+    DashboardEvent,
+    DashboardNote,
+    OpenedReadOnly,
+    RestartBegan,
+    RunAge,
+    RunFailed,
+    StopAsked,
+    WorkerEnded,
+)
 from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook
 from grpo_tui.tui.views import Part
 
 RunStatus = Literal["starting", "running", "paused", "stopping", "done", "error", "restarting"]
-
-STATUS_GLYPHS: dict[str, str] = {
-    "starting": "… starting",
-    "running": "▶ running",
-    "paused": "⏸ paused",
-    "stopping": "■ stopping…",
-    "done": "✓ done",
-    "error": "✗ error",
-    "restarting": "↻ restarting",
-}
 
 # (key in Step / StepSummary, tile title); the order of the metric tiles.
 METRICS: tuple[tuple[str, str], ...] = (
@@ -167,18 +169,21 @@ class RunState:
             curves.append((label, [e.step for e in of_mode], [finite(getattr(e, key)) for e in of_mode]))
         return curves or [(f"eval {key}", [], [])]
 
-    def eval_series(self) -> tuple[str, list[int], list[float | None]]:
-        """The first eval curve (greedy when the run evaluates both ways): the eval tile's."""
-        return self.eval_curves()[0]
-
     # ------------------------------------------------------------ folding events
 
-    def apply(self, event: m.Event) -> set[Part]:
-        """Fold one event in; returns the names of the parts of the screen to refresh.
+    def apply(self, event: m.Event | DashboardEvent, *, charted: bool = True) -> set[Part]:
+        """Fold one event in; returns the names of the parts of the screen to refresh. A step that
+        is not ``charted`` (more than ``HISTORY_LIMIT`` steps follow it in the batch, as ``attach``
+        folds a run's history) only counts: its charts would drop it anyway.
 
-        A ``match`` over the closed ``m.Event`` union: a new event type without a case fails
-        ``assert_never`` (and tests/tui/test_state.py)."""
+        A ``match`` over the closed unions: a new event type without a case fails ``assert_never``
+        (and tests/tui/test_state.py)."""
         match event:
+            case m.Step() if not charted:
+                self._count_step(event)
+                return set()
+            case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
+                return self._on_dashboard_event(event)
             case m.Hello():
                 return self._on_hello(event)
             case m.Status():
@@ -230,6 +235,30 @@ class RunState:
             case _:
                 assert_never(event)
 
+    def _on_dashboard_event(self, e: DashboardEvent) -> set[Part]:
+        match e:
+            case RunFailed(message=message):
+                self.status, self.error, self.ended_at = "error", message, self.clock()
+            case WorkerEnded(error=error):
+                self.status, self.ended_at, self.error = "error", self.clock(), error
+            case RestartBegan():
+                self.status, self.complete, self.error, self.fatal, self.ended_at = "restarting", None, "", None, None
+                self.phase = "loading"
+                self.phase_message = "retrying" if e.retry else f"restart {e.attempt}: resuming from the latest checkpoint"
+            case StopAsked():
+                self.status, self.phase_message = "stopping", "waiting for the final checkpoint"
+            case OpenedReadOnly():
+                if self.status in LIVE_STATUSES:  # it never said complete: killed, or it lost its supervisor
+                    self.status, self.phase_message = "error", "the run is not running"
+            case RunAge(seconds=seconds):
+                self.started_at = (self.ended_at if self.ended_at is not None else self.clock()) - seconds
+                return set()
+            case DashboardNote():
+                return set()
+            case _:
+                assert_never(e)
+        return {"header", "bindings"}
+
     def _on_hello(self, e: m.Hello) -> set[Part]:
         self.worker_version = e.worker_version
         return {"header"}
@@ -277,14 +306,13 @@ class RunState:
         return {"header", "progress"}
 
     def _on_step(self, e: m.Step) -> set[Part]:
-        self.count_step(e)
+        self._count_step(e)
         self._record(e.step, e)
         self.spread.add_step(e.step, e.completion_rewards)
         return {"header", "metrics", "progress", "stats"}
 
-    def count_step(self, e: m.Step) -> None:
-        """A step's counters only: for a step of a long history that its charts would drop anyway
-        (more than ``HISTORY_LIMIT`` steps follow it), as ``attach`` folds a run's history."""
+    def _count_step(self, e: m.Step) -> None:
+        """A step's counters only (``apply``'s step that is not ``charted``)."""
         if self.status in ("starting", "restarting"):
             self.status = "running"
         if e.epoch != self.epoch:
@@ -319,8 +347,13 @@ class RunState:
         return {"header", "bindings", "progress"}
 
 
-def log_entry_for(event: m.Event) -> LogEntry | None:
-    """The log line an event produces (log frames, errors, checkpoints, pauses), if any."""
+def log_entry_for(event: m.Event | DashboardEvent) -> LogEntry | None:
+    """The log line an event produces (log frames, errors, checkpoints, pauses, the dashboard's
+    notes and the run's error), if any."""
+    if isinstance(event, (RunFailed, WorkerEnded)):
+        return LogEntry("error", event.message if isinstance(event, RunFailed) else event.error, "dashboard")
+    if isinstance(event, DashboardNote):
+        return LogEntry(event.level, event.message, "dashboard")
     if isinstance(event, m.Log):
         return LogEntry(event.level, event.message, "worker")
     if isinstance(event, m.Error):

@@ -1,7 +1,19 @@
-"""What a status looks like, wherever the dashboard shows one: the live run's state (the header),
-a stored run's status (the Database tab's runs) and a completion's finish reason (its generations)."""
+"""What a status looks like, wherever the dashboard shows one: the live run's state (the header:
+its glyph and word, and its style), a stored run's status (the Database tab's runs) and a
+completion's finish reason (its generations)."""
 
 from __future__ import annotations
+
+# the live run's state (RunState.status) as the header writes it
+STATUS_GLYPHS: dict[str, str] = {
+    "starting": "… starting",
+    "running": "▶ running",
+    "paused": "⏸ paused",
+    "stopping": "■ stopping…",
+    "done": "✓ done",
+    "error": "✗ error",
+    "restarting": "↻ restarting",
+}
 
 STATUS_STYLE: dict[str, str] = {
     # the live run (RunState.status)

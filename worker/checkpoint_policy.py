@@ -10,8 +10,8 @@ from pathlib import Path
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import checkpoint_dir_name
 from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker.command_state import StopReason
 from grpo_tui.worker.context import RunContext
-from grpo_tui.worker.control import StopReason
 
 
 class CheckpointPolicy:

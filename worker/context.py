@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.worker.control import Control
+from grpo_tui.worker.command_state import Control
 from grpo_tui.worker.frames import Emitter
 from grpo_tui.worker.records import Trainer
 from grpo_tui.worker.store import Store

@@ -28,8 +28,8 @@ from grpo_tui.protocol.messages import mean_of
 from grpo_tui.protocol.outcome import Exit, Mistake
 from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
+from grpo_tui.worker.command_state import Control, choose_samples
 from grpo_tui.worker.context import RunContext
-from grpo_tui.worker.control import Control, choose_samples
 from grpo_tui.worker.evaluation import due, run_eval
 from grpo_tui.worker.frames import Emitter
 from grpo_tui.worker.live_changes import LiveChanges

@@ -67,7 +67,7 @@ async def test_every_kind_of_bad_line_is_logged_and_the_stream_goes_on(tmp_path)
         assert "line over the 16 MiB line limit was dropped" in screen
         assert "garbage worker: all sent" in screen  # frames after the garbage still arrive
         assert app.state.status != "error" and app.is_running
-        pid = app.run_link.proc.pid if app.run_link.proc else None
+        pid = app.run_link.connection.worker_pid if app.run_link.connection else None
         await quit_app(app, pilot)
     assert pid is not None and process_gone(pid) and process_gone(grandchild(tmp_path))
 
@@ -107,7 +107,7 @@ async def test_a_first_frame_that_is_not_hello_is_refused(tmp_path):
         await wait_until(pilot, lambda: app.state.status == "error", timeout=30)
         assert "refused the worker: it speaks a Step frame" in app.state.error
         assert app.state.step == 0  # nothing from a refused worker is applied
-        pid = app.run_link.proc.pid if app.run_link.proc else None
+        pid = app.run_link.connection.worker_pid if app.run_link.connection else None
         await quit_app(app, pilot)
     assert pid is not None and process_gone(pid) and process_gone(grandchild(tmp_path))
 

@@ -215,7 +215,7 @@ async def test_quit_while_training_asks_stops_and_leaves_no_worker(make_app):
     app = make_app("--steps", "3", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 3)
-        pid = app.run_link.proc.pid
+        pid = app.run_link.connection.worker_pid
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmQuitScreen)
         await pilot.press("n")
@@ -223,7 +223,7 @@ async def test_quit_while_training_asks_stops_and_leaves_no_worker(make_app):
         await pilot.press("q", "y")
         await wait_until(pilot, lambda: not app.is_running, timeout=10)
     assert app.return_value == 0
-    assert app.run_link.proc.exit_code == 0
+    assert app.run_link.worker_code == 0
     assert process_gone(pid)
     assert any(c.kind == "final" for c in app.state.checkpoints)
 
@@ -232,7 +232,7 @@ async def test_quit_kills_a_worker_that_ignores_stop(make_app):
     app = make_app("--steps", "2", "--hold", "--ignore-stop", stop_timeout_s=0.5)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 2)
-        pid = app.run_link.proc.pid
+        pid = app.run_link.connection.worker_pid
         await pilot.press("q", "y")
         await pilot.pause(0.1)
         assert "stopping" in header(app)
@@ -256,7 +256,7 @@ async def test_other_protocol_version_is_refused(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.status == "error")
         assert "protocol version 99" in app.state.error and "version 1" in app.state.error
-        await wait_until(pilot, lambda: not app.run_link.proc.running)
+        await wait_until(pilot, lambda: not app.run_link.connection.running)
         assert not isinstance(app.screen, CrashScreen)  # a refusal is not a crash to restart
 
 
@@ -360,14 +360,14 @@ async def test_leaving_the_app_leaves_the_run_going_and_d_detaches(make_app):
     app = make_app("--steps", "2", "--hold")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 2)
-        pid = app.run_link.proc.pid
+        pid = app.run_link.connection.worker_pid
         await pilot.press("d")
         await wait_until(pilot, lambda: not app.is_running, timeout=10)
     assert app.run_link.detached and app.return_value == 0
     assert not process_gone(pid)  # training goes on
     again = GrpoApp(app.run_link.config_path, app.config, run_dir=app.run_link.run_dir, launch=False, clock=lambda: 1000.0)
     async with again.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: again.run_link.proc is not None and again.run_link.proc.pid == pid)
+        await wait_until(pilot, lambda: again.run_link.connection is not None and again.run_link.connection.worker_pid == pid)
         await pilot.press("q")
         assert isinstance(again.screen, ConfirmQuitScreen)
         await pilot.press("l")  # leave it running
@@ -383,7 +383,7 @@ async def test_the_worker_is_started_with_the_fast_blas_preloaded(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.step == 1)
         lib = find_blas(app.config.runtime.blas)
-        raw = Path(f"/proc/{app.run_link.proc.pid}/environ").read_bytes()
+        raw = Path(f"/proc/{app.run_link.connection.worker_pid}/environ").read_bytes()
         env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
         if lib is not None:
             assert lib in preloaded(env)

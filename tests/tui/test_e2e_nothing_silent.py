@@ -56,9 +56,9 @@ async def test_the_sample_display_survives_a_crash_restart(tmp_path, tiny_model)
         await pilot.press("m")  # best_worst -> random
         await wait_until(pilot, lambda: app.display_mode == "random", timeout=10)
         await wait_until(pilot, lambda: any(s.display == "random" for s in app.state.samples), timeout=60)
-        first = app.run_link.proc.pid
+        first = app.run_link.connection.worker_pid
         os.kill(first, signal.SIGKILL)  # a crash: the dashboard restarts it from the latest checkpoint
-        await wait_until(pilot, lambda: app.run_link.restarts == 1 and app.run_link.proc.pid != first and app.state.status == "running",
+        await wait_until(pilot, lambda: app.run_link.restarts == 1 and app.run_link.connection.worker_pid != first and app.state.status == "running",
                          timeout=120)
         restarted_at = app.state.step
         await wait_until(pilot, lambda: app.state.step >= restarted_at + 2, timeout=120)

@@ -23,7 +23,7 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
     async with app.run_test(size=(160, 48)) as pilot:
         # a step's samples follow its step frame: a flush may fold the one before the others arrive
         await wait_until(pilot, lambda: app.state.step >= 1 and bool(app.state.samples), timeout=120)
-        pid = app.run_link.proc.pid
+        pid = app.run_link.connection.worker_pid
         assert app.state.model and app.state.total_steps == 5000 and app.state.samples
         await pilot.press("p")
         await wait_until(pilot, lambda: app.state.status == "paused", timeout=60)
@@ -39,7 +39,7 @@ async def test_real_worker_pause_save_resume_quit(tmp_path, tiny_model):
         await pilot.press("y")
         await wait_until(pilot, lambda: not app.is_running, timeout=90)
     assert app.return_value == 4  # stopped by the user, like the worker (protocol/outcome.py)
-    assert app.run_link.proc.exit_code == 4
+    assert app.run_link.worker_code == 4
     assert process_gone(pid)
     assert any(c.kind == "final" for c in app.state.checkpoints)
     assert app.state.complete is not None and app.state.complete.status == "stopped"
@@ -60,7 +60,7 @@ async def test_real_worker_eval_curves_greedy_and_sampled_and_tile(tmp_path, tin
         greedy, sampled = app.state.eval_curves()
         assert greedy[0] == "eval greedy accuracy" and sampled[0] == "eval sampled accuracy"
         assert greedy[1] == sampled[1] == [0, 2, 4] and None not in greedy[2] + sampled[2]
-        assert app.state.eval_series() == greedy
+        assert app.state.eval_curves()[0] == greedy
         tile = app.query_one("#tile-eval")
         assert tile.border_title == "eval" and "@4" in str(tile.query_one(".tile-value").render())
         chart = app.query_one("#chart")
@@ -86,7 +86,7 @@ async def test_a_nan_stop_is_not_restarted_and_says_what_to_do(tmp_path, tiny_mo
     )  # fmt: skip
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: app.state.complete is not None and not app.run_link.proc.running, timeout=120)
+        await wait_until(pilot, lambda: app.state.complete is not None and not app.run_link.connection.running, timeout=120)
         await pilot.pause(1.0)  # a crash restart would count down now
         assert not isinstance(app.screen, CrashScreen) and app.run_link.restarts == 0
         assert app.state.status == "error"

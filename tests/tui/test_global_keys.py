@@ -230,7 +230,7 @@ class Table:
             await pilot.pause()
             self.assert_layout(view, zoomed)
             assert app.focused is focused, "cancelling the question moved the focus"
-            assert app.run_link.proc is not None and app.run_link.proc.running and app.state.status == status
+            assert app.run_link.connection is not None and app.run_link.connection.running and app.state.status == status
 
     async def check_typed(self, key: str, box: Input) -> None:
         """A printable key in a text box is text: it goes into the box and steers nothing."""

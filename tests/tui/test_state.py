@@ -1,11 +1,24 @@
 """The run state folds protocol events the way the header, tiles and chart show them."""
 
+from typing import get_args
+
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.format import duration, number
 from grpo_tui.protocol.control import refusal
+from grpo_tui.tui.format import duration, number
+from grpo_tui.tui.run_events import (
+    DashboardEvent,
+    DashboardNote,
+    OpenedReadOnly,
+    RestartBegan,
+    RunAge,
+    RunFailed,
+    StopAsked,
+    WorkerEnded,
+)
 from grpo_tui.tui.state import RunState, ema, log_entry_for
+from tests.helpers.every_message import EVENTS
 
 
 class Clock:
@@ -105,20 +118,18 @@ def test_refusal_names_both_protocol_versions():
     assert "a Step frame" in refusal(m.Step(step=1, epoch=0))
 
 
-def test_apply_has_a_case_for_every_event_type():
-    """Renaming or adding an event type without a case in RunState.apply fails here (and in
-    assert_never at run time), instead of the dashboard silently dropping it."""
-    import ast
-    import inspect
-    import textwrap
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: type(e).__name__)
+def test_every_event_type_folds(event):
+    """An event type without a case in RunState.apply fails here (its ``assert_never``) instead of the
+    dashboard silently dropping it; EVENTS holds one of every type (tests/protocol checks it)."""
+    RunState(clock=lambda: 0.0).apply(event)
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(RunState.apply)))
-    named = {
-        node.cls.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.MatchClass) and isinstance(node.cls, ast.Attribute)
-    }
-    assert named == {t.__name__ for t in m.EVENT_TYPES}
+
+@pytest.mark.parametrize("event", [RunFailed("x"), WorkerEnded("x"), RestartBegan(1, False), StopAsked(),
+                                   OpenedReadOnly(), RunAge(1.0), DashboardNote("info", "x")], ids=lambda e: type(e).__name__)
+def test_every_dashboard_event_folds(event):
+    assert set(get_args(DashboardEvent)) == {RunFailed, WorkerEnded, RestartBegan, StopAsked, OpenedReadOnly, RunAge, DashboardNote}
+    RunState(clock=lambda: 0.0).apply(event)
 
 
 def test_apply_refuses_what_is_not_an_event():

@@ -15,7 +15,7 @@ from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.keys import DASHBOARD_KEYS, PALETTE, RUN_KEYS, TAB_FOCUS
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS
-from grpo_tui.worker.control import Control, choose_samples
+from grpo_tui.worker.command_state import Control, choose_samples
 from grpo_tui.worker.records import Generation
 
 

@@ -7,8 +7,8 @@ from textual.widgets import Static
 
 from grpo_tui.tui.format import MISSING, duration
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.state import STATUS_GLYPHS, RunState
-from grpo_tui.tui.status_style import status_style
+from grpo_tui.tui.state import RunState
+from grpo_tui.tui.status_style import STATUS_GLYPHS, status_style
 from grpo_tui.tui.tidy import tidy
 
 class RunHeader(Static):

@@ -1,6 +1,6 @@
 """A training step's output, assembled in one place from what the step produced: the ``step``
 frame's metrics (TRL's names) from its completions and their scores, the optimiser's passes, the
-phases' times and the memory (``Trainer.train_step`` gathers ``StepResults``; ``step_metrics`` turns
+phases' times and the memory (``Trainer.train_step`` gathers ``StepResults``; ``step_frame`` turns
 them into a ``Step``), and the step's generations for the store (``generations``). No MLX here:
 the step hands over plain numbers.
 """
@@ -59,7 +59,7 @@ def skipped_reasons(passes: list[PassResult]) -> list[str]:
             for i, p in enumerate(passes) if not p.applied]
 
 
-def step_metrics(r: StepResults) -> Step:
+def step_frame(r: StepResults) -> Step:
     """The ``step`` frame of ``r``."""
     passes, completions = r.passes, r.completions
     lengths = [c.model_tokens for c in completions]  # the model's own tokens, not tool results

@@ -17,6 +17,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.layout import OPTIMIZER_FILE
 from grpo_tui.protocol.messages import LogLevel, Phase
 from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, live, memory_fit, model as model_io
 from grpo_tui.worker.engine import judge, model_source
@@ -29,7 +30,7 @@ from grpo_tui.worker.engine.loss import LossFunctions
 from grpo_tui.worker.engine.reward_call import TrainerState
 from grpo_tui.worker.engine.rewards import RewardError, score_completions
 from grpo_tui.worker.engine.schedule import scheduled_lr
-from grpo_tui.worker.engine.step_output import StepResults, step_metrics
+from grpo_tui.worker.engine.step_output import StepResults, step_frame
 from grpo_tui.worker.engine.update import PassResult, make_optimizer, micro_batches, optimize_pass
 from grpo_tui.worker.records import EvalBatch, StepOutput
 
@@ -200,7 +201,7 @@ class Trainer:
         training_s = time.perf_counter() - t0
 
         rank_times, slowest = distributed.timings(self.ranks, generation_s, training_s)
-        metrics = step_metrics(StepResults(
+        metrics = step_frame(StepResults(
             step=step, epoch=epoch, completions=generated,
             prompt_tokens=sum(len(owner.prompt_ids) for owner in owners), totals=all_totals, per_fn=per_fn,
             advantages=advantages.tolist(), group_stds=stds.tolist()[::G], passes=passes,
@@ -350,7 +351,7 @@ class Trainer:
         if self.ref_model is not None and self.config.grpo.sync_ref_model and reference.exists():
             self.ref_model.load_weights(str(reference))
             mx.eval(self.ref_model.parameters())
-        path = directory / "optimizer.safetensors"
+        path = directory / OPTIMIZER_FILE
         if path.exists():
             self.optimizer.state = {}  # the fresh moments go before the saved ones arrive: not both at once
             self.optimizer.state = tree_unflatten(list(mx.load(str(path)).items()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.control import Control, choose_samples
+from grpo_tui.worker.command_state import Control, choose_samples
 from tests.helpers.records import generation
 
 
