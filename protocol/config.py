@@ -19,6 +19,7 @@ import msgspec
 from grpo_tui.protocol import recipes
 from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
 from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
+from grpo_tui.protocol.config_doctor import DoctorConfig
 from grpo_tui.protocol.config_eval import EvalConfig
 from grpo_tui.protocol.config_overrides import apply_override as apply_override
 from grpo_tui.protocol.messages import SampleDisplay
@@ -455,6 +456,7 @@ class Config(_Section):
     display: DisplayConfig = msgspec.field(default_factory=DisplayConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     eval: EvalConfig | None = None  # held-out evaluation when the [eval] table is present
+    doctor: DoctorConfig = msgspec.field(default_factory=DoctorConfig)  # the run doctor's marks (docs/doctor.md)
     distributed: DistributedConfig = msgspec.field(default_factory=DistributedConfig)
     tools: list[ToolConfig] = []  # functions the model calls during rollouts (agent training)
     fork: ForkConfig | None = None  # a forked run: its parent (grpo-tui fork)

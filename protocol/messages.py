@@ -293,6 +293,35 @@ class SettingRefused(_Message):
     id: str = ""
 
 
+Severity = Literal["info", "warning", "critical"]
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    """Where a finding shows in the store: its steps, and its generations as (step, prompt_index,
+    group_index) of the run (the Database tab filters on them)."""
+
+    steps: list[int] = []
+    generations: list[tuple[int, int, int]] = []
+    finish_reason: str | None = None  # the generations share this finish reason (truncation)
+
+
+class Finding(_Message):
+    """The run doctor's word (docs/doctor.md): ``name`` holds at ``severity`` since step ``since``
+    (now ``step``), with the ``numbers`` behind it, its ``evidence`` and, where one fits, a live
+    change that treats it (``suggestion``: ``KEY=VALUE`` as ``grpo-tui set`` takes it). ``cleared``:
+    it no longer holds."""
+
+    name: str
+    severity: Severity
+    step: int
+    since: int
+    message: str
+    numbers: dict[str, float] = {}
+    evidence: Evidence = msgspec.field(default_factory=Evidence)
+    suggestion: str | None = None
+    cleared: bool = False
+
+
 class Complete(_Message):
     total_steps: int
     seconds: float
@@ -330,6 +359,7 @@ Event = Union[
     SampleDisplayChanged,
     SettingChanged,
     SettingRefused,
+    Finding,
     Complete,
     Error,
 ]

@@ -16,6 +16,8 @@ The kinds (docs/architecture.md, "Processes"; README, "When something goes wrong
   reward (every one at the run's lowest, at most 0): the task is too hard for the model as it is.
   Not a mistake in a file, not restarted. (A run that solved its task, every completion at the
   run's best reward for as many steps, is done: 0.)
+- ``DOCTOR`` (6): the run doctor ended the run on a finding as severe as ``doctor.stop_on``
+  (docs/doctor.md), after a checkpoint that ``resume = "latest"`` picks. Not restarted.
 
 A process killed by a signal before it could say anything (exit status 128 + N, or a negative
 return code from ``subprocess``) is a crash.
@@ -34,6 +36,7 @@ class Exit(IntEnum):
     NAN_STOP = 3
     STOPPED = 4
     UNREWARDED = 5
+    DOCTOR = 6
 
 
 MistakeKind = Literal["config", "model", "data", "reward", "tool", "memory", "ranks", "output", "resume"]

@@ -16,7 +16,7 @@ import msgspec
 from grpo_tui.protocol.messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -208,8 +208,27 @@ ALTER TABLE steps ADD COLUMN perplexity REAL;
 ALTER TABLE steps ADD COLUMN token_accuracy REAL;
 """
 
+# The run doctor's findings (docs/doctor.md): each time one begins, changes severity or clears.
+_V10 = """
+CREATE TABLE findings (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    since INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    cleared INTEGER NOT NULL DEFAULT 0,
+    message TEXT NOT NULL,
+    numbers TEXT,
+    evidence TEXT,
+    suggestion TEXT,
+    created_at REAL NOT NULL
+);
+CREATE INDEX findings_run ON findings (run_id, step);
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10}
 
 
 class StoreError(RuntimeError):
@@ -277,3 +296,19 @@ def step_row(step: Step) -> dict[str, Any]:
         else:
             row[field] = value
     return row
+
+
+def step_from_row(row: dict[str, Any]) -> Step:
+    """A ``steps`` row back as a ``step`` message (what the store keeps of it; ``step_row``'s inverse)."""
+    fields: dict[str, Any] = {"step": row["step"], "epoch": row.get("epoch") or 0}
+    for column in STEP_METRIC_COLUMNS:
+        value = row.get(column)
+        if value is None or column.startswith("clip_ratio_"):
+            continue
+        if column in JSON_STEP_COLUMNS:
+            value = json.loads(value)
+        elif column == "gradients_applied":
+            value = bool(value)
+        fields[column] = value
+    clip = {part: row.get(f"clip_ratio_{part}") for part in ("low", "high", "region")}
+    return msgspec.convert({**fields, "clip_ratio": clip}, Step, strict=False)

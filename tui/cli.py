@@ -31,6 +31,7 @@ exit codes (the same for run, worker and a launch on several ranks; README, "Whe
   {Exit.UNREWARDED}  stopped after training.silent_patience steps in which no completion earned a reward (the
      task is too hard for the model as it is); a run whose every completion got the run's best
      reward for as many steps solved its task: it ends done (0), its model in final/
+  {Exit.DOCTOR}  stopped by the run doctor on a finding as severe as doctor.stop_on (docs/doctor.md)
 """
 
 
@@ -236,6 +237,12 @@ def cmd_fork(args: argparse.Namespace) -> int:
     return run_dashboard(str(config_path), config, _sets(args))
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.doctor_report import run_doctor
+
+    return run_doctor(Path(args.run_dir), args.json)
+
+
 def cmd_browse(args: argparse.Namespace) -> int:
     database = Path(args.database)
     if database.is_dir():  # a run folder: its store (store.path may put it elsewhere)
@@ -364,6 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ls)
 
     _add_steering(sub)
+
+    p = sub.add_parser("doctor", help="what the run doctor finds in a run, finished or live (docs/doctor.md)",
+                       description="Replays the run's steps from its store through the doctor's rules. Exit codes: "
+                                   "0 nothing above info, 10 a warning holds, 11 a critical finding holds, 2 no such run.")
+    p.add_argument("run_dir", help="the run's output folder")
+    p.add_argument("--json", action="store_true", help="the findings as JSON")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("worker", help="run the headless trainer, printing protocol frames", epilog=EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

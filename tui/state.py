@@ -101,6 +101,7 @@ class RunState:
     checkpoints: list[m.Checkpoint] = field(default_factory=list)
     evals: list[m.Eval] = field(default_factory=list)  # held-out evaluations, by step and decoding mode
     changes: list[m.SettingChanged] = field(default_factory=list)  # live changes, in the order applied (docs/steering.md)
+    findings: dict[str, m.Finding] = field(default_factory=dict)  # the run doctor's, those that hold now (docs/doctor.md)
     slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
     total_tokens: int = 0
     error: str = ""
@@ -220,6 +221,12 @@ class RunState:
                 return {"header", "progress", "config"}
             case m.SettingRefused():  # said in the log (``log_entry_for``); nothing in the run changed
                 return set()
+            case m.Finding():  # the run doctor's word: the header's health badge, and the log
+                if event.cleared:
+                    self.findings.pop(event.name, None)
+                else:
+                    self.findings[event.name] = event
+                return {"header"}
             case m.Complete():
                 return self._on_complete(event)
             case m.Error():
@@ -367,6 +374,9 @@ def log_entry_for(event: m.Event | DashboardEvent) -> LogEntry | None:
         return LogEntry("info", f"resumed at step {event.step}", "dashboard")
     if isinstance(event, m.Complete):
         return LogEntry("info", f"run {event.status}: {event.total_steps} steps", "dashboard")
+    if isinstance(event, m.Finding):
+        level = {"info": "info", "warning": "warning", "critical": "error"}[event.severity]
+        return LogEntry("info" if event.cleared else level, f"doctor: {event.name}: {event.message}", "worker")
     if isinstance(event, m.SettingRefused):
         return LogEntry("warning", f"not changed ({event.source}): {event.message}", "worker")
     if isinstance(event, m.Status) and event.message:

@@ -15,7 +15,7 @@ from typing import Literal
 from grpo_tui.protocol import messages as m
 from grpo_tui.worker.records import Generation
 
-StopReason = Literal["stop", "eof", "signal", "nan", "silent"]
+StopReason = Literal["stop", "eof", "signal", "nan", "silent", "doctor"]
 
 
 @dataclass

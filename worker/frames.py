@@ -79,6 +79,11 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
         return f"{event.__class__.__name__.lower()} at step {event.step}"
     if isinstance(event, m.Complete):
         return f"{event.status}: {event.total_steps} steps in {event.seconds:.1f} s"
+    if isinstance(event, m.Finding):
+        if event.cleared:
+            return f"[doctor] cleared at step {event.step}: {event.message}"
+        fix = f" | suggested live change: {event.suggestion}" if event.suggestion else ""
+        return f"[doctor {event.severity}] step {event.step}: {event.name}: {event.message}{fix}"
     if isinstance(event, m.DatabasePath):
         return f"store {event.path} (run {event.run_id})"
     return None

@@ -36,6 +36,7 @@ from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
 from grpo_tui.worker.records import StepOutput, Trainer
+from grpo_tui.worker.doctor_watch import DoctorWatch
 from grpo_tui.worker.silent_steps import SilentSteps
 from grpo_tui.worker.start import Start
 from grpo_tui.worker.trackers import Trackers, check_installed
@@ -60,6 +61,7 @@ class TrainingLoop:
         self.checkpoints = CheckpointPolicy(run, self.leader)
         self.nan = NanStop(run, self.checkpoints)
         self.silent = SilentSteps(run)
+        self.doctor = DoctorWatch(run)  # the run doctor's findings after every step (docs/doctor.md)
         self.live = LiveChanges(run)  # set_setting: checked on arrival, applied at a step boundary
         self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed, self.live)
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
@@ -225,6 +227,8 @@ class TrainingLoop:
             self.exit_code = Exit.NAN_STOP
         elif self.leader and self.silent.after_step(output.metrics):
             self.exit_code = self.silent.exit_code
+        if self.leader and await self.doctor.after_step(output) and self.exit_code == Exit.DONE:
+            self.exit_code = Exit.DOCTOR
         await self.checkpoints.after_step()
         if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:
             self._epoch_end(epoch)
@@ -237,6 +241,7 @@ class TrainingLoop:
             if run.store is not None:
                 await run.store.write_eval(run.run_id, result)
             self.emit(result)
+            self.doctor.evaluated(result)
             if self.trackers is not None:
                 self.trackers.eval(result)
 
@@ -274,7 +279,7 @@ class TrainingLoop:
         if completed:
             return Exit.DONE
         # a user's stop, EOF or a signal; a NaN stop and a silent stop say their own
-        return self.exit_code if reason in ("nan", "silent") else Exit.STOPPED
+        return self.exit_code if reason in ("nan", "silent", "doctor") else Exit.STOPPED
 
     async def _end_badly(self, exc: Exception, *, mistake: bool) -> int:
         """A fixable mistake (one sentence, its traceback in the run log only, exit 2) or a crash

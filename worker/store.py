@@ -135,7 +135,7 @@ class Store:
             if cur.rowcount == 0:
                 return False
             # tool_calls and the FTS index follow generations through ON DELETE CASCADE / triggers.
-            for table in ("generations", "steps", "logs", "evals", "setting_changes"):
+            for table in ("generations", "steps", "logs", "evals", "setting_changes", "findings"):
                 await db.execute(f"DELETE FROM {table} WHERE run_id=? AND step>?", (run_id, step))
         return True
 
@@ -207,6 +207,17 @@ class Store:
                    num_prompts=r[5], num_samples=r[6], greedy=bool(r[7]), seconds=r[8] or 0.0)
             for r in rows
         ]  # fmt: skip
+
+    async def write_finding(self, run_id: int, finding: m.Finding) -> None:
+        """A run doctor's finding as it began, changed severity or cleared (docs/doctor.md)."""
+        async with self._transaction() as db:
+            await db.execute(
+                "INSERT INTO findings (run_id, step, since, name, severity, cleared, message, numbers, evidence, "
+                "suggestion, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, finding.step, finding.since, finding.name, finding.severity, int(finding.cleared),
+                 finding.message, json.dumps(finding.numbers), msgspec.json.encode(finding.evidence).decode(),
+                 finding.suggestion, time.time()),
+            )  # fmt: skip
 
     async def write_change(self, run_id: int, change: m.SettingChanged) -> None:
         """A live change (docs/steering.md), with the logs queued before it."""

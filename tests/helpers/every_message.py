@@ -29,6 +29,9 @@ EVENTS = [
     m.SampleDisplayChanged(mode="all"),
     m.SettingChanged(step=121, key="training.learning_rate", old=1e-5, new=5e-6, source="cli", time=2.5, id="a1"),
     m.SettingRefused(key="model.path", value='"x"', message="model.path: cannot change in a live run", source="api"),
+    m.Finding(name="truncation", severity="warning", step=12, since=8, message="18 % of completions are cut",
+              numbers={"share": 0.18}, evidence=m.Evidence(steps=[12], generations=[(12, 0, 1)], finish_reason="length"),
+              suggestion="generation.max_completion_length=64"),
     m.Complete(total_steps=10, seconds=12.0, status="stopped"),
     m.Error(message="boom", fatal=True, traceback="Traceback..."),
 ]

@@ -11,6 +11,15 @@ from grpo_tui.tui.state import RunState
 from grpo_tui.tui.status_style import STATUS_GLYPHS, status_style
 from grpo_tui.tui.tidy import tidy
 
+def health_badge(state: RunState) -> tuple[str, str]:
+    """"2 warnings · 1 critical" (what holds now) and its style, from the run doctor's findings."""
+    counts = {level: sum(f.severity == level for f in state.findings.values()) for level in ("critical", "warning", "info")}
+    if not counts["critical"] and not counts["warning"]:
+        return "✓ ok (doctor)", "green"
+    parts = [f"{n} {level}" + ("s" if n > 1 and level == "warning" else "") for level, n in counts.items() if n and level != "info"]
+    return "⚕ " + " · ".join(parts), "bold red" if counts["critical"] else "bold yellow"
+
+
 class RunHeader(Static):
     _shown: Text | None = None
 
@@ -30,6 +39,9 @@ class RunHeader(Static):
             text.append(f" ({phase})", "dim")
         text.append(f" · elapsed {duration(state.elapsed())}")
         text.append(f" · ETA {duration(state.eta_seconds())}")
+        if state.findings:  # the run doctor's health badge (docs/doctor.md)
+            text.append(" · ")
+            text.append(*health_badge(state))
         if state.slow_blas:
             text.append(" · ⚠ slow BLAS (see Logs)", "bold yellow")
         tidy(text)

@@ -1,0 +1,530 @@
+"""The run doctor (docs/doctor.md): findings about a run that is going wrong, from its steps and
+generations, with the numbers and the store's evidence behind each, and the live change that treats
+it where one fits.
+
+The same rules run in the worker after every step (``worker/doctor_watch.py``, whether or not a
+dashboard watches) and offline over a store (``grpo-tui doctor RUN_DIR``, ``tui/doctor_report.py``):
+both hand ``Doctor.feed`` one ``StepFacts`` per step. Pure Python, no MLX and no numpy: a rule
+reads the last ``window`` steps and a few running figures of the whole run, so the memory a run's
+doctor holds does not grow with its length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Callable, Iterable
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.config_doctor import DoctorConfig
+
+SEVERITIES: tuple[m.Severity, ...] = ("info", "warning", "critical")
+CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a pass (worker/evaluation.py's mark)
+EVIDENCE_LIMIT = 24  # generations named per finding
+TIMES_KEPT = 2000  # recent step times behind the run's median
+TEXTS_PER_STEP = 64  # completions read per step for repetition
+
+
+@dataclass
+class GenFacts:
+    """One generation, as the rules read it."""
+
+    prompt_index: int
+    group_index: int
+    reward: float | None
+    num_tokens: int
+    finish_reason: str
+    text: str = ""
+    scores: dict[str, float | None] = field(default_factory=dict)  # each reward function's
+
+
+@dataclass
+class StepFacts:
+    """One step: its metrics and its generations (in the store's order)."""
+
+    step: int
+    metrics: m.Step
+    generations: list[GenFacts]
+    eval_accuracy: float | None = None  # an evaluation after this step
+
+    def groups(self) -> list[list[GenFacts]]:
+        by: dict[int, list[GenFacts]] = {}
+        for g in self.generations:
+            by.setdefault(g.prompt_index, []).append(g)
+        return [by[k] for k in sorted(by)]
+
+
+def _grade(value: float, marks: list[float], descending: bool = False) -> m.Severity | None:
+    """The highest severity whose mark ``value`` reaches (descending marks: falls to)."""
+    found: m.Severity | None = None
+    for severity, mark in zip(SEVERITIES, marks):
+        if (value <= mark) if descending else (value >= mark):
+            found = severity
+    return found
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _flat(group: list[GenFacts]) -> bool:
+    values = [0.0 if g.reward is None else g.reward for g in group]
+    return len(values) > 1 and max(values) - min(values) <= 1e-9
+
+
+def _spearman(xs: list[float], ys: list[float]) -> float:
+    if len(xs) < 3:
+        return 0.0
+
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=v.__getitem__)
+        out = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2
+            i = j + 1
+        return out
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (sx * sy) if sx and sy else 0.0
+
+
+_WORDS = re.compile(r"\w+|[^\w\s]")
+
+
+def repeats(text: str, n: int = 4, times: int = 3) -> bool:
+    """Whether some ``n``-gram of ``text``'s words (or single characters, for text without spaces)
+    occurs ``times`` times or more: degenerate repetition."""
+    tokens = _WORDS.findall(text) if " " in text.strip() else list(text)
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(tokens) - n + 1):
+        gram = tuple(tokens[i : i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= times:
+            return True
+    return False
+
+
+@dataclass
+class RunFigures:
+    """What the rules need of the whole run, kept small."""
+
+    first: list[StepFacts] = field(default_factory=list)  # the first window's steps
+    times: deque[float] = field(default_factory=lambda: deque(maxlen=TIMES_KEPT))
+    grad_norms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMES_KEPT))
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    best_reward: float | None = None  # the highest and lowest reward of any completion so far
+    worst_reward: float | None = None
+    max_possible: float | None = None  # the sum of the positive weights (each function's usual 1)
+
+
+Rule = Callable[[list[StepFacts], RunFigures, DoctorConfig, Config], "Verdict | None"]
+
+
+@dataclass
+class Verdict:
+    severity: m.Severity
+    message: str
+    numbers: dict[str, float]
+    evidence: m.Evidence
+    suggestion: str | None = None
+
+
+def _evidence(window: list[StepFacts], keep: Callable[[GenFacts], bool], finish: str | None = None) -> m.Evidence:
+    gens = [(s.step, g.prompt_index, g.group_index) for s in window for g in s.generations if keep(g)]
+    return m.Evidence(steps=sorted({s for s, _, _ in gens}) or [s.step for s in window],
+                      generations=gens[-EVIDENCE_LIMIT:], finish_reason=finish)
+
+
+def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    groups = [(s, grp) for s in window for grp in s.groups()]
+    if not groups:
+        return None
+    flat = [(s, grp) for s, grp in groups if _flat(grp)]
+    share = len(flat) / len(groups)
+    severity = _grade(share, d.no_signal)
+    if severity is None:
+        return None
+    values = [grp[0].reward or 0.0 for _, grp in flat]
+    zero = sum(v <= 0 for v in values) / max(len(values), 1)
+    top = run.best_reward if run.best_reward is not None else max(values, default=0.0)
+    at_max = sum(v >= top > 0 for v in values) / max(len(values), 1)
+    if zero >= 0.5:
+        why, fix = (f"{_pct(zero)} of them score 0: too hard for the model (harder prompts than it can solve, or a "
+                    "reward without partial credit)"), "grpo.dynamic_sampling=true"
+    elif at_max >= 0.5:
+        why, fix = (f"{_pct(at_max)} of them are at the run's best reward: solved or too easy"), "grpo.dynamic_sampling=true"
+    else:
+        why, fix = "their rewards match inside each group (a reward that barely varies?)", "generation.temperature=1.2"
+    message = (f"{_pct(share)} of the last {len(window)} steps' groups have no learning signal (every completion of "
+               f"the group got the same reward, so every advantage is 0); {why}; dynamic sampling skips such groups, "
+               "a larger grpo.group_size or a higher temperature spreads them")
+    gens = [(s.step, g.prompt_index, g.group_index) for s, grp in flat for g in grp]
+    evidence = m.Evidence(steps=sorted({s.step for s, _ in flat}), generations=gens[-EVIDENCE_LIMIT:])
+    suggestion = None if fix == "grpo.dynamic_sampling=true" and config.grpo.dynamic_sampling else fix
+    return Verdict(severity, message, {"flat_share": share, "all_zero": zero, "all_max": at_max}, evidence, suggestion)
+
+
+def truncation(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    gens = [g for s in window for g in s.generations]
+    if not gens:
+        return None
+    cut = [g for g in gens if g.finish_reason == "length"]
+    share = len(cut) / len(gens)
+    severity = _grade(share, d.truncation)
+    if severity is None:
+        return None
+    limit = config.generation.max_completion_length
+    finished = sorted(g.num_tokens for g in gens if g.finish_reason != "length")
+    p95 = finished[int(0.95 * (len(finished) - 1))] if finished else 0
+    wanted = max(2 * limit, int(math.ceil(1.25 * p95 / 16.0)) * 16)
+    message = (f"{_pct(share)} of the last {len(window)} steps' completions are cut at max_completion_length = {limit} "
+               f"(finish reason 'length'); a cut completion rarely earns its reward: set "
+               f"generation.max_completion_length to at least {wanted}, or grpo.mask_truncated_completions = true "
+               "to leave them out of the loss")
+    return Verdict(severity, message, {"truncated_share": share, "finished_p95_tokens": float(p95), "limit": float(limit)},
+                   _evidence(window, lambda g: g.finish_reason == "length", "length"),
+                   f"generation.max_completion_length={wanted}")
+
+
+def pass_rate(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    label = next((r.label for r in config.rewards if r.name == "accuracy"), None)
+    if label is None:
+        return None
+    rates = []
+    for s in window:
+        for grp in s.groups():
+            scores = [g.scores.get(label) for g in grp]
+            judged = [v for v in scores if v is not None]
+            if judged:
+                rates.append(sum(v >= CORRECT for v in judged) / len(judged))
+    if not rates:
+        return None
+    none, all_ = sum(r == 0 for r in rates) / len(rates), sum(r == 1 for r in rates) / len(rates)
+    severity = _grade(none + all_, d.pass_rate)
+    if severity is None:
+        return None
+    side = "too hard (no completion right)" if none >= all_ else "too easy (every completion right)"
+    message = (f"{_pct(none + all_)} of the prompts of the last {len(window)} steps are at a 0 % or 100 % pass rate "
+               f"({_pct(none)} at 0 %, {_pct(all_)} at 100 %): most are {side}, and such groups teach nothing; "
+               "choose prompts nearer the model's level")
+    return Verdict(severity, message, {"pass_0": none, "pass_100": all_}, m.Evidence(steps=[s.step for s in window]))
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(present) / len(present) if present else None
+
+
+def entropy_collapse(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    start = _mean(s.metrics.entropy for s in run.first)
+    now = _mean(s.metrics.entropy for s in window)
+    if start is None or now is None or start <= 0 or window[0].step <= run.first[-1].step:
+        return None
+    fraction = now / start
+    severity = _grade(fraction, d.entropy_collapse, descending=True)
+    rewards = [s.metrics.reward for s in window if s.metrics.reward is not None]
+    rising = len(rewards) > 2 and rewards[-1] - rewards[0] > 0.05 * max(abs(rewards[0]), 1e-6)
+    if severity is None or rising:
+        return None
+    message = (f"token entropy fell to {_pct(fraction)} of its start ({start:.3g} -> {now:.3g}) while the reward "
+               "stays flat: the policy is collapsing onto a few answers and stops exploring; a higher "
+               "generation.temperature or a smaller learning rate slows it")
+    return Verdict(severity, message, {"entropy_start": start, "entropy_now": now, "fraction": fraction},
+                   m.Evidence(steps=[s.step for s in window]), "generation.temperature=1.2")
+
+
+def kl(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    values = [s.metrics.kl for s in window if s.metrics.kl is not None]
+    if not values or config.grpo.beta <= 0:
+        return None
+    now = values[-1]
+    severity = _grade(now, d.kl)
+    if severity is None:
+        return None
+    lr = config.training.learning_rate
+    message = (f"KL to the reference is {now:.3g} at step {window[-1].step} (the window's mean {sum(values) / len(values):.3g}): "
+               f"the policy is moving far from the reference; a lower training.learning_rate or a higher grpo.beta holds it")
+    return Verdict(severity, message, {"kl": now}, m.Evidence(steps=[s.step for s in window]),
+                   f"training.learning_rate={lr / 2:g}")
+
+
+def clipping(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    value = _mean(s.metrics.clip_ratio.region for s in window)
+    if value is None:
+        return None
+    severity = _grade(value, d.clipping)
+    if severity is None:
+        return None
+    lr = config.training.learning_rate
+    message = (f"{_pct(value)} of tokens had their ratio clipped over the last {len(window)} steps: the updates are "
+               "too large for the trust region; a lower training.learning_rate (or fewer grpo.num_iterations) fits them")
+    return Verdict(severity, message, {"clip_ratio": value}, m.Evidence(steps=[s.step for s in window]),
+                   f"training.learning_rate={lr / 2:g}")
+
+
+def length_hacking(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    start = _mean(s.metrics.completion_mean_length for s in run.first)
+    now = _mean(s.metrics.completion_mean_length for s in window)
+    if start is None or now is None or start <= 0 or window[0].step <= run.first[-1].step:
+        return None
+    growth = now / start - 1
+    gens = [g for s in window for g in s.generations if g.reward is not None]
+    rho = _spearman([float(g.num_tokens) for g in gens], [float(g.reward or 0.0) for g in gens])
+    severity = _grade(growth, d.length_hacking)
+    if severity is None or rho < 0.6:
+        return None
+    message = (f"completions grew {_pct(growth)} longer since the start ({start:.0f} -> {now:.0f} tokens) and the reward "
+               f"follows their length (rank correlation {rho:.2f}): the model may be paid for length, not for being "
+               "right; check the rewards (a length penalty, or soft_overlong)")
+    longest = sorted(gens, key=lambda g: -g.num_tokens)[: EVIDENCE_LIMIT]
+    keep = {id(g) for g in longest}
+    return Verdict(severity, message, {"growth": growth, "rank_correlation": rho}, _evidence(window, lambda g: id(g) in keep))
+
+
+def repetition(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    texts = [g for s in window for g in s.generations[:TEXTS_PER_STEP] if g.text]
+    if not texts:
+        return None
+    looping = [g for g in texts if repeats(g.text)]
+    share = len(looping) / len(texts)
+    severity = _grade(share, d.repetition)
+    if severity is None:
+        return None
+    message = (f"{_pct(share)} of the last {len(window)} steps' completions repeat themselves (a 4-gram three times or "
+               "more): degenerate loops; generation.repetition_stop_ngram / repetition_stop_count end them early, a "
+               "repetition penalty or a lower learning rate prevents them")
+    keep = {id(g) for g in looping}
+    return Verdict(severity, message, {"repeating_share": share}, _evidence(window, lambda g: id(g) in keep))
+
+
+def reward_dominance(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    """An auxiliary reward (not the correctness one) that carries the total's spread, or format
+    rewards saturated while correctness stays at 0. Without an ``accuracy`` reward the doctor cannot
+    tell the task's reward from the others, and says nothing."""
+    weights = {r.label: r.weight for r in config.rewards}
+    task = next((r.label for r in config.rewards if r.name == "accuracy"), None)
+    if len(weights) < 2 or task is None:
+        return None
+    gens = [g for s in window for g in s.generations]
+    means = {label: _mean(g.scores.get(label) for g in gens) for label in weights}
+    others = [label for label in weights if label != task and means[label] is not None]
+    if means[task] == 0 and others and all((means[o] or 0.0) >= 0.95 for o in others):
+        message = (f"the format rewards ({', '.join(others)}) are saturated while {task!r} stays at 0 over the last "
+                   f"{len(window)} steps: the model learned the format, not the task")
+        return Verdict("warning", message, {task: 0.0, **{o: means[o] or 0.0 for o in others}},
+                       m.Evidence(steps=[s.step for s in window]))
+    spread: dict[str, float] = {}
+    for label, w in weights.items():
+        vals = [w * (g.scores.get(label) or 0.0) for g in gens]
+        mean = sum(vals) / max(len(vals), 1)
+        spread[label] = sum((v - mean) ** 2 for v in vals) / max(len(vals), 1)
+    total = sum(spread.values())
+    label, part = max(spread.items(), key=lambda kv: kv[1])
+    if total <= 1e-12 or label == task:
+        return None
+    share = part / total
+    severity = _grade(share, d.reward_dominance)
+    if severity is None:
+        return None
+    message = (f"the reward {label!r} carries {_pct(share)} of the total reward's spread over the last {len(window)} "
+               f"steps, more than the task's {task!r}: the advantages follow it; lower its weight (rewards[N].weight)")
+    return Verdict(severity, message, {"share": share}, m.Evidence(steps=[s.step for s in window]))
+
+
+def reward_up_eval_down(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    if len(run.evals) < 3:
+        return None
+    best_step, best = max(run.evals, key=lambda e: e[1])
+    step, now = run.evals[-1]
+    start = _mean(s.metrics.reward for s in run.first)
+    latest = _mean(s.metrics.reward for s in window)
+    if step <= best_step or start is None or latest is None or latest <= start:
+        return None
+    severity = _grade(best - now, d.reward_up_eval_down)
+    if severity is None:
+        return None
+    message = (f"the training reward rose ({start:.3g} -> {latest:.3g}) while eval accuracy fell from {best:.3g} "
+               f"(step {best_step}) to {now:.3g} (step {step}): the model is learning the reward, not the task "
+               f"(reward hacking); the checkpoint nearest step {best_step} is the better model")
+    return Verdict(severity, message, {"eval_best": best, "eval_now": now}, m.Evidence(steps=[best_step, step]))
+
+
+def grad_spike(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    now = window[-1].metrics.grad_norm
+    if now is None or len(run.grad_norms) < 2 * d.window:
+        return None
+    typical = median(run.grad_norms)
+    if typical <= 0:
+        return None
+    ratio = now / typical
+    severity = _grade(ratio, d.grad_spike)
+    if severity is None:
+        return None
+    message = (f"the gradient norm at step {window[-1].step} is {ratio:.1f}× the run's median ({now:.3g} against "
+               f"{typical:.3g}): an unstable update; training.max_grad_norm clips it")
+    return Verdict(severity, message, {"grad_norm": now, "median": typical}, m.Evidence(steps=[window[-1].step]))
+
+
+def slowdown(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    """Seconds per token of the window against the run's median. Above info only with the memory to
+    show for it (peak memory up a fifth since the start): a slower step alone may be a busy machine."""
+    per_token = [_per_token(s.metrics) for s in window]
+    if len(run.times) < 3 * d.window or any(t is None for t in per_token):
+        return None
+    typical = median(run.times)
+    recent = median(t for t in per_token if t is not None)
+    ratio = recent / typical if typical > 0 else 0.0
+    severity = _grade(ratio, d.slowdown)
+    if severity is None:
+        return None
+    start, now = _mean(s.metrics.peak_memory_mb for s in run.first), _mean(s.metrics.peak_memory_mb for s in window)
+    pressure = start is not None and now is not None and now >= 1.2 * start
+    if not pressure:
+        severity = "info"
+    why = (f"peak memory grew from {start:.0f} to {now:.0f} MB: memory pressure; training.memory_limit_gb picks the "
+           "memory switches" if pressure else "peak memory did not grow: other work on the machine, or a slower phase")
+    message = f"steps take {ratio:.1f}× the run's median time per token; {why}"
+    return Verdict(severity, message, {"ratio": ratio}, m.Evidence(steps=[s.step for s in window]))
+
+
+def _per_token(step: m.Step) -> float | None:
+    seconds = _seconds(step)
+    return None if seconds is None or step.num_tokens <= 0 else seconds / step.num_tokens
+
+
+def _seconds(step: m.Step) -> float | None:
+    parts = [step.generation_ms, step.scoring_ms, step.training_ms]
+    return None if all(p is None for p in parts) else sum(p or 0.0 for p in parts) / 1000
+
+
+RULES: dict[str, Rule] = {
+    "no_signal": no_signal, "truncation": truncation, "pass_rate": pass_rate, "entropy_collapse": entropy_collapse,
+    "kl": kl, "clipping": clipping, "length_hacking": length_hacking, "repetition": repetition,
+    "reward_dominance": reward_dominance, "reward_up_eval_down": reward_up_eval_down, "grad_spike": grad_spike,
+    "slowdown": slowdown,
+}
+
+
+class Doctor:
+    """Feed it each step; it says which findings began, changed severity or cleared."""
+
+    def __init__(self, config: Config) -> None:
+        self.config, self.marks = config, config.doctor
+        self.window: deque[StepFacts] = deque(maxlen=self.marks.window)
+        self.run = RunFigures(max_possible=sum(r.weight for r in config.rewards if r.weight > 0))
+        self.current: dict[str, m.Finding] = {}
+        self._flat_since: tuple[int, float] | None = None  # (step, reward) since which the reward has not moved
+        self._absent: dict[str, int] = {}  # steps in a row a current finding did not hold
+
+    def feed(self, facts: StepFacts) -> list[m.Finding]:
+        self._take(facts)
+        if len(self.window) < max(2, self.marks.window // 2):
+            return []
+        verdicts = {name: rule(list(self.window), self.run, self.marks, self.config) for name, rule in RULES.items()}
+        verdicts["flat_reward"] = self._flat_reward(facts)
+        verdicts["converged"] = self._converged()
+        if verdicts["converged"] is not None:  # a solved run's flat groups are its success, not a fault
+            for name in ("no_signal", "pass_rate", "flat_reward"):
+                verdicts[name] = None
+                self._absent[name] = self.marks.window  # cleared now, not after the usual wait
+        changes = []
+        for name, verdict in verdicts.items():
+            if name in self.marks.silence:
+                continue
+            change = self._update(name, verdict, facts.step)
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    def _take(self, facts: StepFacts) -> None:
+        self.window.append(facts)
+        if len(self.run.first) < self.marks.window:
+            self.run.first.append(facts)
+        if (seconds := _per_token(facts.metrics)) is not None:
+            self.run.times.append(seconds)
+        if facts.metrics.grad_norm is not None and math.isfinite(facts.metrics.grad_norm):
+            self.run.grad_norms.append(facts.metrics.grad_norm)
+        if facts.eval_accuracy is not None:
+            self.run.evals.append((facts.step, facts.eval_accuracy))
+        rewards = [g.reward for g in facts.generations if g.reward is not None]
+        if rewards:
+            self.run.best_reward = max([*rewards, *([self.run.best_reward] if self.run.best_reward is not None else [])])
+            self.run.worst_reward = min([*rewards, *([self.run.worst_reward] if self.run.worst_reward is not None else [])])
+
+    def _flat_reward(self, facts: StepFacts) -> Verdict | None:
+        reward = facts.metrics.reward
+        if reward is None:
+            return None
+        if self._flat_since is None or abs(reward - self._flat_since[1]) > 0.02 * max(abs(self._flat_since[1]), 0.05):
+            self._flat_since = (facts.step, reward)
+            return None
+        since, value = self._flat_since
+        steps = float(facts.step - since)
+        severity = _grade(steps, self.marks.flat_reward)
+        if severity is None or self._at_best(value):
+            return None
+        message = (f"the reward has stayed at {value:.3g} for {steps:.0f} steps (since step {since}): the run is not "
+                   "learning; see the findings above for why, or try a higher training.learning_rate")
+        return Verdict(severity, message, {"steps": steps, "reward": value}, m.Evidence(steps=[since, facts.step]))
+
+    def _at_best(self, value: float) -> bool:
+        top = self.run.max_possible or 0.0
+        return top > 0 and value >= top - 1e-6
+
+    def _converged(self) -> Verdict | None:
+        """Every group of the window flat at the run's best reward, which the run rose to (or the
+        weights' sum): solved, as ``worker/silent_steps.py`` calls a silent stop solved."""
+        window, best, worst_seen = list(self.window), self.run.best_reward, self.run.worst_reward
+        groups = [grp for s in window for grp in s.groups()]
+        ceiling = self.run.max_possible or 0.0
+        if not groups or best is None or worst_seen is None or not (best > worst_seen or best >= ceiling > 0):
+            return None
+        if not all(_flat(grp) and (grp[0].reward or 0.0) >= best - 1e-9 for grp in groups):
+            return None
+        message = (f"converged: every completion of the last {len(window)} steps earned the run's best reward "
+                   f"({best:g}); nothing is left to learn from these prompts (harder data, or stop here)")
+        return Verdict("info", message, {"reward": best}, m.Evidence(steps=[s.step for s in window]))
+
+    def _update(self, name: str, verdict: Verdict | None, step: int) -> m.Finding | None:
+        old = self.current.get(name)
+        if verdict is None:
+            if old is None:
+                return None
+            self._absent[name] = self._absent.get(name, 0) + 1
+            if self._absent[name] < max(1, self.marks.window // 2):  # clears once it stays away: no flapping
+                return None
+            del self.current[name], self._absent[name]
+            return m.Finding(name=name, severity=old.severity, step=step, since=old.since, cleared=True,
+                             message=f"{name} no longer holds (since step {old.since})")
+        self._absent.pop(name, None)
+        if old is not None and old.severity == verdict.severity:
+            old.step, old.numbers, old.evidence, old.message = step, verdict.numbers, verdict.evidence, verdict.message
+            return None  # no news: the same finding at the same severity
+        since = old.since if old is not None else step
+        finding = m.Finding(name=name, severity=verdict.severity, step=step, since=since, message=verdict.message,
+                            numbers={k: round(v, 6) for k, v in verdict.numbers.items()}, evidence=verdict.evidence,
+                            suggestion=verdict.suggestion)
+        self.current[name] = finding
+        return finding
+
+    def findings(self) -> list[m.Finding]:
+        """What holds now, the most severe first."""
+        return sorted(self.current.values(), key=lambda f: (-SEVERITIES.index(f.severity), f.name))
+
+
+def worst(findings: Iterable[m.Finding]) -> m.Severity | None:
+    levels = [SEVERITIES.index(f.severity) for f in findings if not f.cleared]
+    return SEVERITIES[max(levels)] if levels else None

@@ -1,0 +1,151 @@
+"""The run doctor's rules (common/doctor.py) on steps made to show each finding, and on steps that
+must not raise one: the marks, the severities, the evidence and the suggested live change."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from grpo_tui.common.doctor import Doctor, GenFacts, StepFacts, repeats
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.config import parse_config
+
+BASE = """
+[model]
+path = "m"
+[data]
+path = "d.jsonl"
+[[rewards]]
+name = "accuracy"
+[[rewards]]
+name = "xml_format"
+weight = 0.2
+[generation]
+max_completion_length = 32
+"""
+
+
+def config(extra: str = ""):
+    return parse_config(BASE + extra, check_paths=False)
+
+
+def step(n: int, rewards: list[list[float]], *, tokens=lambda p, g: 10, finish=lambda p, g: "stop", text=lambda p, g: "ok",
+         scores=None, **metrics) -> StepFacts:
+    gens = [GenFacts(p, g, r, tokens(p, g), finish(p, g), text(p, g),
+                     scores(p, g, r) if scores else {"accuracy": float(r >= 1), "xml_format": 1.0})
+            for p, group in enumerate(rewards) for g, r in enumerate(group)]
+    flat = [r for group in rewards for r in group]
+    fields = {"reward": sum(flat) / len(flat), "generation_ms": 100.0, "training_ms": 100.0, "num_tokens": 100, **metrics}
+    return StepFacts(n, m.Step(step=n, epoch=0, **fields), gens)
+
+
+def varied(n: int, **kw) -> StepFacts:
+    rng = random.Random(n)
+    return step(n, [[rng.choice([0.0, 1.0, 0.5]) for _ in range(4)] for _ in range(4)], **kw)
+
+
+def feed(doctor: Doctor, steps) -> list[m.Finding]:
+    out = []
+    for s in steps:
+        out += doctor.feed(s)
+    return out
+
+
+def names(findings, severity=None) -> set[str]:
+    return {f.name for f in findings if not f.cleared and (severity is None or f.severity == severity)}
+
+
+def test_a_healthy_run_raises_nothing_above_info():
+    doctor = Doctor(config())
+    said = feed(doctor, [varied(n, entropy=1.0, grad_norm=1.0) for n in range(1, 61)])
+    assert not names(said, "warning") and not names(said, "critical"), [f.message for f in said]
+
+
+@pytest.mark.parametrize(("value", "kind"), [(0.0, "score 0: too hard"), (1.0, "best reward: solved or too easy")])
+def test_flat_groups_are_no_signal_and_say_which_side(value, kind):
+    doctor = Doctor(config())
+    said = feed(doctor, [varied(1), *[step(n, [[value] * 4] * 4) for n in range(2, 12)]])
+    [finding] = [f for f in said if f.name == "no_signal" and f.severity == "critical" and not f.cleared]
+    assert kind in finding.message and finding.suggestion == "grpo.dynamic_sampling=true"
+    assert finding.evidence.generations and all(s >= 2 for s, _, _ in finding.evidence.generations)
+    if value == 1.0:  # solved: said so, and its flat groups are no fault
+        assert names(doctor.findings()) == {"converged"}
+
+
+def test_truncation_names_the_cut_completions_and_a_length_that_holds_them():
+    doctor = Doctor(config())
+    cut = lambda p, g: "length" if g < 2 else "stop"  # half the completions cut
+    said = feed(doctor, [varied(n, finish=cut, tokens=lambda p, g: 30 if g >= 2 else 32) for n in range(1, 11)])
+    [finding] = [f for f in said if f.name == "truncation"][-1:]
+    assert finding.severity == "critical" and finding.numbers["truncated_share"] == 0.5
+    assert finding.suggestion == "generation.max_completion_length=64"
+    assert finding.evidence.finish_reason == "length" and all(g < 2 for _, _, g in finding.evidence.generations)
+
+
+def test_entropy_falling_while_the_reward_is_flat_is_a_collapse():
+    doctor = Doctor(config())
+    steps = [step(n, [[0.0, 1.0, 0.0, 1.0]] * 4, entropy=2.0 if n <= 10 else 0.1) for n in range(1, 25)]
+    assert "entropy_collapse" in names(feed(doctor, steps), "critical")
+
+
+def test_kl_clipping_and_a_gradient_spike():
+    doctor = Doctor(config("[grpo]\nbeta = 0.04\n"))
+    steps = [varied(n, kl=0.01, grad_norm=1.0, clip_ratio=m.ClipRatio(region=0.01)) for n in range(1, 25)]
+    steps += [varied(25, kl=2.0, grad_norm=80.0, clip_ratio=m.ClipRatio(region=0.9))] * 3
+    said = feed(doctor, steps)
+    assert {"kl", "grad_spike"} <= names(said, "critical")
+    assert "clipping" in names(said)
+    assert next(f for f in said if f.name == "kl").suggestion.startswith("training.learning_rate=")
+
+
+def test_length_that_pays_is_length_hacking():
+    doctor = Doctor(config())
+    def grow(n):
+        length = 10 if n <= 10 else 40
+        return step(n, [[0.25 * g for g in range(4)]] * 4, tokens=lambda p, g: length + 5 * g, completion_mean_length=length + 7.5)
+    assert "length_hacking" in names(feed(doctor, [grow(n) for n in range(1, 22)]))
+
+
+def test_repeating_text_is_repetition():
+    assert repeats("the cat the cat the cat the cat") and not repeats("a plain sentence with no loops in it")
+    doctor = Doctor(config())
+    loop = lambda p, g: "so so so so so so so so so so" if g < 2 else "fine"
+    assert "repetition" in names(feed(doctor, [varied(n, text=loop) for n in range(1, 11)]), "critical")
+
+
+def test_format_saturated_while_accuracy_stays_at_zero():
+    doctor = Doctor(config())
+    zero = lambda p, g, r: {"accuracy": 0.0, "xml_format": 1.0}
+    said = feed(doctor, [step(n, [[0.2, 0.2, 0.2, 0.2]] * 4, scores=zero) for n in range(1, 11)])
+    assert "reward_dominance" in names(said, "warning")
+
+
+def test_reward_up_while_eval_accuracy_falls():
+    doctor = Doctor(config())
+    steps = []
+    for n in range(1, 41):
+        facts = step(n, [[0.0, 1.0, 0.5, min(1.0, n / 20)]] * 4)
+        facts.eval_accuracy = {10: 0.6, 20: 0.7, 30: 0.5, 40: 0.4}.get(n)
+        steps.append(facts)
+    assert "reward_up_eval_down" in names(feed(doctor, steps), "critical")
+
+
+def test_a_finding_clears_only_once_it_stays_away_and_silence_hides_it():
+    doctor = Doctor(config())
+    cut = [varied(n, finish=lambda p, g: "length") for n in range(1, 11)]
+    fine = [varied(n) for n in range(11, 31)]
+    said = feed(doctor, cut + fine)
+    cleared = [f for f in said if f.name == "truncation" and f.cleared]
+    assert len(cleared) == 1 and cleared[0].step >= 15  # not at the first step without cut completions
+    quiet = Doctor(config('[doctor]\nsilence = ["truncation"]\n'))
+    assert "truncation" not in names(feed(quiet, cut))
+
+
+def test_marks_that_cannot_mean_anything_name_the_key():
+    from grpo_tui.protocol.config import ConfigError
+
+    with pytest.raises(ConfigError, match="doctor.truncation.*three ascending numbers"):
+        config("[doctor]\ntruncation = [0.5, 0.1, 0.2]\n")
+    with pytest.raises(ConfigError, match="doctor.silence.*'speed' is not a finding"):
+        config('[doctor]\nsilence = ["speed"]\n')

@@ -1,0 +1,95 @@
+"""The run doctor through the real worker (docs/doctor.md): findings on runs made to show them, with
+evidence that exists in the store and shows it, the offline ``grpo-tui doctor`` that reads the same,
+``doctor.stop_on``, and a healthy run that raises nothing above info."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.outcome import Exit
+from tests.helpers.worker_harness import ROOT, WorkerProcess, query, reward_config, tiny_model, write_config
+
+__all__ = ["tiny_model"]
+
+CONSTANT = '''
+def zero(prompts, completions, **kw):
+    return [0.0] * len(completions)
+
+def full(prompts, completions, **kw):
+    return [1.0] * len(completions)
+'''
+
+
+def run(config, *args: str, timeout: float = 120) -> tuple[WorkerProcess, int]:
+    worker = WorkerProcess(config, *args)
+    worker.wait_for(m.Complete, timeout=timeout)
+    return worker, worker.finish()
+
+
+def doctor(out, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "doctor", str(out), *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_cut_completions_are_a_finding_whose_evidence_the_store_shows(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                          generation={"max_completion_length": 4}, training={"max_steps": 6, "silent_patience": 0},
+                          doctor={"window": 4})
+    worker, code = run(config)
+    assert code == 0, worker.stderr.decode()[-2000:]
+    [finding] = [f for f in worker.of(m.Finding) if f.name == "truncation"]
+    assert finding.severity == "critical" and finding.since == 2 and finding.suggestion == "generation.max_completion_length=8"
+    db = tmp_path / "out" / "outputs.db"
+    for step, prompt, group in finding.evidence.generations:
+        assert query(db, "SELECT finish_reason FROM generations WHERE step = ? AND prompt_index = ? AND group_index = ?",
+                     step, prompt, group) == [("length",)]
+    assert query(db, "SELECT name, severity, since FROM findings WHERE name = 'truncation'") == [("truncation", "critical", 2)]
+    offline = doctor(tmp_path / "out", "--json")
+    assert offline.returncode == 11, offline.stderr  # a critical finding holds
+    report = json.loads(offline.stdout)
+    assert report["health"] == "critical" and "truncation" in [f["name"] for f in report["findings"]]
+    text = doctor(tmp_path / "out")
+    assert "critical  truncation (since step 2)" in text.stdout and "suggested change: generation.max_completion_length=8" in text.stdout
+
+
+def test_a_reward_that_never_pays_is_too_hard_and_one_always_full_is_converged(tmp_path, tiny_model):
+    (tmp_path / "constant.py").write_text(CONSTANT)
+    said = {}
+    for name in ("zero", "full"):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = write_config(folder, tiny_model, rewards=f'[[rewards]]\nfunction = "{tmp_path / "constant.py"}:{name}"\n',
+                              training={"max_steps": 6, "silent_patience": 0}, doctor={"window": 4})
+        worker, code = run(config)
+        assert code == 0, worker.stderr.decode()[-2000:]
+        said[name] = {f.name: f for f in worker.of(m.Finding) if not f.cleared}
+    assert said["zero"]["no_signal"].severity == "critical" and "too hard" in said["zero"]["no_signal"].message
+    assert "converged" in said["full"] and "no_signal" not in said["full"]  # solved is no fault
+
+
+def test_stop_on_critical_ends_the_run_with_its_sentence_and_a_checkpoint(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                          generation={"max_completion_length": 4}, training={"max_steps": 8, "silent_patience": 0},
+                          checkpoint={"save_every": 0}, doctor={"window": 4, "stop_on": "critical"})
+    worker, code = run(config)
+    assert code == Exit.DOCTOR
+    [error] = [e for e in worker.of(m.Error) if e.fatal]
+    assert error.exit_code == Exit.DOCTOR and "doctor.stop_on" in error.message and "max_completion_length" in error.message
+    assert worker.of(m.Step)[-1].step == 2 and (tmp_path / "out" / "checkpoint-2").is_dir()  # resume = "latest" picks it
+
+
+def test_the_quickstart_raises_nothing_above_info(tmp_path):
+    from grpo_tui.common.tomlout import dumps
+    from grpo_tui.protocol.config import load_config
+
+    config = load_config(ROOT / "examples" / "quickstart.toml")
+    config.checkpoint.output_dir, config.eval = str(tmp_path / "out"), None
+    path = tmp_path / "quickstart.toml"
+    path.write_text(dumps(config.to_dict()))
+    worker, code = run(path, timeout=600)
+    assert code == 0
+    loud = [f"{f.name} {f.severity} at {f.step}: {f.message}" for f in worker.of(m.Finding) if f.severity != "info"]
+    assert loud == []

@@ -1,0 +1,56 @@
+"""The run doctor in the worker (docs/doctor.md): after every step its findings go out as ``finding``
+frames (run.jsonl, the dashboard, ``--plain``), into the store and to the trackers, whether or not a
+dashboard watches; ``doctor.stop_on`` ends the run on one that severe. The rules are
+``common/doctor.py``'s, which ``grpo-tui doctor`` runs over a store."""
+
+from __future__ import annotations
+
+from grpo_tui.common.doctor import SEVERITIES, Doctor, GenFacts, StepFacts
+from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.outcome import Exit
+from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.records import StepOutput
+
+
+def step_facts(output: StepOutput, eval_accuracy: float | None = None) -> StepFacts:
+    """What the doctor reads of a step the worker just trained."""
+    generations = [GenFacts(g.prompt_index, g.group_index, g.reward, g.num_tokens, g.finish_reason, g.completion,
+                            dict(g.reward_details)) for g in output.generations]
+    return StepFacts(output.metrics.step, output.metrics, generations, eval_accuracy)
+
+
+class DoctorWatch:
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+        self.doctor = Doctor(run.config) if run.config.doctor.enabled else None
+        self.eval_accuracy: float | None = None
+        self.stopped_because: str | None = None
+
+    def evaluated(self, result: m.Eval) -> None:
+        """An evaluation after the step: the next step's facts carry its accuracy."""
+        if result.accuracy is not None:
+            self.eval_accuracy = result.accuracy
+
+    async def after_step(self, output: StepOutput) -> bool:
+        """Feed the step; True when ``doctor.stop_on`` ends the run here."""
+        if self.doctor is None:
+            return False
+        facts = step_facts(output, self.eval_accuracy)
+        self.eval_accuracy = None
+        run = self.run
+        stop_at = run.config.doctor.stop_on
+        stop: m.Finding | None = None
+        for finding in self.doctor.feed(facts):
+            run.emit(finding)
+            if run.store is not None:
+                await run.store.write_finding(run.run_id, finding)
+            if not finding.cleared and stop_at != "off" and SEVERITIES.index(finding.severity) >= SEVERITIES.index(stop_at):
+                stop = stop or finding
+        if stop is None:
+            return False
+        self.stopped_because = (f"the run doctor stopped the run at step {stop.step} (doctor.stop_on = \"{stop_at}\"): "
+                                f"{stop.message}")
+        run.emit(m.Error(message=self.stopped_because, fatal=True, exit_code=Exit.DOCTOR,
+                         log_path=str(run.emitter.jsonl_path)))
+        run.control.stop("doctor")
+        return True
