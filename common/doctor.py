@@ -16,7 +16,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
@@ -528,3 +528,32 @@ class Doctor:
 def worst(findings: Iterable[m.Finding]) -> m.Severity | None:
     levels = [SEVERITIES.index(f.severity) for f in findings if not f.cleared]
     return SEVERITIES[max(levels)] if levels else None
+
+
+def probe_verdict(found: dict[str, Any], memory_limit_gb: float, machine_gb: float) -> str:
+    """``check --probe``'s verdict on what ``worker/engine/probe.py`` measured: one sentence, the change to
+    make first, or that the run looks trainable (then it starts with ``looks trainable``)."""
+    limit = found["max_completion_length"]
+    if found["truncated"] >= 0.5:
+        wanted = max(2 * limit, int(math.ceil(1.25 * (found["finished_p95_tokens"] or limit) / 16.0)) * 16)
+        return (f"{100 * found['truncated']:.0f} % of completions are cut at max_completion_length = {limit}: "
+                f"set it to at least {wanted}")
+    budget = memory_limit_gb or machine_gb
+    if budget and found["peak_memory_gb"] > budget:
+        return (f"a step takes {found['peak_memory_gb']:.1f} GB at its peak, more than the {budget:.1f} GB "
+                "available: set training.memory_limit_gb so the memory switches are picked")
+    if found["pass_0"] >= 0.9:
+        return (f"{100 * found['pass_0']:.0f} % of the prompts never earn a reward in {found['group_size']} tries: "
+                "too hard for the model as it is (easier prompts, partial credit, a larger model)")
+    if found["pass_100"] >= 0.9:
+        return f"{100 * found['pass_100']:.0f} % of the prompts always earn the full reward: too easy, nothing to learn"
+    if found["flat_groups"] >= 0.75:
+        return (f"{100 * found['flat_groups']:.0f} % of the groups score alike (no learning signal): a larger "
+                "grpo.group_size, a higher temperature or grpo.dynamic_sampling = true")
+    return (f"looks trainable: {100 * found['pass_between']:.0f} % of the prompts are in between (neither always "
+            f"nor never rewarded), about {_duration(found['run_seconds'])} for {found['total_steps']} steps")
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{seconds:.0f} s" if seconds < 120 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"

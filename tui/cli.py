@@ -77,6 +77,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if note := _live_changes_at_resume(config, args.set):  # and the config printed is the one it resumes with
         print(f"# {note}")
     print(dumps(config.to_dict()), end="")
+    if args.probe:
+        from grpo_tui.tui.probe_report import run_probe
+
+        return run_probe(args.config, args.probe, args.set, config)
     return 0
 
 
@@ -404,6 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="validate a config and print it resolved")
     p.add_argument("config", help="path to config.toml")
+    p.add_argument("--probe", nargs="?", type=int, const=16, default=0, metavar="N",
+                   help="also load the model, sample N prompts (default 16) and time a step: will it learn? (docs/doctor.md)")
     add_set_argument(p)
     p.set_defaults(func=cmd_check)
     return parser

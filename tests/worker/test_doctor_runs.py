@@ -93,3 +93,27 @@ def test_the_quickstart_raises_nothing_above_info(tmp_path):
     assert code == 0
     loud = [f"{f.name} {f.severity} at {f.step}: {f.message}" for f in worker.of(m.Finding) if f.severity != "info"]
     assert loud == []
+
+
+def check_probe(config, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "check", str(config), "--probe", "8", *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_check_probe_says_in_one_sentence_whether_a_run_will_learn(tmp_path, tiny_model):
+    quickstart = check_probe(ROOT / "examples" / "quickstart.toml")
+    assert quickstart.returncode == 0, quickstart.stderr
+    assert "# verdict: looks trainable" in quickstart.stdout and "pass rate (the accuracy reward)" in quickstart.stdout
+    cut = check_probe(ROOT / "examples" / "quickstart.toml", "--set", "generation.max_completion_length=3")
+    assert cut.returncode == 10
+    assert "# verdict: 100 % of completions are cut at max_completion_length = 3: set it to at least 16" in cut.stdout
+    (tmp_path / "constant.py").write_text(CONSTANT)
+    from grpo_tui.common.tomlout import dumps
+    from grpo_tui.protocol.config import RewardConfig, load_config
+
+    quick = load_config(ROOT / "examples" / "quickstart.toml")  # its model and data, a reward that never pays
+    quick.rewards, quick.eval = [RewardConfig(function=f"{tmp_path / 'constant.py'}:zero")], None
+    config = tmp_path / "never.toml"
+    config.write_text(dumps(quick.to_dict()))
+    never = check_probe(config)
+    assert never.returncode == 10 and "never earn a reward" in never.stdout.splitlines()[-1]

@@ -1,0 +1,77 @@
+"""``grpo-tui check CONFIG --probe [N]``: will it learn? (docs/doctor.md, "Before the run").
+
+Loads the model as the run would, samples ``N`` prompts × ``group_size`` with the run's sampler,
+scores them with the run's rewards, and trains two steps of the run's own batch shape (then forgets
+them): the second's time and peak memory are a step's. Run as a child process of ``check`` (the dashboard side
+never imports MLX); prints one JSON object: ``python -m grpo_tui.worker.engine.probe CONFIG N [--set …]``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from typing import Any
+
+from grpo_tui.protocol.config import Config, load_config
+
+CORRECT = 1.0 - 1e-9
+
+
+def probe(config: Config, prompts: int) -> dict[str, Any]:
+    import mlx.core as mx
+
+    from grpo_tui.worker.engine.stepwise import Batch, Engine
+
+    config.store.enabled = False
+    engine = Engine(config, log=lambda level, message: None)
+    trainer = engine.trainer
+    picks = random.Random(config.data.seed).sample(range(trainer.dataset_size), min(prompts, trainer.dataset_size))
+    examples = [trainer.dataset[i] for i in picks]
+    t0 = time.perf_counter()
+    trainer.begin_step(1)
+    completions = trainer.roll_out(1, [e.prompt_ids for e in examples], list(range(len(examples))))
+    sampled = Batch(1, 0, examples, completions, generation_s=time.perf_counter() - t0)
+    totals = engine.score(sampled)
+    G = config.grpo.group_size
+    accuracy = next((r.label for r in config.rewards if r.name == "accuracy"), None)
+    best = max((t for t in totals if t is not None), default=0.0)
+    rates, flat = [], 0
+    for k in range(len(examples)):
+        group = totals[k * G : (k + 1) * G]
+        values = [0.0 if t is None else t for t in group]
+        flat += max(values) - min(values) <= 1e-9
+        if accuracy is not None:
+            scores = [v for v in sampled.per_function.get(accuracy, [])[k * G : (k + 1) * G] if v is not None]
+            rates.append(sum(v >= CORRECT for v in scores) / len(scores) if scores else 0.0)
+        else:
+            rates.append(sum(v >= best - 1e-9 and v > 0 for v in values) / len(values))
+    cut = sum(c.finish_reason == "length" for c in completions) / max(len(completions), 1)
+    finished = sorted(c.model_tokens for c in completions if c.finish_reason != "length")
+    engine.step_once()  # the run's own batch shape, once to build its compiled functions
+    mx.reset_peak_memory()
+    t0 = time.perf_counter()
+    engine.step_once()  # and once more for its time and memory (the weights are not kept)
+    step_s = time.perf_counter() - t0
+    return {
+        "prompts": len(examples), "group_size": G, "completions": len(completions),
+        "pass_0": sum(r == 0 for r in rates) / len(rates), "pass_100": sum(r == 1 for r in rates) / len(rates),
+        "pass_between": sum(0 < r < 1 for r in rates) / len(rates), "flat_groups": flat / len(examples),
+        "truncated": cut, "max_completion_length": config.generation.max_completion_length,
+        "finished_p95_tokens": finished[int(0.95 * (len(finished) - 1))] if finished else None,
+        "mean_reward": sum(0.0 if t is None else t for t in totals) / max(len(totals), 1),
+        "by_accuracy": accuracy is not None, "step_seconds": step_s, "total_steps": trainer.total_steps,
+        "run_seconds": step_s * trainer.total_steps, "peak_memory_gb": mx.get_peak_memory() / 1e9,
+    }
+
+
+def main(argv: list[str]) -> int:
+    path, count, overrides = argv[0], int(argv[1]), argv[2:]
+    config = load_config(path, overrides=overrides)
+    print(json.dumps(probe(config, count)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
