@@ -19,7 +19,7 @@ from grpo_tui.protocol.config import Config, DataConfig, RewardConfig
 
 # Built-in rewards that compare with a dataset column, and the column.
 REWARD_COLUMNS = {"accuracy": "answer"}
-FIRST_ROWS = 200  # what ``grpo-tui check`` reads of a file (the worker reads every row)
+ALL_ROWS = 1 << 62  # ``grpo-tui check`` reads every row of a local file, as the worker does
 
 Where = str  # "file:line" or "file row N"
 
@@ -38,12 +38,39 @@ def describe_format(fmt: str) -> str:
             "conversational": "lists of chat messages (TRL's conversational format)"}[fmt]
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def is_message(m: Any) -> bool:
+    # an assistant turn that only calls tools has tool_calls and no content
+    return isinstance(m, dict) and isinstance(m.get("role"), str) and ("content" in m or "tool_calls" in m)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        bad = next((m for m in value if not is_message(m)), None)
+        return "an empty list" if not value else f"a list holding {json.dumps(bad, default=str)[:60]}"
+    return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
+
+
 def row_problem(row: dict[str, Any], column: str, where: Where) -> str | None:
-    """A row without its prompt, or with a null one."""
+    """What the worker refuses in a row's prompt: none, null, empty, neither a string nor a list of
+    ``{role, content}`` messages, or a message with a role chat templates do not know."""
     if column in row and row[column] is None:
         return f"{where}: the {column!r} column is null; give every row a {column} (or remove the row)"
     if column not in row:
         return f"{where}: no {column!r} column (the row has {', '.join(map(repr, row)) or 'no columns'})"
+    prompt = row[column]
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            return f"{where}: the {column!r} column is empty; give every row a {column} (or remove the row)"
+        return None
+    if not (isinstance(prompt, list) and prompt and all(is_message(m) for m in prompt)):
+        return f"{where}: column {column!r} must be a string or a list of {{role, content}} messages, not {_kind(prompt)}"
+    for i, message in enumerate(prompt):
+        if message["role"] not in ROLES:
+            return (f"{where}: message {i} of column {column!r} has the role {message['role']!r}; the roles are "
+                    f"{', '.join(ROLES)} (fix the row, or map the role when you build the data)")
     return None
 
 
@@ -96,10 +123,49 @@ def columns_problem(present: set[str], config: DataConfig, rewards: Sequence[Rew
     return None
 
 
+def small_data_note(rows: int, batch_size: int, label: str) -> str | None:
+    """A dataset with fewer rows than one step's batch: every step trains on the same rows, each
+    several times over (TRL repeats them too), which is worth a word before the run."""
+    if 0 < rows < batch_size:
+        each = "its row" if rows == 1 else f"each of its {rows} rows"
+        return (f"{label} has {rows} row{'s' if rows != 1 else ''} and training.batch_size is {batch_size}: every step "
+                f"trains on {each} about {batch_size // rows} times over; add rows or lower training.batch_size")
+    return None
+
+
 # ---------------------------------------------------------------- grpo-tui check
 
 
-def first_rows(path: str, split: str = "train", limit: int = FIRST_ROWS) -> list[tuple[Where, dict[str, Any]]] | None:
+class RowsError(ValueError):
+    """A line of a JSONL file that is not a row: its sentence names the file and the line."""
+
+
+def jsonl_rows(path: Path, limit: int = ALL_ROWS) -> list[tuple[Where, dict[str, Any]]]:
+    """The rows of a JSONL file, each with its ``file:line``; ``RowsError`` for a line that is not
+    UTF-8, not JSON or not an object (the worker's reader and ``grpo-tui check`` both use this)."""
+    rows: list[tuple[Where, dict[str, Any]]] = []
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise RowsError(f"{path}:{line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                                f"{exc.start + 1}); save the file as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RowsError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise RowsError(f"{path}:{line_no}: a row must be a JSON object, not {type(row).__name__}")
+            rows.append((f"{path}:{line_no}", row))
+            if len(rows) >= limit:
+                break
+    return rows
+
+
+def first_rows(path: str, split: str = "train", limit: int = ALL_ROWS) -> list[tuple[Where, dict[str, Any]]] | None:
     """The first rows of a local JSONL, JSON or CSV file; None for what only the worker reads
     (Parquet, a saved folder, a hub id) and for a file that does not parse (the worker says where)."""
     p = Path(path)
@@ -109,15 +175,7 @@ def first_rows(path: str, split: str = "train", limit: int = FIRST_ROWS) -> list
     rows: list[tuple[Where, dict[str, Any]]] = []
     try:
         if suffix == ".jsonl":
-            with open(p, encoding="utf-8-sig") as f:
-                for line_no, line in enumerate(f, 1):
-                    if line.strip():
-                        row = json.loads(line)
-                        if not isinstance(row, dict):
-                            return None
-                        rows.append((f"{p}:{line_no}", row))
-                    if len(rows) >= limit:
-                        break
+            rows = jsonl_rows(p, limit)  # a RowsError goes to the caller, with its sentence
         elif suffix == ".json":
             data = json.loads(p.read_text(encoding="utf-8-sig"))
             if isinstance(data, dict):
@@ -133,7 +191,9 @@ def first_rows(path: str, split: str = "train", limit: int = FIRST_ROWS) -> list
                         break
         else:
             return None
-    except (OSError, ValueError):  # not UTF-8, not JSON: the worker names the line
+    except RowsError:
+        raise
+    except (OSError, ValueError):  # a JSON or CSV file that does not parse: the worker names where
         return None
     return rows
 
@@ -142,7 +202,10 @@ def data_problems(config: Config) -> list[str]:
     """What the worker would refuse in the data's first rows: a row without its prompt, mixed
     formats, a reward's column that no row has, an eval set in another format."""
     d = config.data
-    train = first_rows(d.path, d.split)
+    try:
+        train = first_rows(d.path, d.split)
+    except RowsError as exc:
+        return [str(exc)]
     if train is None:
         return []
     if not train:
@@ -153,10 +216,14 @@ def data_problems(config: Config) -> list[str]:
     if p := mixed_formats(train, d.prompt_column, d.path):
         return [p]
     present = {k for _, row in train for k in row if k != d.prompt_column}
-    whole = len(train) < FIRST_ROWS  # "no row has it" only when every row was read
+    whole = len(train) < ALL_ROWS  # "no row has it" only when every row was read
     if whole and (p := columns_problem(present, d, config.rewards, d.path)):
         return [p]
-    if d.eval_path and (held_out := first_rows(d.eval_path, d.split)):
+    try:
+        held_out = first_rows(d.eval_path, d.split) if d.eval_path else None
+    except RowsError as exc:
+        return [str(exc)]
+    if d.eval_path and held_out:
         train_format = dataset_format(row.get(d.prompt_column) for _, row in train)
         eval_format = dataset_format(row.get(d.prompt_column) for _, row in held_out)
         if p := eval_format_problem(d.path, train_format, d.eval_path, eval_format):

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from grpo_tui.common.data_check import FIRST_ROWS, data_problems, first_rows
+from grpo_tui.common.data_check import ALL_ROWS, data_problems, first_rows
 from grpo_tui.common.disk_space import too_little_space
 from grpo_tui.common.distributed import rank_count, undealt
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
@@ -273,6 +273,60 @@ def code_problems(config: Config) -> list[str]:
     return problems
 
 
+# Imports a user's file in a child process (so a file that misbehaves on import cannot take check
+# down) and says, on its last line, whether the function is there or why the import failed.
+_IMPORT_CHILD = r"""
+import importlib.util, json, sys
+path, name = sys.argv[1], sys.argv[2]
+spec = importlib.util.spec_from_file_location("grpo_tui_check_import", path)
+module = importlib.util.module_from_spec(spec)
+sys.modules["grpo_tui_check_import"] = module
+try:
+    spec.loader.exec_module(module)
+except BaseException as exc:
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    print("\n" + json.dumps({"error": f"{type(exc).__name__}: {text}" if text else type(exc).__name__}))
+else:
+    print("\n" + json.dumps({"callable": callable(getattr(module, name, None))}))
+"""
+IMPORT_TIMEOUT_S = 120.0
+
+
+def import_problem(spec: str) -> str | None:
+    """``file.py:func`` imported in a child process as the worker imports it: why it cannot be used
+    (the worker's words: "cannot import FILE: ERROR", "'func' is not a function in FILE"), or None."""
+    import subprocess
+    import sys
+
+    where, name = spec.rsplit(":", 1)
+    try:
+        done = subprocess.run([sys.executable, "-B", "-c", _IMPORT_CHILD, where, name], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        return f"{spec}: importing {where} did not finish within {IMPORT_TIMEOUT_S:g} s"
+    except (OSError, ValueError, IndexError):
+        return None  # the child died without a word: the worker says what it finds
+    if "error" in said:
+        return f"{spec}: cannot import {where}: {said['error']}"
+    if not said.get("callable"):
+        return f"{spec}: {name!r} is not a function in {where}"
+    return None
+
+
+def import_problems(config: Config, *, tools: bool) -> list[str]:
+    """The tool files (``tools``) or the reward files that do not import, or lack their function."""
+    specs = ([(f"tools[{i}].function: ", t.function) for i, t in enumerate(config.tools)] if tools
+             else [("reward ", r.function) for r in config.rewards if r.function is not None])
+    for key, spec in specs:
+        if spec.rsplit(":", 1)[0].endswith(".py") and (problem := import_problem(spec)) is not None:
+            return [key + problem]
+    return []
+
+
 def _defined(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     return next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
 
@@ -282,8 +336,11 @@ def reward_argument_problems(config: Config) -> list[str]:
     not TRL's, not a column of the data, not an extra, not its ``params`` (``reward_names``). Only
     when every row of the data was read (else a column may be further down)."""
     d = config.data
-    rows = first_rows(d.path, d.split)
-    if not rows or len(rows) >= FIRST_ROWS:
+    try:
+        rows = first_rows(d.path, d.split)
+    except ValueError:  # data_problems said it
+        return []
+    if not rows or len(rows) >= ALL_ROWS:
         return []
     columns = {k for _, row in rows for k in row if k != d.prompt_column}
     if d.answer_column != "answer" and d.answer_column in columns:
@@ -316,4 +373,5 @@ def check_problems(config: Config, config_path: str = "config.toml") -> list[str
     ranks = undealt(config.training.gradient_accumulation_steps, count) if count is not None else None
     resume = resume_problem(config, config_path)
     return ([str(ranks)] if ranks else []) or folder_problems(config) or ([resume] if resume else []) or \
-        code_problems(config) or data_problems(config) or reward_argument_problems(config) or model_problems(config)
+        code_problems(config) or import_problems(config, tools=True) or data_problems(config) or \
+        import_problems(config, tools=False) or reward_argument_problems(config) or model_problems(config)

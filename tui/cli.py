@@ -72,6 +72,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         return Exit.MISTAKE
 
     print(f"# {args.config}: valid. Resolved config:")
+    from grpo_tui.common.data_check import first_rows, small_data_note
+
+    rows = first_rows(config.data.path, config.data.split)
+    if rows and (note := small_data_note(len(rows), config.training.batch_size, config.data.path)) is not None:
+        print(f"# note: {note}")
     for line in report(Path(args.config).read_text(encoding="utf-8-sig")):
         print(f"# {line}")
     if note := _live_changes_at_resume(config, args.set):  # and the config printed is the one it resumes with

@@ -13,6 +13,7 @@ from grpo_tui.common.blas import active_blas
 from grpo_tui.common.blas import describe as describe_blas
 from grpo_tui.common.blas_warning import slow_blas_warning
 from grpo_tui.common.commands import resume_command, run_command
+from grpo_tui.common.data_check import small_data_note
 from grpo_tui.common.preflight import folder_problems, not_a_checkpoint
 from grpo_tui.common.resume_check import Resume, damage, damaged, fit_problem, model_problem, newest_first
 from grpo_tui.protocol import messages as m
@@ -78,6 +79,8 @@ class Start:
 
         run.loaded = trainer = await run.mlx(self.make_trainer, cfg, log_from_thread)
         run.model_identity = dict(getattr(trainer, "model_identity", None) or {})
+        if (note := small_data_note(trainer.dataset_size, cfg.training.batch_size, cfg.data.path)) is not None:
+            run.log("warning", note)
         active = active_blas()  # verified in this process, not assumed from the config
         blas = describe_blas(active)
         run.log("info", f"BLAS: {blas}")

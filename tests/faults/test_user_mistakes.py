@@ -24,7 +24,7 @@ import pytest
 from grpo_tui.common import distributed
 from grpo_tui.protocol.config import ConfigError, load_config
 from grpo_tui.protocol.layout import RUN_LOG_FILE
-from tests.helpers.mistake_cases import CASES, ROOT, TINY, Case, Setup, custom_reward, write_checkpoint, write_run
+from tests.helpers.mistake_cases import CASES, ROOT, ROWS, TINY, Case, Setup, custom_reward, jsonl, write_checkpoint, write_run
 
 PREFIXES = ("[mistake] ", "grpo-tui: config error: ", "grpo-tui: ")
 
@@ -223,3 +223,13 @@ async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, cas
         assert app.run_link.restarts == 0 and app.run_link.worker_code == 2
         await pilot.press("escape", "q")
     assert app.run_link.restarts == 0
+
+
+def test_a_dataset_smaller_than_a_batch_is_said_by_check_and_the_worker(tmp_path):
+    config = write_run(tmp_path, data={"path": str(jsonl(tmp_path / "one.jsonl", ROWS[:1]))}, training={"batch_size": 2, "max_steps": 1})
+    note = (f"{tmp_path / 'one.jsonl'} has 1 row and training.batch_size is 2: every step trains on its row about 2 "
+            "times over; add rows or lower training.batch_size")
+    checked = grpo_tui("check", str(config))
+    assert checked.returncode == 0 and f"# note: {note}" in checked.stdout.splitlines()[:2], checked.stdout[:500]
+    done = grpo_tui("worker", str(config), "--plain")
+    assert done.returncode == 0 and f"[warning] {note}" in done.stdout.splitlines(), done.stdout[-2000:]

@@ -248,7 +248,7 @@ CASES: list[Case] = [
          lambda f: f"{f / 'd.jsonl'}:1: no 'prompt' column (the row has 'question', 'answer')", check=True),
     Case("bad-json-line", "data",
          lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", json.dumps(ROWS[0]) + "\n{oops\n"))})),
-         lambda f: f"{f / 'd.jsonl'}:2: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+         lambda f: f"{f / 'd.jsonl'}:2: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))", check=True),
     Case("mixed-formats", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", [
         ROWS[0], {"prompt": [{"role": "user", "content": "What is 1+1?"}], "answer": "2"}]))})),
          lambda f: f"{f / 'd.jsonl'}:2: the 'prompt' column is a list of chat messages (conversational format), but "
@@ -267,13 +267,26 @@ CASES: list[Case] = [
          lambda f: f"data.answer_column = 'solution', but no row of {f / 'data.jsonl'} has that column (its columns: "
                    "'answer'); set data.answer_column to the column that holds the answers", check=True),
     Case("row-not-an-object", "data", lambda f: Setup(write_run(f, data={"path": str(_text(f / "d.jsonl", json.dumps(ROWS[0]) + "\n[1, 2]\n"))})),
-         lambda f: f"{f / 'd.jsonl'}:2: a row must be a JSON object, not list"),
+         lambda f: f"{f / 'd.jsonl'}:2: a row must be a JSON object, not list", check=True),
     Case("latin1-byte", "data", lambda f: Setup(write_run(f, data={"path": str(_bytes(f / "d.jsonl",
         (json.dumps(ROWS[0]) + "\n").encode() + b'{"prompt": "caf\xe9", "answer": "1"}\n'))})),
-         lambda f: f"{f / 'd.jsonl'}:2: not UTF-8 (byte 0xe9 at column 16); save the file as UTF-8"),
+         lambda f: f"{f / 'd.jsonl'}:2: not UTF-8 (byte 0xe9 at column 16); save the file as UTF-8", check=True),
     Case("null-prompt", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl",
         ROWS + [{"prompt": None, "answer": "1"}]))})),
          lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is null; give every row a prompt (or remove the row)", check=True),
+    # every row's shape, as the worker reads it (check too, every row)
+    Case("prompt-empty-string", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", ROWS + [{"prompt": "", "answer": "1"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is empty; give every row a prompt (or remove the row)", check=True),
+    Case("prompt-empty-list", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", CHAT_ROWS + [{"prompt": [], "answer": "1"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:5: column 'prompt' must be a string or a list of {{role, content}} messages, not an empty list", check=True),
+    Case("prompt-an-int", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", ROWS + [{"prompt": 7, "answer": "1"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:5: column 'prompt' must be a string or a list of {{role, content}} messages, not int 7", check=True),
+    Case("prompt-role-bot", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", CHAT_ROWS[:3] + [{"prompt": [{"role": "bot", "content": "hi"}], "answer": "1"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:4: message 0 of column 'prompt' has the role 'bot'; the roles are system, user, assistant, tool "
+                   "(fix the row, or map the role when you build the data)", check=True),
+    Case("prompt-message-without-content", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", CHAT_ROWS[:3] + [{"prompt": [{"role": "user"}], "answer": "1"}]))})),
+         lambda f: f"{f / 'd.jsonl'}:4: column 'prompt' must be a string or a list of {{role, content}} messages, not a list holding "
+                   '{"role": "user"}', check=True),
     # ---- rewards
     Case("reward-file-missing", "reward", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nfunction = "{f}/nope.py:score"\n')),
          lambda f: _config_error(f, f"rewards[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)"), check=True),
@@ -282,11 +295,11 @@ CASES: list[Case] = [
          check=True),
     Case("reward-import-fails", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "import no_such_module_here\n" + GOOD_REWARD))),
          lambda f: f"reward {f / 'my_rewards.py'}:score: cannot import {f / 'my_rewards.py'}: ModuleNotFoundError: No module "
-                   "named 'no_such_module_here'"),
+                   "named 'no_such_module_here'", check=True),
     Case("reward-returns-a-number", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions, **kw):\n    return 1.0\n"))),
          lambda f: "reward function 'score' returned a float, not a list of 4 numbers (one per completion)"),
     Case("reward-function-missing", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, GOOD_REWARD, "scorer"))),
-         lambda f: f"reward {f / 'my_rewards.py'}:scorer: 'scorer' is not a function in {f / 'my_rewards.py'}"),
+         lambda f: f"reward {f / 'my_rewards.py'}:scorer: 'scorer' is not a function in {f / 'my_rewards.py'}", check=True),
     Case("reward-wrong-signature", "reward", lambda f: Setup(write_run(f, rewards=custom_reward(f, "def score(completions):\n    return [0.0] * len(completions)\n"))),
          lambda f: "reward function 'score' cannot take the arguments TRL passes (got an unexpected keyword argument 'prompts'); "
                    "give it the parameters it uses and **kwargs, e.g. def score(completions, **kwargs)"),
@@ -332,7 +345,7 @@ CASES: list[Case] = [
     Case("tool-file-missing", "tool", lambda f: Setup(write_run(f, rewards=f'[[rewards]]\nname = "length"\n[[tools]]\nfunction = "{f}/nope.py:add"\n')),
          lambda f: _config_error(f, f"tools[0].function: '{f}/nope.py' does not exist (looked at {f}/nope.py)"), check=True),
     Case("tool-not-callable", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "add = 3\n"))),
-         lambda f: f"tools[0].function: {f / 'my_tools.py'}:add: 'add' is not a function in {f / 'my_tools.py'}"),
+         lambda f: f"tools[0].function: {f / 'my_tools.py'}:add: 'add' is not a function in {f / 'my_tools.py'}", check=True),
     Case("tool-no-type-hints", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, 'def add(a, b):\n    """Add."""\n    return a + b\n'))),
          lambda f: f"tools[0].function: {f / 'my_tools.py'}: parameter 'a' of add has no type hint; annotate it (e.g. a: int "
                    "or str), since the model is told each parameter's type", check=True),

@@ -10,7 +10,6 @@ the chat template.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from grpo_tui.worker.engine import dataset_sources
 
 # The roles of TRL's conversational format; another passes into the chat template unchecked (some
 # drop it, some render it as text), so the model trains on prompts nobody meant.
-ROLES = ("system", "user", "assistant", "tool")
+ROLES = data_check.ROLES
 
 
 class DataError(Mistake, ValueError):
@@ -78,38 +77,14 @@ def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:
     column = config.prompt_column
     if problem := data_check.row_problem(row, column, where):
         raise DataError(problem)
-    prompt = row[column]
-    if isinstance(prompt, str):
-        messages = [{"role": "user", "content": prompt}]
-    elif isinstance(prompt, list) and prompt and all(_is_message(m) for m in prompt):
-        messages = [dict(m) for m in prompt]
-    else:
-        raise DataError(
-            f"{where}: column {column!r} must be a string or a list of {{role, content}} messages, "
-            f"not {_kind(prompt)}"
-        )
-    for i, message in enumerate(messages):
-        if message["role"] not in ROLES:
-            raise Mistake("data", f"{where}: message {i} of column {column!r} has the role {message['role']!r}; "
-                                  f"the roles are {', '.join(ROLES)} (fix the row, or map the role when you build the data)")
+    prompt = row[column]  # its shape was checked by row_problem, shared with grpo-tui check
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
     if config.system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": config.system_prompt})
     columns = {k: v for k, v in row.items() if k != column}
     if config.answer_column != "answer" and config.answer_column in columns and "answer" not in columns:
         columns["answer"] = columns[config.answer_column]
     return Example(prompt=prompt, messages=messages, columns=columns)
-
-
-def _is_message(m: Any) -> bool:
-    # an assistant turn that only calls tools has tool_calls and no content
-    return isinstance(m, dict) and isinstance(m.get("role"), str) and ("content" in m or "tool_calls" in m)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, list):
-        bad = next((m for m in value if not _is_message(m)), None)
-        return "an empty list" if not value else f"a list holding {json.dumps(bad, default=str)[:60]}"
-    return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
 
 
 def check_columns(examples: list[Example], config: DataConfig, rewards: list[RewardConfig], label: str) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_tui.common import data_check
 from grpo_tui.protocol.outcome import Mistake
 
 TOOLS_COLUMN = "tools"
@@ -65,25 +66,10 @@ def _file_hash(path: Path) -> str:
 
 
 def _jsonl(path: Path) -> Rows:
-    rows = []
-    with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise DatasetSourceError(
-                    f"{path}:{line_no}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); save the file "
-                    "as UTF-8"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetSourceError(f"{path}:{line_no}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise DatasetSourceError(f"{path}:{line_no}: a row must be a JSON object, not {type(row).__name__}")
-            rows.append((f"{path}:{line_no}", row))
+    try:
+        rows = data_check.jsonl_rows(path)  # the same sentences as grpo-tui check's
+    except data_check.RowsError as exc:
+        raise DatasetSourceError(str(exc)) from None
     return Rows(str(path), rows, _file_hash(path))
 
 
