@@ -3,7 +3,9 @@ the file sets wins, and ``grpo-tui check`` says which keys the recipe set."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from grpo_tui.protocol.config import ConfigError, parse_config
 from grpo_tui.tui.cli import main
@@ -42,7 +44,8 @@ def test_an_unknown_recipe_is_a_config_error_naming_the_choices():
 def test_check_prints_which_keys_the_recipe_set(tmp_path, capsys):
     (tmp_path / "m").mkdir()  # a model folder and data as check reads them (no weights are loaded)
     (tmp_path / "m" / "config.json").write_text('{"model_type": "qwen3"}')
-    (tmp_path / "m" / "model.safetensors").write_bytes(b"")
+    save_file({"w": np.zeros(1, np.float32)}, str(tmp_path / "m" / "model.safetensors"))  # headers check reads
+    (tmp_path / "m" / "tokenizer.json").write_text("{}")  # check looks for the tokenizer's files, not into them
     (tmp_path / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
     path = tmp_path / "c.toml"
     path.write_text(BASE + 'recipe = "dapo"\nepsilon_high = 0.3\n')
