@@ -140,9 +140,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _fail(f"{busy}.")
     if args.detach:
         return _run_detached(args.config, config, distributed.forwarded(args) + _sets(args) + _resume_args(args))
+    if (why := no_screen()) is not None:  # no dashboard can be drawn: the --plain lines, as `grpo-tui worker` prints them
+        print(f"grpo-tui: {why}, so no dashboard can be drawn; showing the --plain lines instead", file=sys.stderr)
+        args.plain = True
+        return cmd_worker(args)
     from grpo_tui.tui.app import run_dashboard
 
     return run_dashboard(args.config, config, distributed.forwarded(args) + _sets(args) + _resume_args(args))
+
+
+def no_screen() -> str | None:
+    """Why this process has no terminal to draw a dashboard on (TERM=dumb, or stdin or stdout not
+    a terminal), or None."""
+    if os.environ.get("TERM") == "dumb":
+        return "TERM=dumb"
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return "stdin or stdout is not a terminal"
+    return None
 
 
 def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> int:

@@ -233,3 +233,27 @@ def test_a_dataset_smaller_than_a_batch_is_said_by_check_and_the_worker(tmp_path
     assert checked.returncode == 0 and f"# note: {note}" in checked.stdout.splitlines()[:2], checked.stdout[:500]
     done = grpo_tui("worker", str(config), "--plain")
     assert done.returncode == 0 and f"[warning] {note}" in done.stdout.splitlines(), done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("env", [{}, {"TERM": "dumb"}])
+def test_run_without_a_terminal_prints_the_plain_lines_with_a_note(tmp_path, env):
+    """It drew the full-screen dashboard anyway (TERM=dumb), or into a pipe."""
+    config = write_run(tmp_path)
+    done = grpo_tui("run", str(config), env=env)  # stdin is /dev/null, stdout a pipe
+    why = "TERM=dumb" if env else "stdin or stdout is not a terminal"
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.splitlines()[0] == f"grpo-tui: {why}, so no dashboard can be drawn; showing the --plain lines instead"
+    assert done.stdout.splitlines()[-1].startswith("completed: 2 steps in ") and "\x1b[" not in done.stdout
+
+
+def test_run_in_a_terminal_with_term_dumb_prints_the_plain_lines(tmp_path):
+    from tests.helpers.printed import Terminal, wait_for
+
+    config = write_run(tmp_path)
+    terminal = Terminal(f"TERM=dumb {sys.executable} -m grpo_tui.tui.cli run {config}", ROOT)  # a real terminal
+    try:
+        wait_for(lambda: "completed: 2 steps" in terminal.text(), 120, "the plain lines")
+        assert "grpo-tui: TERM=dumb, so no dashboard can be drawn; showing the --plain lines instead" in terminal.text()
+        assert terminal.proc.wait(30) == 0
+    finally:
+        terminal.end()
