@@ -274,6 +274,11 @@ CASES: list[Case] = [
     Case("null-prompt", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl",
         ROWS + [{"prompt": None, "answer": "1"}]))})),
          lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is null; give every row a prompt (or remove the row)", check=True),
+    Case("hub-dataset-unreachable", "data", lambda f: Setup(write_run(f, data={"path": "nobody-here/no-such-dataset"}),
+                                                         env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(f / "hf")}),
+         lambda f: "nobody-here/no-such-dataset: the Hugging Face Hub at http://127.0.0.1:9 cannot be reached (Connection "
+                   "refused), and the Hugging Face cache has no copy of this dataset; connect to the network, or set "
+                   "data.path to a local file (JSONL, JSON, CSV, Parquet or a saved dataset folder)"),
     # every row's shape, as the worker reads it (check too, every row)
     Case("prompt-empty-string", "data", lambda f: Setup(write_run(f, data={"path": str(jsonl(f / "d.jsonl", ROWS + [{"prompt": "", "answer": "1"}]))})),
          lambda f: f"{f / 'd.jsonl'}:5: the 'prompt' column is empty; give every row a prompt (or remove the row)", check=True),

@@ -126,8 +126,42 @@ def _from_disk(folder: Path, split: str) -> Rows:
     return _arrow(loaded, str(folder), loaded._fingerprint)
 
 
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached from here (one quick connection, 3 s at most), or
+    None; not asked in offline mode. Without it, an unreachable hub costs half a minute of retries
+    (each printed) before the same answer."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return None
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout=3).close()
+    except OSError as exc:
+        return f"{endpoint.scheme}://{endpoint.netloc} cannot be reached ({exc.strerror or exc.__class__.__name__})"
+    return None
+
+
 def _hub(name: str, split: str, subset: str | None) -> Rows:
-    loaded = _load(name, subset, split=split)
+    import os
+    import sys
+
+    if (why := _hub_unreachable()) is not None:
+        if "huggingface_hub" in sys.modules or "datasets" in sys.modules:  # its offline switch is read once
+            raise DatasetSourceError(f"{name}: the Hugging Face Hub at {why}; connect to the network, or set data.path "
+                                     "to a local file (JSONL, JSON, CSV, Parquet or a saved dataset folder)")
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"  # the cache, without retries
+        try:
+            loaded = _load(name, subset, split=split)
+        except DatasetSourceError:
+            raise DatasetSourceError(f"{name}: the Hugging Face Hub at {why}, and the Hugging Face cache has no copy "
+                                     "of this dataset; connect to the network, or set data.path to a local file "
+                                     "(JSONL, JSON, CSV, Parquet or a saved dataset folder)") from None
+    else:
+        loaded = _load(name, subset, split=split)
     label = f"{name}{f' ({subset})' if subset else ''} split {split}"
     return _arrow(loaded, label, loaded._fingerprint)
 
