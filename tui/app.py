@@ -44,6 +44,7 @@ from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
     OpenedReadOnly,
+    PauseAsked,
     RestartBegan,
     RunAge,
     RunFailed,
@@ -264,7 +265,7 @@ class GrpoApp(App[int]):
                 yield SystemCommand(title, help_text, getattr(self.dashboard, f"action_{action}"))
 
     async def action_pause(self) -> None:
-        await self.run_link.send(m.Pause())
+        await self.run_link.pause()
 
     async def action_resume(self) -> None:
         await self.run_link.send(m.Resume())
@@ -369,7 +370,7 @@ class GrpoApp(App[int]):
                     dirty |= self.state.apply(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
-                case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
+                case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
                     dirty |= self._fold_own(item, logs)
                 case WorkerStderr(line=line):
                     self.run_link.heard_stderr(line)

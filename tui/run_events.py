@@ -43,6 +43,12 @@ class StopAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class PauseAsked:
+    """This dashboard asked the run to pause: the header says so until the worker's ``paused`` (it
+    pauses at the end of the running step)."""
+
+
+@dataclass(frozen=True, slots=True)
 class OpenedReadOnly:
     """No run answers: its history was read back from run.jsonl, and nothing runs."""
 
@@ -63,4 +69,4 @@ class DashboardNote:
     message: str
 
 
-DashboardEvent = Union[RunFailed, WorkerEnded, RestartBegan, StopAsked, OpenedReadOnly, RunAge, DashboardNote]
+DashboardEvent = Union[RunFailed, WorkerEnded, RestartBegan, StopAsked, PauseAsked, OpenedReadOnly, RunAge, DashboardNote]

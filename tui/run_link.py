@@ -39,6 +39,7 @@ from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
     OpenedReadOnly,
+    PauseAsked,
     RestartBegan,
     RunAge,
     RunFailed,
@@ -146,9 +147,16 @@ class RunLink:
         self.post([*items, OpenedReadOnly()])
         self.app.notify("read-only: this run is over", timeout=5)
 
-    async def send(self, command: m.Command) -> None:
+    async def send(self, command: m.Command) -> bool:
         if not self.connection or not await self.connection.send(command):
             self.app.notify("the worker is not running", severity="warning")
+            return False
+        return True
+
+    async def pause(self) -> None:
+        """p: the header says "pausing after this step…" at once, the worker's ``paused`` after."""
+        if await self.send(m.Pause()):
+            self.post([PauseAsked()])
 
     # ------------------------------------------------------------ the worker's hello and exit
 

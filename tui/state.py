@@ -22,6 +22,7 @@ from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
     OpenedReadOnly,
+    PauseAsked,
     RestartBegan,
     RunAge,
     RunFailed,
@@ -78,6 +79,7 @@ class LogEntry:
 class RunState:
     clock: Callable[[], float]
     status: RunStatus = "starting"
+    pausing: bool = False  # a pause was asked for and the running step has not ended yet
     phase: str = "loading"
     phase_message: str = "starting the worker"
     worker_version: str = ""
@@ -183,7 +185,7 @@ class RunState:
             case m.Step() if not charted:
                 self._count_step(event)
                 return set()
-            case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
+            case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
                 return self._on_dashboard_event(event)
             case m.Hello():
                 return self._on_hello(event)
@@ -211,6 +213,7 @@ class RunState:
                 self.sample_display = event.mode
                 return {"samples"}
             case m.Paused() | m.Resumed():
+                self.pausing = False
                 if self.status != "stopping":
                     self.status = "paused" if isinstance(event, m.Paused) else "running"
                 return {"header", "bindings"}
@@ -253,7 +256,9 @@ class RunState:
                 self.phase = "loading"
                 self.phase_message = "retrying" if e.retry else f"restart {e.attempt}: resuming from the latest checkpoint"
             case StopAsked():
-                self.status, self.phase_message = "stopping", "waiting for the final checkpoint"
+                self.status, self.phase_message, self.pausing = "stopping", "waiting for the final checkpoint", False
+            case PauseAsked():
+                self.pausing = self.status == "running"  # said at once; the worker pauses after the running step
             case OpenedReadOnly():
                 if self.status in LIVE_STATUSES:  # it never said complete: killed, or it lost its supervisor
                     self.status, self.phase_message = "error", "the run is not running"

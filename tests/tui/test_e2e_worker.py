@@ -92,3 +92,24 @@ async def test_a_nan_stop_is_not_restarted_and_says_what_to_do(tmp_path, tiny_mo
         assert app.state.status == "error"
         assert "learning_rate" in app.state.error and str(tmp_path / "out" / "last-good-2") in app.state.error
         await pilot.press("q")
+
+
+@pytest.mark.slow
+async def test_p_says_pausing_at_once_and_paused_when_the_step_ends(tmp_path, tiny_model, monkeypatch):
+    from tests.helpers.worker_harness import reward_config
+
+    monkeypatch.setenv("SLOW_REWARD_S", "2.0")  # every step scores for 2 s: p lands inside a step
+    config_path = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+                               training={"max_steps": 50, "silent_patience": 0}, checkpoint={"save_every": 0})
+    app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.step >= 1, timeout=120)
+        header = app.query_one("#header")
+        await pilot.press("p")
+        await pilot.pause(0.1)
+        assert app.state.status == "running" and "pausing after this step…" in str(header.render())
+        await wait_until(pilot, lambda: app.state.status == "paused", timeout=60)
+        await pilot.pause(0.1)
+        assert "pausing" not in str(header.render()) and "paused" in str(header.render())
+        await pilot.press("q", "y")
+        await wait_until(pilot, lambda: not app.is_running, timeout=90)

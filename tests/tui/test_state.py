@@ -11,6 +11,7 @@ from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
     OpenedReadOnly,
+    PauseAsked,
     RestartBegan,
     RunAge,
     RunFailed,
@@ -125,11 +126,20 @@ def test_every_event_type_folds(event):
     RunState(clock=lambda: 0.0).apply(event)
 
 
-@pytest.mark.parametrize("event", [RunFailed("x"), WorkerEnded("x"), RestartBegan(1, False), StopAsked(),
+@pytest.mark.parametrize("event", [RunFailed("x"), WorkerEnded("x"), RestartBegan(1, False), StopAsked(), PauseAsked(),
                                    OpenedReadOnly(), RunAge(1.0), DashboardNote("info", "x")], ids=lambda e: type(e).__name__)
 def test_every_dashboard_event_folds(event):
-    assert set(get_args(DashboardEvent)) == {RunFailed, WorkerEnded, RestartBegan, StopAsked, OpenedReadOnly, RunAge, DashboardNote}
+    assert set(get_args(DashboardEvent)) == {RunFailed, WorkerEnded, RestartBegan, StopAsked, PauseAsked, OpenedReadOnly,
+                                             RunAge, DashboardNote}
     RunState(clock=lambda: 0.0).apply(event)
+
+
+def test_a_pause_asked_for_is_said_until_the_worker_pauses():
+    state = RunState(clock=lambda: 0.0)
+    state.status = "running"
+    assert "header" in state.apply(PauseAsked()) and state.pausing
+    state.apply(m.Paused(step=3))
+    assert not state.pausing and state.status == "paused"
 
 
 def test_apply_refuses_what_is_not_an_event():

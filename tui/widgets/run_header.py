@@ -34,6 +34,8 @@ class RunHeader(Static):
             text.append(f" · {state.ranks} ranks ({clean(state.backend, single_line=True)})")
         text.append(" · ")
         text.append(STATUS_GLYPHS[state.status], status_style(state.status))
+        if state.pausing:
+            text.append(" (pausing after this step…)", "bold yellow")
         if state.status in ("starting", "restarting") or (state.status == "running" and state.phase != "training"):
             phase = state.phase + (f": {clean(state.phase_message, single_line=True)}" if state.phase_message else "")
             text.append(f" ({phase})", "dim")
