@@ -199,14 +199,15 @@ class Turn(msgspec.Struct, kw_only=True, omit_defaults=True):
     unread: bool = False  # tool turns: the call ran, but its result did not fit in the completion (never read)
 
 
-class Sample(_Message):
-    step: int
-    index: int
-    group: int
+class ScoredCompletion(msgspec.Struct, kw_only=True):
+    """One completion, scored, as the engine hands it over, the store keeps it and the dashboard
+    shows it: these fields are declared here once. The worker's ``Generation`` (worker/records.py)
+    adds what only the store keeps; a ``Sample`` frame adds where it sits in its step."""
+
     prompt: str
-    completion: str
-    reward: float | None = None
-    reward_details: dict[str, float | None] = {}
+    completion: str  # the answer text, thinking removed
+    reward: float | None = None  # weighted sum over reward functions
+    reward_details: dict[str, float | None] = {}  # per reward function (unweighted), None = not applicable
     advantage: float | None = None
     num_tokens: int = 0
     finish_reason: FinishReason = "stop"
@@ -214,6 +215,17 @@ class Sample(_Message):
     tool_calls: list[ToolCall] = []
     reward_notes: dict[str, str] = {}  # per reward function, what it noted (log_extra), e.g. schema errors
     turns: list[Turn] = []  # agent completions only: the conversation turn by turn
+
+
+SCORED_COMPLETION_FIELDS: tuple[str, ...] = ScoredCompletion.__struct_fields__
+
+
+class Sample(_Message, ScoredCompletion):
+    """One chosen completion of a step, for the Samples tab: a ``ScoredCompletion`` and its place."""
+
+    step: int
+    index: int  # in the step: prompt position * group size + place in its group
+    group: int  # the prompt's position in the step's batch
     display: SampleDisplay | None = None  # the sample display mode that chose this sample
 
 

@@ -5,51 +5,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from grpo_tui.protocol.messages import Phase, Sample, SampleDisplay, Step, ToolCall, Turn
+from grpo_tui.protocol.messages import SCORED_COMPLETION_FIELDS, Phase, Sample, SampleDisplay, ScoredCompletion, Step
 
 
-@dataclass
-class Generation:
-    """One completion with everything the store keeps about it."""
+class Generation(ScoredCompletion, kw_only=True):
+    """One completion with everything the store keeps about it: the protocol's ``ScoredCompletion``
+    (the fields the dashboard shows too, declared there once) and where it came from."""
 
     prompt_index: int  # index of the prompt within the step's batch
     group_index: int  # index of the completion within its group (0..G-1)
-    prompt: str  # the rendered prompt text shown to the model
-    completion: str  # the answer text, thinking removed
     raw_completion: str  # exactly what the model produced (decoded from its token ids)
-    thinking: str | None
-    reward: float | None  # weighted sum over reward functions
-    reward_details: dict[str, float | None]  # per reward function (unweighted), None = not applicable
-    advantage: float | None
-    num_tokens: int
-    finish_reason: str  # stop | length | repetition
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    reward_notes: dict[str, str] = field(default_factory=dict)  # per reward function (log_extra)
-    turns: list[Turn] = field(default_factory=list)  # agent rollouts: the conversation turn by turn
     dropped: bool = False  # dynamic sampling: its group's rewards were all equal, not trained on
 
     def to_sample(self, step: int, group_size: int, display: SampleDisplay | None = None) -> Sample:
-        return Sample(
-            step=step,
-            index=self.prompt_index * group_size + self.group_index,
-            group=self.prompt_index,
-            prompt=self.prompt,
-            completion=self.completion,
-            reward=self.reward,
-            reward_details=self.reward_details,
-            advantage=self.advantage,
-            num_tokens=self.num_tokens,
-            finish_reason=self.finish_reason,  # type: ignore[arg-type]
-            thinking=self.thinking,
-            tool_calls=self.tool_calls,
-            reward_notes=self.reward_notes,
-            turns=self.turns,
-            display=display,
-        )
+        """This completion as a ``sample`` frame of ``step``: its shared fields as they are."""
+        shared = {name: getattr(self, name) for name in SCORED_COMPLETION_FIELDS}
+        return Sample(step=step, index=self.prompt_index * group_size + self.group_index, group=self.prompt_index,
+                      display=display, **shared)
 
 
 @dataclass

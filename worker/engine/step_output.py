@@ -130,7 +130,7 @@ def generations(owners: list[Example], completions: list[Completion], totals: li
                 reward_details={label: values[i] for label, values in per_fn.items()},
                 advantage=advantages[i],
                 num_tokens=c.model_tokens,
-                finish_reason=c.finish_reason,
+                finish_reason=c.finish_reason,  # type: ignore[arg-type]  # the rollout says stop, length or repetition
                 tool_calls=tool_calls(c.turns) if c.turns else parse_tool_calls(answer),
                 reward_notes=logged.notes(i),
                 turns=list(c.turns),
