@@ -18,8 +18,8 @@ import msgspec
 
 from grpo_tui.protocol import recipes
 from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
-from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
 from grpo_tui.protocol.config_doctor import DoctorConfig
+from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
 from grpo_tui.protocol.config_eval import EvalConfig
 from grpo_tui.protocol.config_overrides import apply_override as apply_override
 from grpo_tui.protocol.messages import SampleDisplay

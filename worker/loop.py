@@ -30,13 +30,13 @@ from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.command_state import Control, choose_samples
 from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.doctor_watch import DoctorWatch
 from grpo_tui.worker.evaluation import due, run_eval
 from grpo_tui.worker.frames import Emitter
 from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
 from grpo_tui.worker.records import StepOutput, Trainer
-from grpo_tui.worker.doctor_watch import DoctorWatch
 from grpo_tui.worker.silent_steps import SilentSteps
 from grpo_tui.worker.start import Start
 from grpo_tui.worker.trackers import Trackers, check_installed
