@@ -35,6 +35,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
+from grpo_tui.common.live_settings import toml_value
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
@@ -65,6 +66,7 @@ from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
+from grpo_tui.tui.screens.settings import SettingsScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.series import HISTORY_LIMIT
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, group_of, log_entry_for
@@ -92,7 +94,8 @@ def _answers_a_key(item: RunItem) -> bool:
     """Frames a person waits for after a key: drawn at once, not at the next second."""
     if isinstance(item, WorkerEvent):
         event = item.event  # a periodic checkpoint answers no key: it waits for the next second's redraw
-        return isinstance(event, (m.Paused, m.Resumed, m.SampleDisplayChanged, m.Complete, m.Error)) or (
+        return isinstance(event, (m.Paused, m.Resumed, m.SampleDisplayChanged, m.SettingChanged, m.SettingRefused,
+                                  m.Complete, m.Error)) or (
             isinstance(event, m.Checkpoint) and event.kind != "periodic")
     return isinstance(item, WorkerExited)
 
@@ -137,6 +140,8 @@ class GrpoApp(App[int]):
         self._pending: list[RunItem] = []
         self._prompt: Timer | None = None  # a flush soon: an answer to a key came
         self._last_tab: View | None = VIEWS[0]
+        self._asked: set[str] = set()  # the ids of the live changes this viewer sent (o)
+        self._opened_at = time.time()  # a live change from before (the history) is not news
         # No animations: the tab underline's slide alone repainted the tab bar ~10 times per switch.
         self.animation_level = "none"
 
@@ -249,7 +254,7 @@ class GrpoApp(App[int]):
             return status == "running"
         if action == "resume":
             return status == "paused"
-        if action in ("save", "cycle_display"):
+        if action in ("save", "cycle_display", "settings"):
             return status in ("running", "paused")
         if action == "detach":  # leave the run going: only while there is one
             return self.run_link.running
@@ -279,6 +284,24 @@ class GrpoApp(App[int]):
         viewer (this one too) shows that."""
         mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
         await self.run_link.send(m.SetSampleDisplay(mode=mode))
+
+    def action_settings(self) -> None:
+        """o: the live settings; enter sends the edited ones (the worker answers every viewer)."""
+        self.push_screen(SettingsScreen(self.state.live_settings(self.config)), self._send_settings)
+
+    async def _send_settings(self, items: list[str] | None) -> None:
+        for item in items or []:
+            key, _, value = item.partition("=")
+            ident = f"{id(self):x}-{len(self._asked)}"
+            self._asked.add(ident)
+            await self.run_link.send(m.SetSetting(key=key, value=value, source="dashboard", id=ident))
+
+    def _tell(self, event: m.Event) -> None:
+        """A live change, said to every viewer as it comes; a refusal to the viewer that asked."""
+        if isinstance(event, m.SettingChanged) and event.time >= self._opened_at:
+            self.notify(f"{event.key} = {toml_value(event.new)} from step {event.step} ({event.source})", markup=False)
+        elif isinstance(event, m.SettingRefused) and event.id in self._asked:
+            self.notify(clean(event.message, single_line=True), severity="error", timeout=15, markup=False)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -368,6 +391,7 @@ class GrpoApp(App[int]):
                     if self.run_link.refused:
                         continue
                     dirty |= self.state.apply(event)
+                    self._tell(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
                 case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | OpenedReadOnly() | RunAge() | DashboardNote():

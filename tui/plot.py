@@ -125,11 +125,13 @@ def _labels(y0: float, y1: float, rows: int, scale: float) -> list[str]:
 
 
 def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bool = False,
-               right: Sequence[Series] = ()) -> list[Text]:
+               right: Sequence[Series] = (), marks: Sequence[tuple[int, str]] = ()) -> list[Text]:
     """``height`` rows of ``width`` cells: y labels on the left, braille lines, then an x-axis row.
 
     ``right`` series get their own scale, labelled on the right. Lines take ``LINE_COLORS`` in
-    order (left first); where two share a cell the later one's colour wins.
+    order (left first); where two share a cell the later one's colour wins. ``marks`` (step, short
+    label): a tick on the x-axis row at each step in view, its label after it where there is room
+    (a live change, docs/steering.md).
     """
     right_w = AXIS_WIDTH if right else 0
     plot_w, plot_h = width - AXIS_WIDTH - right_w, height - 1
@@ -163,8 +165,27 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bo
         rows.append(tidy(row))
     left, last = str(canvas.x0), str(canvas.x1)
     axis = " " * AXIS_WIDTH + left + last.rjust(plot_w - len(left))
-    rows.append(tidy(Text().append(axis[:width].ljust(width), "dim")))
+    rows.append(tidy(_marked(axis[:width].ljust(width), canvas, marks)))
     return rows
+
+
+def _marked(axis: str, canvas: _Canvas, marks: Sequence[tuple[int, str]]) -> Text:
+    """The x-axis row with a ``▲`` and its label at each mark's column (a later mark's label wins)."""
+    cells = list(axis)
+    ticks: list[int] = []
+    x0, x1, dots_w = canvas.x0, canvas.x1, canvas.width * 2
+    for step, label in marks:
+        if not x0 <= step <= x1:
+            continue
+        col = AXIS_WIDTH + (0 if x1 == x0 else round((step - x0) / (x1 - x0) * (dots_w - 1))) // 2
+        text = "▲" + label
+        for i, char in enumerate(text[: len(cells) - col]):
+            cells[col + i] = char
+        ticks.append(col)
+    out = Text("".join(cells), "dim")
+    for col in ticks:
+        out.stylize("bold yellow", col, col + 1)
+    return out
 
 
 def heat_strip(columns: Sequence[Sequence[float]], width: int, height: int,

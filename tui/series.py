@@ -38,6 +38,7 @@ class SeriesBook:
         self._columns: dict[str, deque[float | None]] = {}
         self._unread: deque[tuple[int, m.Step | m.StepSummary]] = deque(maxlen=limit)
         self.version = 0  # bumped on every change: widgets redraw only when it moved
+        self.marks: list[tuple[int, str]] = []  # (step, short label) of each live change: a tick on every chart
 
     @property
     def steps(self) -> deque[int]:
@@ -81,6 +82,12 @@ class SeriesBook:
         self._steps.clear()
         self._columns.clear()
         self._unread.clear()
+        self.marks.clear()
+        self.version += 1
+
+    def mark(self, step: int, key: str) -> None:
+        """A live change of ``key`` from ``step`` on (docs/steering.md): a tick with a short label."""
+        self.marks.append((step, short_key(key)))
         self.version += 1
 
     def column(self, key: str) -> list[float | None]:
@@ -270,3 +277,16 @@ def dict_group(name: str, series: Mapping[str, object] | Sequence[str] = ()) -> 
     """A group with one chart per key of its book (e.g. eval metrics fed into their own ``SeriesBook``):
     the keys of ``series`` first, in that order, then any other key as it appears."""
     return GroupSpec(name, tuple(single(key, key) for key in series), prefix="")
+
+
+SHORT_KEYS = {"learning_rate": "lr", "temperature": "temp", "max_completion_length": "len", "max_steps": "steps",
+              "repetition_penalty": "rep", "scale_rewards": "scale", "dynamic_sampling": "dyn", "save_every": "save",
+              "silent_patience": "silent", "epsilon_high": "eps_hi", "epsilon": "eps"}
+
+
+def short_key(key: str) -> str:
+    """A chart's label for a changed key: ``lr``, ``temp``, ``beta``, ``w0`` (``rewards[0].weight``)."""
+    last = key.rsplit(".", 1)[-1]
+    if last == "weight" and "[" in key:
+        return "w" + key.split("[", 1)[1].split("]", 1)[0]
+    return SHORT_KEYS.get(last, last)

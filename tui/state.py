@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never
 
 from grpo_tui.common.blas_warning import PREFIX as SLOW_BLAS
+from grpo_tui.common.live_settings import live_keys, toml_value, value_at
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.control import LIVE_STATUSES
+from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.config_overrides import parse_key
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import duration
 from grpo_tui.tui.run_events import (
@@ -172,6 +175,15 @@ class RunState:
             curves.append((label, [e.step for e in of_mode], [finite(getattr(e, key)) for e in of_mode]))
         return curves or [(f"eval {key}", [], [])]
 
+    def live_settings(self, file: Config) -> list[tuple[str, str, str]]:
+        """The ``o`` screen's rows: each live key, its value now (the worker's config, the live changes
+        since in it) and in ``file`` (the config file with the run's ``--set`` items), as TOML text."""
+        rows = []
+        for key in live_keys(file):
+            now = at(self.config, key) if self.config else value_at(file, key)
+            rows.append((key, toml_value(now), toml_value(value_at(file, key))))
+        return rows
+
     # ------------------------------------------------------------ folding events
 
     def apply(self, event: m.Event | DashboardEvent, *, charted: bool = True) -> set[Part]:
@@ -219,6 +231,8 @@ class RunState:
                 return {"header", "bindings"}
             case m.SettingChanged():  # a live change (docs/steering.md): the Config tab lists them
                 self.changes.append(event)
+                self.book.mark(event.step, event.key)
+                set_at(self.config, event.key, event.new)  # the config shown is the effective one
                 if event.total_steps is not None:
                     self.total_steps = event.total_steps
                 return {"header", "progress", "config"}
@@ -300,11 +314,13 @@ class RunState:
         self.step_in_epoch, self.steps_per_epoch = e.step_in_epoch, e.steps_per_epoch
         self.history_steps.clear()
         self.evals = []  # the worker sends the stored ones again after resume_state
-        self.changes = list(e.changes)
         for values in self.history.values():
             values.clear()
         self.book.clear()
         self.spread.clear()
+        self.changes = list(e.changes)  # the live changes the run goes on with
+        for change in e.changes:
+            self.book.mark(change.step, change.key)
         for row in e.history:
             self._record(row.step, row)
         self.total_tokens = e.aggregates.total_tokens
@@ -392,3 +408,27 @@ def log_entry_for(event: m.Event | DashboardEvent) -> LogEntry | None:
 def group_of(samples: Iterable[m.Sample], group: int) -> list[m.Sample]:
     """The completions of one prompt, in generation order."""
     return sorted((s for s in samples if s.group == group), key=lambda s: s.index)
+
+
+def at(config: dict[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` in a config dict (None where it is not)."""
+    node: Any = config
+    for seg in parse_key(key, key, "<live>"):
+        try:
+            node = node[seg]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def set_at(config: dict[str, Any], key: str, value: Any) -> None:
+    """``key`` = ``value`` in a config dict, where the path is there."""
+    *path, last = parse_key(key, key, "<live>")
+    node: Any = config
+    for seg in path:
+        try:
+            node = node[seg]
+        except (KeyError, IndexError, TypeError):
+            return
+    if isinstance(node, (dict, list)):
+        node[last] = value  # type: ignore[index]

@@ -228,3 +228,22 @@ async def test_a_group_without_data_is_not_shown():
         await pilot.pause(0.7)
         assert not app.query_one("#charts-group-ranks").display and not app.query_one("#charts-title-ranks").display
         assert app.query_one("#charts-group-rewards").display and not view.query("#charts-group-ranks ChartPanel")
+
+
+def test_a_live_change_is_a_tick_and_a_short_label_on_the_x_axis_at_its_step():
+    from grpo_tui.protocol import messages as m
+    from grpo_tui.tui.plot import AXIS_WIDTH, Series, line_chart
+    from grpo_tui.tui.state import RunState
+
+    state = RunState(clock=lambda: 0.0)
+    for step in range(1, 11):
+        state.apply(m.Step(step=step, epoch=0, reward=step / 10, loss=1 / step))
+    state.apply(m.SettingChanged(step=6, key="training.learning_rate", old=1e-5, new=5e-6))
+    state.apply(m.SettingChanged(step=9, key="rewards[1].weight", old=1.0, new=0.5))
+    assert state.book.marks == [(6, "lr"), (9, "w1")]
+    rows = line_chart([Series("reward", list(range(1, 11)), [s / 10 for s in range(1, 11)])], 48, 8,
+                      marks=state.book.marks)
+    axis = rows[-1].plain
+    col = AXIS_WIDTH + round(5 / 9 * (2 * (48 - AXIS_WIDTH) - 1)) // 2
+    assert axis[col:col + 3] == "▲lr" and "▲w1" in axis
+    assert line_chart([Series("r", [1, 2], [0.1, 0.2])], 48, 8, marks=[(7, "lr")])[-1].plain.count("▲") == 0  # off the chart

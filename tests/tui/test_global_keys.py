@@ -8,8 +8,6 @@ file. Every cell is checked and the failures are reported together, as a table o
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -20,10 +18,11 @@ from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.help import HelpScreen
+from grpo_tui.tui.screens.settings import SettingsScreen
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
 from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.database_view import DatabaseView
-from tests.helpers.pilot import settle
+from tests.helpers.pilot import screen_text, settle, until
 from tests.helpers.worker_harness import tiny_model, write_config
 
 __all__ = ["tiny_model"]  # the fixture, imported for pytest
@@ -31,17 +30,8 @@ __all__ = ["tiny_model"]  # the fixture, imported for pytest
 SIZE = (200, 50)
 # The run is paused between the cells that steer it (r resumes, p pauses again, s saves while
 # paused): the table runs against a quiet app, and no cell waits for a step but p's.
-KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "r", "p", "s", "q")
+KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "o", "r", "p", "s", "q")
 PRINTABLE = {"question_mark": "?"}
-
-
-async def until(pilot, condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"not seen in {timeout:g} s: {what}")
-        await pilot.pause(0.02)
 
 
 def pane_of(app: GrpoApp, widget: Widget) -> str | None:
@@ -52,10 +42,6 @@ def pane_of(app: GrpoApp, widget: Widget) -> str | None:
 def shown(app: GrpoApp) -> list[Widget]:
     """The widgets the terminal shows now (the compositor's map, what the next frame paints)."""
     return list(app.screen._compositor.visible_widgets)
-
-
-def screen_text(app: GrpoApp) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
 
 
 @dataclass
@@ -201,6 +187,15 @@ class Table:
             await pilot.pause()
             self.assert_layout(view, zoomed)
             assert app.focused is focused, "closing the help moved the focus"
+        elif key == "o":
+            await pilot.press("o")
+            await until(pilot, lambda: isinstance(app.screen, SettingsScreen), "the live settings")
+            assert "training.learning_rate" in screen_text(app) and "file: 0.01" in screen_text(app)
+            await pilot.press("escape")  # cancel: nothing sent, everything as it was
+            await pilot.pause()
+            self.assert_layout(view, zoomed)
+            assert app.focused is focused, "closing the settings moved the focus"
+            assert not app.state.changes
         elif key == "m":
             before = app.display_mode
             await pilot.press("m")

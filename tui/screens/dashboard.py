@@ -78,6 +78,7 @@ class DashboardScreen(Screen[None]):
             self.query_one(SamplesPanel).show(s.samples, display_mode)
         if "config" in dirty and s.config:
             self.query_one(ConfigPanel).show_config(s.config)
+            self.query_one(ConfigPanel).show_changes(s.changes)
         if "config" in dirty or "checkpoints" in dirty:
             self.scan_checkpoints()
         if "database" in dirty and s.database:
@@ -93,7 +94,8 @@ class DashboardScreen(Screen[None]):
             note = "(no signal)" if key == "loss" and s.zero_std else ""
             self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
         evals = s.eval_curves()
-        self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals)
+        self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals,
+                                         marks=s.book.marks)
         for tile in self.query("#tile-eval").results(MetricTile):
             tile.show(evals[0][2], eval_note(s.evals))
         banner = self.query_one("#zero-std", Static)

@@ -160,4 +160,4 @@ class ChartPanel(CachedChart):
             steps, values = windowed(self.book, column, settings.window, settings.smoothing)
             series.append(Series(label, steps, values))
         size = self.content_size
-        return Group(*line_chart(series, size.width, size.height, percent=spec.percent))
+        return Group(*line_chart(series, size.width, size.height, percent=spec.percent, marks=self.book.marks))

@@ -1,4 +1,5 @@
-"""The resolved config the worker received, and the run's checkpoints on disk."""
+"""The run's config as it trains (the worker's, with the live changes since), the history of those
+changes, and the run's checkpoints on disk."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
+from grpo_tui.common.live_settings import toml_value
 from grpo_tui.common.tomlout import dumps
+from grpo_tui.protocol import messages as m
 from grpo_tui.tui.checkpoints import CheckpointInfo
 from grpo_tui.tui.format import MISSING, human_size
 from grpo_tui.tui.inert import inert
@@ -21,6 +24,8 @@ class ConfigPanel(VerticalScroll):
         table: DataTable[object] = DataTable(id="checkpoints-table", cursor_type="row")
         table.add_columns("step", "kind", "size", "parameters", "dtype", "path")
         yield table
+        yield Static(Text("live changes", "bold"), classes="section-title", id="changes-title")
+        yield Static(id="changes-text")
         yield Static(Text("resolved config", "bold"), classes="section-title")
         yield Static(Text("waiting for the worker's init…", "dim"), id="config-text")
 
@@ -30,6 +35,19 @@ class ConfigPanel(VerticalScroll):
         except (TypeError, ValueError):
             text = repr(config)
         self.query_one("#config-text", Static).update(inert(text))
+
+    def on_mount(self) -> None:
+        self.show_changes([])
+
+    def show_changes(self, changes: list[m.SettingChanged]) -> None:
+        """The live changes in the order they apply (docs/steering.md); the section is hidden without any."""
+        text = Text()
+        for c in changes:
+            text.append(f"from step {c.step}: ", "dim").append(c.key, "bold")
+            text.append(f"  {toml_value(c.old)} → {toml_value(c.new)}").append(f"  ({c.source})\n", "dim")
+        self.query_one("#changes-text", Static).update(text)
+        for part in ("#changes-title", "#changes-text"):
+            self.query_one(part).display = bool(changes)
 
     def show_checkpoints(self, infos: list[CheckpointInfo]) -> None:
         table = self.query_one("#checkpoints-table", DataTable)

@@ -37,6 +37,7 @@ class RewardChart(Widget):
         self.smoothing = smoothing
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
         self._evals: list[tuple[str, list[int], list[float | None]]] = []
+        self._marks: list[tuple[int, str]] = []
         self._version = 0  # bumped by show(); the drawing keeps the version it shows
         self._key: tuple[object, ...] | None = None  # what the drawing shows (``_cache_key()``)
         self._base: Style | None = None  # the colours it was drawn on
@@ -78,9 +79,12 @@ class RewardChart(Widget):
     def show(
         self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None],
         evals: list[tuple[str, list[int], list[float | None]]] | None = None,
+        marks: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """Reward and loss per step; ``evals`` [(label, steps, values)] adds the held-out curves."""
+        """Reward and loss per step; ``evals`` [(label, steps, values)] adds the held-out curves;
+        ``marks`` (step, label) ticks the x axis at each live change."""
         self._data = (list(steps), list(reward), list(loss))
+        self._marks = list(marks)
         if evals is not None and evals != self._evals:
             self._evals = evals
             self._title()
@@ -96,7 +100,7 @@ class RewardChart(Widget):
                 [Series("reward", steps, ema(reward, self.smoothing)),
                  *(Series(*curve) for curve in self._shown_evals())],  # one point per evaluation, not smoothed
                 size.width, size.height,
-                right=[Series("loss", steps, ema(loss, self.smoothing))],
+                right=[Series("loss", steps, ema(loss, self.smoothing))], marks=self._marks,
             )
             self._key, self._base, self._drawing = key, base, text_strips(rows, self.app.console, base)
         return self._drawing[y] if y < len(self._drawing) else Strip.blank(self.size.width, base)
