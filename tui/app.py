@@ -35,7 +35,6 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static, TabbedContent, TabPane
 
-from grpo_tui.common.live_settings import toml_value
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
@@ -66,10 +65,10 @@ from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
-from grpo_tui.tui.screens.settings import SettingsScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.series import HISTORY_LIMIT
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, group_of, log_entry_for
+from grpo_tui.tui.steering import Steering
 from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS, Part, View, as_view
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
 from grpo_tui.tui.widgets.key_bar import KeyBar
@@ -98,6 +97,13 @@ def _answers_a_key(item: RunItem) -> bool:
                                   m.Complete, m.Error)) or (
             isinstance(event, m.Checkpoint) and event.kind != "periodic")
     return isinstance(item, WorkerExited)
+
+
+def _freeze_startup_objects() -> None:
+    """What exists once the screen is drawn (Textual, the widgets, their styles) lives as long as
+    the app: frozen out of the collector, a full collection walks only what came after
+    (bench/tui_load.py measures the collector's share)."""
+    gc.freeze()
 
 
 class GrpoApp(App[int]):
@@ -140,8 +146,7 @@ class GrpoApp(App[int]):
         self._pending: list[RunItem] = []
         self._prompt: Timer | None = None  # a flush soon: an answer to a key came
         self._last_tab: View | None = VIEWS[0]
-        self._asked: set[str] = set()  # the ids of the live changes this viewer sent (o)
-        self._opened_at = time.time()  # a live change from before (the history) is not news
+        self.steering = Steering(self.state, config, self.run_link.send, self.push_screen, self.notify)
         # No animations: the tab underline's slide alone repainted the tab bar ~10 times per switch.
         self.animation_level = "none"
 
@@ -213,20 +218,13 @@ class GrpoApp(App[int]):
         self.redraw({"header", "metrics", "progress", "stats", "samples"})
         self.query_one("#config-panel", ConfigPanel).show_config(self.config.to_dict())
         self.set_interval(self.flush_interval_s, self._on_timer)
-        self.call_after_refresh(self._freeze_startup_objects)
+        self.call_after_refresh(_freeze_startup_objects)
         await self.run_link.connect()
         if self.nice is not None:  # after the launch: the supervisor and its worker keep their priority
             yield_cpu(self.nice)
 
     async def on_unmount(self) -> None:
         await self.run_link.close()
-
-    @staticmethod
-    def _freeze_startup_objects() -> None:
-        """What exists once the screen is drawn (Textual, the widgets, their styles) lives as long as
-        the app: frozen out of the collector, a full collection walks only what came after
-        (bench/tui_load.py measures the collector's share)."""
-        gc.freeze()
 
     async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         """Keys act on what you see: the tab's main widget takes the focus, the tab's own keys show.
@@ -286,22 +284,7 @@ class GrpoApp(App[int]):
         await self.run_link.send(m.SetSampleDisplay(mode=mode))
 
     def action_settings(self) -> None:
-        """o: the live settings; enter sends the edited ones (the worker answers every viewer)."""
-        self.push_screen(SettingsScreen(self.state.live_settings(self.config)), self._send_settings)
-
-    async def _send_settings(self, items: list[str] | None) -> None:
-        for item in items or []:
-            key, _, value = item.partition("=")
-            ident = f"{id(self):x}-{len(self._asked)}"
-            self._asked.add(ident)
-            await self.run_link.send(m.SetSetting(key=key, value=value, source="dashboard", id=ident))
-
-    def _tell(self, event: m.Event) -> None:
-        """A live change, said to every viewer as it comes; a refusal to the viewer that asked."""
-        if isinstance(event, m.SettingChanged) and event.time >= self._opened_at:
-            self.notify(f"{event.key} = {toml_value(event.new)} from step {event.step} ({event.source})", markup=False)
-        elif isinstance(event, m.SettingRefused) and event.id in self._asked:
-            self.notify(clean(event.message, single_line=True), severity="error", timeout=15, markup=False)
+        self.steering.open()  # t: the live settings (tui/steering.py)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -391,7 +374,7 @@ class GrpoApp(App[int]):
                     if self.run_link.refused:
                         continue
                     dirty |= self.state.apply(event)
-                    self._tell(event)
+                    self.steering.tell(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
                 case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | OpenedReadOnly() | RunAge() | DashboardNote():

@@ -22,7 +22,7 @@ STEER_KEYS = [
     Binding("r", "resume", "resume"),
     Binding("s", "save", "save ckpt"),
     Binding("m", "cycle_display", "display"),
-    Binding("o", "settings", "settings", show=False),  # in the help and the palette: the footer is full
+    Binding("t", "settings", "settings", show=False),  # in the help and the palette: the footer is full
 ]
 SESSION_KEYS = [
     Binding("question_mark", "help", "help"),
@@ -58,7 +58,7 @@ PALETTE: tuple[tuple[str, str, str], ...] = (
     ("resume", "Resume training", "Continue a paused run (r)"),
     ("save", "Save checkpoint", "Write a checkpoint now (s)"),
     ("cycle_display", "Cycle sample display", f"{' · '.join(DISPLAY_MODES)} (m)"),
-    ("settings", "Change live settings", "The run's settings that change from the next step on: now, in the file (o)"),
+    ("settings", "Change live settings", "The run's settings that change from the next step on: now, in the file (t)"),
     ("detach", "Detach", "Close the dashboard, leave the run going (d)"),
     ("toggle_maximize", "Maximize or restore the tab", "Give the active tab the whole screen, and back (z)"),
     ("help", "Show keys", "All key bindings (?)"),

@@ -176,7 +176,7 @@ class RunState:
         return curves or [(f"eval {key}", [], [])]
 
     def live_settings(self, file: Config) -> list[tuple[str, str, str]]:
-        """The ``o`` screen's rows: each live key, its value now (the worker's config, the live changes
+        """The ``t`` screen's rows: each live key, its value now (the worker's config, the live changes
         since in it) and in ``file`` (the config file with the run's ``--set`` items), as TOML text."""
         rows = []
         for key in live_keys(file):

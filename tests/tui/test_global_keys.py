@@ -30,7 +30,7 @@ __all__ = ["tiny_model"]  # the fixture, imported for pytest
 SIZE = (200, 50)
 # The run is paused between the cells that steer it (r resumes, p pauses again, s saves while
 # paused): the table runs against a quiet app, and no cell waits for a step but p's.
-KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "o", "r", "p", "s", "q")
+KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "t", "r", "p", "s", "q")
 PRINTABLE = {"question_mark": "?"}
 
 
@@ -187,8 +187,8 @@ class Table:
             await pilot.pause()
             self.assert_layout(view, zoomed)
             assert app.focused is focused, "closing the help moved the focus"
-        elif key == "o":
-            await pilot.press("o")
+        elif key == "t":
+            await pilot.press("t")
             await until(pilot, lambda: isinstance(app.screen, SettingsScreen), "the live settings")
             assert "training.learning_rate" in screen_text(app) and "file: 0.01" in screen_text(app)
             await pilot.press("escape")  # cancel: nothing sent, everything as it was

@@ -1,4 +1,4 @@
-"""The ``o`` screen against the real worker (docs/steering.md): a change applies from the next step,
+"""The ``t`` screen (tune) against the real worker (docs/steering.md): a change applies from the next step,
 every viewer gets it, the Config tab lists it; a bad value says --set's sentence and changes nothing."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ SIZE = (200, 50)
 
 
 async def edit(app: GrpoApp, pilot, key: str, value: str) -> None:  # type: ignore[no-untyped-def]
-    """o, the key's value replaced by ``value``, enter."""
-    await pilot.press("o")
+    """t, the key's value replaced by ``value``, enter."""
+    await pilot.press("t")
     await until(pilot, lambda: isinstance(app.screen, SettingsScreen), "the live settings")
     screen = app.screen
     assert isinstance(screen, SettingsScreen)
@@ -34,7 +34,7 @@ async def edit(app: GrpoApp, pilot, key: str, value: str) -> None:  # type: igno
 
 
 @pytest.mark.slow
-async def test_the_o_screen_changes_the_running_run_for_every_viewer(tmp_path, tiny_model):
+async def test_the_t_screen_changes_the_running_run_for_every_viewer(tmp_path, tiny_model):
     config_path = write_config(tmp_path, tiny_model, training={"max_steps": 100000, "num_epochs": 20000,
                                                                "silent_patience": 0}, checkpoint={"save_every": 0})
     app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)

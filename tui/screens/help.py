@@ -16,7 +16,7 @@ KEYS = (
     ("r", "resume training"),
     ("s", "save a checkpoint now"),
     ("m", f"cycle the sample display: {' · '.join(DISPLAY_MODES)}"),
-    ("o", "live settings: learning rate, sampler, lengths... from the next step on"),
+    ("t", "tune the live settings: learning rate, sampler, lengths... from the next step on"),
     (f"1-{len(VIEWS)} / tab", f"{' · '.join(VIEW_TITLES[v] for v in VIEWS)} tabs"),
     ("z", "the active tab full screen, and back (esc too)"),
     ("enter", "open the selected sample (g: its group side by side), step, or chart"),

@@ -1,4 +1,4 @@
-"""``o``: the run's live settings (docs/steering.md): each key that can change while the run trains,
+"""``t``: the run's live settings (docs/steering.md): each key that can change while the run trains,
 its value now (edited in place), and the value in the config file. ``enter`` applies the values
 edited, ``esc`` cancels. Dismissed with the ``KEY=VALUE`` items to send (the worker checks them as
 ``--set`` does and answers every viewer), or None."""
