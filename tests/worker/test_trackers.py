@@ -138,3 +138,40 @@ def test_with_two_ranks_only_rank_0_reports(root, tmp_path):
     assert len(list((out / "tensorboard").iterdir())) == 1  # one writer
     _, scalars = tensorboard_scalars(out / "tensorboard")
     assert [s for s, _ in scalars["train/reward"]] == [1, 2, 3]  # each step once
+
+
+def test_a_live_change_reaches_every_tracker(root, tmp_path):
+    """W&B: a config update and a logged event; TensorBoard: a text entry; Trackio: the new value."""
+    import os
+
+    from tests.helpers.worker_harness import WorkerProcess
+
+    out, tk = tmp_path / "out", tmp_path / "trackio"
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tk)}
+    worker = WorkerProcess(root / "examples" / "quickstart.toml", "--set", f"checkpoint.output_dir='{out}'",
+                           "--set", f"logging.report_to={ALL}", "--set", "training.max_steps=3",
+                           "--set", "training.batch_size=2", "--set", "grpo.group_size=2", env={**os.environ, **env})
+    worker.wait_for(m.Step, lambda e: e.step == 1)
+    worker.send(m.Pause())
+    n = worker.wait_for(m.Paused).step
+    worker.send(m.SetSetting(key="training.learning_rate", value="2e-5", source="cli"))
+    worker.wait_for(m.SettingChanged)
+    worker.send(m.Resume())
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0, worker.stderr.decode()[-3000:]
+    identity = json.loads((out / "trackers.json").read_text())
+
+    acc, _ = tensorboard_scalars(out / "tensorboard")
+    [entry] = acc.Tensors("live_changes")
+    assert entry.step == n + 1
+    assert entry.tensor_proto.string_val[0].decode() == f"from step {n + 1}: training.learning_rate 5e-05 -> 2e-05 (cli)"
+
+    got = trackio_logs(tk, "grpo-tui", identity["name"])
+    assert [(r["step"], r["live/training.learning_rate"]) for r in got["logs"] if "live/training.learning_rate" in r] \
+        == [(n + 1, 2e-5)]
+
+    (run_dir,) = (out / "wandb").glob(f"offline-run-*-{identity['id']}")
+    config, history = wandb_history(next(run_dir.glob("*.wandb")))
+    assert config["training.learning_rate"] == 2e-5
+    [event] = [h for h in history if "live_change" in h]
+    assert event["_step"] == n + 1 and event["live_change"] == "training.learning_rate: 5e-05 -> 2e-05 (cli)"
