@@ -102,7 +102,8 @@ def main() -> None:
         typical = statistics.median(step_ms(f) for f in frames(out) if f["type"] == "step") / 1000
         print(f"median step: {typical:.3f} s")
         print(f"set -> first step using it: median {statistics.median(delays):.3f} s, max {max(delays):.3f} s "
-              f"(at most the rest of the running step plus one step: <= {2 * typical:.3f} s expected)")
+              f"(the grpo-tui set process's own start included; the run's part is at most the rest of the "
+              f"running step plus one step, <= {2 * typical:.3f} s here)")
         print(f"a recompiling change (generation.temperature): the step that applies it takes "
               f"{statistics.median(ratios):.2f}x the median step; the worker's build time {statistics.median(builds):.3f} s")
     finally:  # the supervisor stops its worker on SIGTERM (after the running step)
