@@ -40,6 +40,7 @@ class GenFacts:
     finish_reason: str
     text: str = ""
     scores: dict[str, float | None] = field(default_factory=dict)  # each reward function's
+    repeats: bool = False  # its text loops (set once, when the doctor takes its step)
 
 
 @dataclass
@@ -51,11 +52,28 @@ class StepFacts:
     generations: list[GenFacts]
     eval_accuracy: float | None = None  # an evaluation after this step
 
+    _groups: list[list[GenFacts]] | None = None
+    _sums: dict[str, tuple[float, float, int]] | None = None
+    repeating: int = 0  # of the first TEXTS_PER_STEP generations with text, those that loop
+    texts: int = 0
+
     def groups(self) -> list[list[GenFacts]]:
-        by: dict[int, list[GenFacts]] = {}
-        for g in self.generations:
-            by.setdefault(g.prompt_index, []).append(g)
-        return [by[k] for k in sorted(by)]
+        """The generations by prompt (computed once: every rule of every window reads them)."""
+        if self._groups is None:
+            by: dict[int, list[GenFacts]] = {}
+            for g in self.generations:
+                by.setdefault(g.prompt_index, []).append(g)
+            self._groups = [by[k] for k in sorted(by)]
+        return self._groups
+
+    def score_sums(self, weights: dict[str, float]) -> dict[str, tuple[float, float, int]]:
+        """Per reward function: Σ, Σ² and count of its weighted scores this step (computed once)."""
+        if self._sums is None:
+            self._sums = {}
+            for label, w in weights.items():
+                values = [w * (g.scores.get(label) or 0.0) for g in self.generations]
+                self._sums[label] = (sum(values), sum(v * v for v in values), len(values))
+        return self._sums
 
 
 def _grade(value: float, marks: list[float], descending: bool = False) -> m.Severity | None:
@@ -281,10 +299,12 @@ def length_hacking(window: list[StepFacts], run: RunFigures, d: DoctorConfig, co
     if start is None or now is None or start <= 0 or window[0].step <= run.first[-1].step:
         return None
     growth = now / start - 1
+    severity = _grade(growth, d.length_hacking)
+    if severity is None:  # the rank correlation only when the lengths grew
+        return None
     gens = [g for s in window for g in s.generations if g.reward is not None]
     rho = _spearman([float(g.num_tokens) for g in gens], [float(g.reward or 0.0) for g in gens])
-    severity = _grade(growth, d.length_hacking)
-    if severity is None or rho < 0.6:
+    if rho < 0.6:
         return None
     message = (f"completions grew {_pct(growth)} longer since the start ({start:.0f} -> {now:.0f} tokens) and the reward "
                f"follows their length (rank correlation {rho:.2f}): the model may be paid for length, not for being "
@@ -295,19 +315,17 @@ def length_hacking(window: list[StepFacts], run: RunFigures, d: DoctorConfig, co
 
 
 def repetition(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
-    texts = [g for s in window for g in s.generations[:TEXTS_PER_STEP] if g.text]
+    texts = sum(s.texts for s in window)
     if not texts:
         return None
-    looping = [g for g in texts if repeats(g.text)]
-    share = len(looping) / len(texts)
+    share = sum(s.repeating for s in window) / texts
     severity = _grade(share, d.repetition)
     if severity is None:
         return None
     message = (f"{_pct(share)} of the last {len(window)} steps' completions repeat themselves (a 4-gram three times or "
                "more): degenerate loops; generation.repetition_stop_ngram / repetition_stop_count end them early, a "
                "repetition penalty or a lower learning rate prevents them")
-    keep = {id(g) for g in looping}
-    return Verdict(severity, message, {"repeating_share": share}, _evidence(window, lambda g: id(g) in keep))
+    return Verdict(severity, message, {"repeating_share": share}, _evidence(window, lambda g: g.repeats))
 
 
 def reward_dominance(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
@@ -318,19 +336,19 @@ def reward_dominance(window: list[StepFacts], run: RunFigures, d: DoctorConfig, 
     task = next((r.label for r in config.rewards if r.name == "accuracy"), None)
     if len(weights) < 2 or task is None:
         return None
-    gens = [g for s in window for g in s.generations]
-    means = {label: _mean(g.scores.get(label) for g in gens) for label in weights}
+    sums = {label: [0.0, 0.0, 0] for label in weights}  # the window's Σx, Σx², n of each weighted score
+    for s in window:
+        for label, (total, squares, n) in s.score_sums(weights).items():
+            acc = sums[label]
+            acc[0], acc[1], acc[2] = acc[0] + total, acc[1] + squares, acc[2] + n
+    means = {label: (acc[0] / acc[2] / (weights[label] or 1.0)) if acc[2] else None for label, acc in sums.items()}
     others = [label for label in weights if label != task and means[label] is not None]
     if means[task] == 0 and others and all((means[o] or 0.0) >= 0.95 for o in others):
         message = (f"the format rewards ({', '.join(others)}) are saturated while {task!r} stays at 0 over the last "
                    f"{len(window)} steps: the model learned the format, not the task")
         return Verdict("warning", message, {task: 0.0, **{o: means[o] or 0.0 for o in others}},
                        m.Evidence(steps=[s.step for s in window]))
-    spread: dict[str, float] = {}
-    for label, w in weights.items():
-        vals = [w * (g.scores.get(label) or 0.0) for g in gens]
-        mean = sum(vals) / max(len(vals), 1)
-        spread[label] = sum((v - mean) ** 2 for v in vals) / max(len(vals), 1)
+    spread = {label: max(0.0, acc[1] / acc[2] - (acc[0] / acc[2]) ** 2) if acc[2] else 0.0 for label, acc in sums.items()}
     total = sum(spread.values())
     label, part = max(spread.items(), key=lambda kv: kv[1])
     if total <= 1e-12 or label == task:
@@ -450,6 +468,10 @@ class Doctor:
         return changes
 
     def _take(self, facts: StepFacts) -> None:
+        with_text = [g for g in facts.generations if g.text][:TEXTS_PER_STEP]
+        for g in with_text:  # read once per step, not once per window that holds it
+            g.repeats = repeats(g.text)
+        facts.texts, facts.repeating = len(with_text), sum(g.repeats for g in with_text)
         self.window.append(facts)
         if len(self.run.first) < self.marks.window:
             self.run.first.append(facts)
