@@ -6,7 +6,7 @@
     python bench/attach.py --part cpu --against main~3   # one viewer's CPU, this checkout beside main~3
 
 ``paint``: a run of 10,000 steps and 500,000 generations (built synthetically once into .bench/: the
-store with tests/db/make_store.py, run.jsonl as the worker writes it: hello, init, the store's path,
+store with tests/tui/db/make_store.py, run.jsonl as the worker writes it: hello, init, the store's path,
 every step frame, two samples per step, an eval every 100 steps, a log line every 10 steps, a
 checkpoint every 500). A stand-in worker replays those frames through a real supervisor (so the
 socket's welcome counts them) and then idles. ``grpo-tui attach`` is started in a pseudo-terminal
@@ -105,7 +105,7 @@ def frames(store: Path, steps: int = STEPS) -> list[bytes]:
 
 def build_run(folder: Path) -> Path:
     """The store (once, cached) and the frames file."""
-    from tests.db.make_store import RunSpec, build_store
+    from tests.tui.db.make_store import RunSpec, build_store
 
     store = folder / STORE_FILE
     if not store.exists():

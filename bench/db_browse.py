@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.db.make_store import RunSpec, add_steps, build_store  # noqa: E402
+from tests.tui.db.make_store import RunSpec, add_steps, build_store  # noqa: E402
 
 from grpo_tui.tui.db import GenFilter, open_readonly  # noqa: E402
 from grpo_tui.tui.db import queries as q  # noqa: E402

@@ -15,7 +15,7 @@ from grpo_tui.tui.widgets.charts_view import ChartsView
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
 
-from ..db.make_store import RunSpec, build_store
+from .db.make_store import RunSpec, build_store
 from .conftest import wait_until
 from .scenarios import RUN, running
 

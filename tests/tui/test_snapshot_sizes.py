@@ -3,7 +3,7 @@
 
 import pytest
 
-from ..db.conftest import utc  # noqa: F401 (autouse: the Database tab shows local times)
+from .db.conftest import utc  # noqa: F401 (autouse: the Database tab shows local times)
 from .sized_scenarios import SIZED, SIZES, OPTIONS
 
 

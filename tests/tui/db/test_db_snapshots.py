@@ -1,4 +1,4 @@
-"""SVG snapshots of the Database view (update with ``pytest tests/db --snapshot-update``)."""
+"""SVG snapshots of the Database view (update with ``pytest tests/tui/db --snapshot-update``)."""
 
 import pytest
 

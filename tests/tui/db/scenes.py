@@ -1,6 +1,6 @@
 """States of the Database view reached by driving ``grpo-tui browse`` on the fixture store.
 
-Shared by the SVG snapshot tests and the screenshot (``python -m tests.db.scenes``), so the
+Shared by the SVG snapshot tests and the screenshot (``python -m tests.tui.db.scenes``), so the
 screenshot in ``screenshots/`` is exactly a state the tests pin.
 """
 
