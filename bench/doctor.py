@@ -76,7 +76,7 @@ def part_step(steps: int, rounds: int) -> None:
 
 
 def part_offline() -> None:
-    from tests.db.make_store import RunSpec, build_store
+    from tests.tui.db.make_store import RunSpec, build_store
 
     folder = ROOT / ".bench" / "doctor-offline"
     store = folder / "outputs.db"

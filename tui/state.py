@@ -16,9 +16,9 @@ from typing import Any, Literal, assert_never
 from grpo_tui.common.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.common.live_settings import live_keys, toml_value, value_at
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.control import LIVE_STATUSES
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.config_overrides import parse_key
+from grpo_tui.protocol.control import LIVE_STATUSES
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import duration
 from grpo_tui.tui.run_events import (
