@@ -79,6 +79,35 @@ class LogEntry:
 
 
 @dataclass
+class RunTotals:
+    """Best and mean reward and loss over the whole run (every step the worker has trained, a
+    resume's history included: mlx-node's stats after a resume)."""
+
+    best_reward: float | None = None
+    best_loss: float | None = None
+    _sums: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    _counts: list[int] = field(default_factory=lambda: [0, 0])
+
+    def add(self, reward: float | None, loss: float | None) -> None:
+        for i, value in enumerate((finite(reward), finite(loss))):
+            if value is not None:
+                self._sums[i] += value
+                self._counts[i] += 1
+        if (r := finite(reward)) is not None:
+            self.best_reward = r if self.best_reward is None else max(self.best_reward, r)
+        if (l := finite(loss)) is not None:
+            self.best_loss = l if self.best_loss is None else min(self.best_loss, l)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self._sums[0] / self._counts[0] if self._counts[0] else None
+
+    @property
+    def mean_loss(self) -> float | None:
+        return self._sums[1] / self._counts[1] if self._counts[1] else None
+
+
+@dataclass
 class RunState:
     clock: Callable[[], float]
     status: RunStatus = "starting"
@@ -109,6 +138,7 @@ class RunState:
     findings: dict[str, m.Finding] = field(default_factory=dict)  # the run doctor's, those that hold now (docs/doctor.md)
     slow_blas: bool = False  # the worker warned that it runs on the reference BLAS
     total_tokens: int = 0
+    totals: RunTotals = field(default_factory=RunTotals)  # best and mean reward and loss of the whole run
     error: str = ""
     fatal: m.Error | None = None  # the worker's last fatal error frame (how it ended, where its log is)
     complete: m.Complete | None = None
@@ -321,8 +351,10 @@ class RunState:
         self.changes = list(e.changes)  # the live changes the run goes on with
         for change in e.changes:
             self.book.mark(change.step, change.key)
+        self.totals = RunTotals()
         for row in e.history:
             self._record(row.step, row)
+            self.totals.add(row.reward, row.loss)
         self.total_tokens = e.aggregates.total_tokens
         if e.aggregates.avg_generation_ms is not None and e.aggregates.avg_training_ms is not None:
             self.step_ms.append(e.aggregates.avg_generation_ms + e.aggregates.avg_training_ms)
@@ -346,6 +378,7 @@ class RunState:
         if e.epoch != self.epoch:
             self.epoch, self.step_in_epoch = e.epoch, 0
         self.step, self.last_step = e.step, e
+        self.totals.add(e.reward, e.loss)
         self.step_in_epoch += 1
         self.total_tokens += e.num_tokens
         parts = [finite(e.generation_ms), finite(e.scoring_ms), finite(e.training_ms)]

@@ -20,6 +20,9 @@ from grpo_tui.tui.run_events import (
 )
 from grpo_tui.tui.state import RunState, ema, log_entry_for
 from tests.helpers.every_message import EVENTS
+from tests.helpers.worker_harness import tiny_model
+
+__all__ = ["tiny_model"]  # the fixture, imported for pytest
 
 
 class Clock:
@@ -147,3 +150,28 @@ def test_apply_refuses_what_is_not_an_event():
 
     with pytest.raises(AssertionError):
         RunState(clock=lambda: 0.0).apply(object())  # type: ignore[arg-type]
+
+
+def test_the_run_totals_after_a_resume_cover_the_whole_run(tmp_path, tiny_model):
+    """mlx-node's stats after a resume: best and mean reward and loss over every step of the run, the
+    resumed steps' history (from the real worker's resume_state) and the steps after it."""
+    from tests.helpers.worker_harness import WorkerProcess, reward_config, write_config
+
+    rewards = reward_config(tmp_path, "varied")
+    first = WorkerProcess(write_config(tmp_path, tiny_model, rewards=rewards, training={"silent_patience": 0}))
+    first.wait_for(m.Complete)
+    assert first.finish() == 0
+    early = {s.step: s for s in first.of(m.Step) if s.step <= 2}
+    config = write_config(tmp_path, tiny_model, rewards=rewards, training={"silent_patience": 0},
+                          checkpoint={"resume": str(tmp_path / "out" / "checkpoint-2")})
+    again = WorkerProcess(config)
+    again.wait_for(m.Complete)
+    assert again.finish() == 0
+    state = RunState(clock=lambda: 0.0)
+    for event in again.events:
+        state.apply(event)
+    rewards_seen = [early[1].reward, early[2].reward] + [s.reward for s in again.of(m.Step)]
+    losses = [early[1].loss, early[2].loss] + [s.loss for s in again.of(m.Step)]
+    assert state.totals.best_reward == pytest.approx(max(rewards_seen))
+    assert state.totals.mean_reward == pytest.approx(sum(rewards_seen) / len(rewards_seen))
+    assert state.totals.mean_loss == pytest.approx(sum(losses) / len(losses))

@@ -63,6 +63,8 @@ class StatsPanel(Widget):
                 cell("ms", ("gen", whole(s.generation_ms)), ("score", whole(s.scoring_ms)),
                      ("train", whole(s.training_ms))),
                 cell("memory", ("peak", megabytes(s.peak_memory_mb)), ("active", megabytes(s.active_memory_mb))),
+                cell("run reward", ("best", number(state.totals.best_reward)), ("mean", number(state.totals.mean_reward))),
+                cell("run loss", ("best", number(state.totals.best_loss)), ("mean", number(state.totals.mean_loss))),
                 cell("lr", ("", number(s.learning_rate))),
                 cell("grad norm", ("", number(s.grad_norm))),
             ]
