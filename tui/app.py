@@ -40,6 +40,7 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
+from grpo_tui.tui.process_state import process_state
 from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
@@ -50,6 +51,7 @@ from grpo_tui.tui.run_events import (
     RunFailed,
     StopAsked,
     WorkerEnded,
+    WorkerSilent,
 )
 from grpo_tui.tui.run_link import CloseCountdown, Decision, PushScreen, RunLink
 from grpo_tui.tui.run_messages import (
@@ -129,12 +131,13 @@ class GrpoApp(App[int]):
         stop_timeout_s: float = 120.0,
         flush_interval_s: float = FLUSH_INTERVAL_S,
         nice: int | None = None,
+        stall_after_s: float = 30.0,
     ) -> None:
         """``nice``: the priority the dashboard takes once its run is started (tui/priority.py); the
         command line's dashboards pass one, an app built in a test keeps the test's."""
         super().__init__()
         self.config, self.flush_interval_s, self.nice = config, flush_interval_s, nice
-        self.state = RunState(clock=clock, run_name=config.run_name)
+        self.state = RunState(clock=clock, run_name=config.run_name, stall_after_s=stall_after_s)
         self.run_link = RunLink(
             self, self.fold, self.state, config, config_path=config_path,
             worker_argv=list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path]),
@@ -344,6 +347,10 @@ class GrpoApp(App[int]):
         self._on_timer()
 
     def _on_timer(self, clock: bool = True) -> None:
+        quiet = self.state.quiet_for()
+        if clock and quiet is not None and quiet >= self.state.silence_after():  # a stopped or hung worker
+            connection = self.run_link.connection
+            self._pending.append(WorkerSilent(quiet, process_state(connection.worker_pid if connection else 0)))
         try:
             self.flush(always={"header"} if clock else set())  # the header's elapsed time and ETA tick
         except NoMatches:  # a tick that lands while the app is tearing down its widgets
@@ -377,7 +384,8 @@ class GrpoApp(App[int]):
                     self.steering.tell(event)
                     if entry := log_entry_for(event):
                         logs.append(entry)
-                case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
+                case (RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | WorkerSilent() | OpenedReadOnly()
+                  | RunAge() | DashboardNote()):
                     dirty |= self._fold_own(item, logs)
                 case WorkerStderr(line=line):
                     self.run_link.heard_stderr(line)

@@ -49,6 +49,15 @@ class PauseAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerSilent:
+    """The running worker has sent nothing for ``seconds`` (longer than its steps take): stopped,
+    hung, or lost. ``process``: what its process is doing, when that can be told (tui/process_state.py)."""
+
+    seconds: float
+    process: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class OpenedReadOnly:
     """No run answers: its history was read back from run.jsonl, and nothing runs."""
 
@@ -69,4 +78,6 @@ class DashboardNote:
     message: str
 
 
-DashboardEvent = Union[RunFailed, WorkerEnded, RestartBegan, StopAsked, PauseAsked, OpenedReadOnly, RunAge, DashboardNote]
+DashboardEvent = Union[
+    RunFailed, WorkerEnded, RestartBegan, StopAsked, PauseAsked, WorkerSilent, OpenedReadOnly, RunAge, DashboardNote,
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, assert_never
+from typing import Any, Literal, assert_never, get_args
 
 from grpo_tui.common.blas_warning import PREFIX as SLOW_BLAS
 from grpo_tui.common.live_settings import live_keys, toml_value, value_at
@@ -31,6 +31,7 @@ from grpo_tui.tui.run_events import (
     RunFailed,
     StopAsked,
     WorkerEnded,
+    WorkerSilent,
 )
 from grpo_tui.tui.series import HISTORY_LIMIT, RewardSpread, SeriesBook
 from grpo_tui.tui.views import Part
@@ -112,6 +113,9 @@ class RunState:
     clock: Callable[[], float]
     status: RunStatus = "starting"
     pausing: bool = False  # a pause was asked for and the running step has not ended yet
+    stall_after_s: float = 30.0  # a running worker silent this long (or three steps) is said to be silent
+    last_heard: float = 0.0  # the clock at its last frame
+    silent: WorkerSilent | None = None  # it has said nothing for a while (the header says so)
     phase: str = "loading"
     phase_message: str = "starting the worker"
     worker_version: str = ""
@@ -153,7 +157,7 @@ class RunState:
     spread: RewardSpread = field(default_factory=RewardSpread)  # each step's completion rewards
 
     def __post_init__(self) -> None:
-        self.started_at = self.clock()
+        self.started_at = self.last_heard = self.clock()
 
     # ------------------------------------------------------------ derived values
 
@@ -217,6 +221,26 @@ class RunState:
     # ------------------------------------------------------------ folding events
 
     def apply(self, event: m.Event | DashboardEvent, *, charted: bool = True) -> set[Part]:
+        """``_fold`` the event; a frame of the worker also ends a silence (``WorkerSilent``)."""
+        if isinstance(event, get_args(DashboardEvent)):
+            return self._fold(event, charted)
+        self.last_heard = self.clock()
+        if self.silent is None:
+            return self._fold(event, charted)
+        self.silent = None
+        return self._fold(event, charted) | {"header"}
+
+    def quiet_for(self) -> float | None:
+        """Seconds since the running worker's last frame (None unless it is running)."""
+        return self.clock() - self.last_heard if self.status == "running" else None
+
+    def silence_after(self) -> float:
+        """How long a running worker may say nothing before the header says so: the larger of
+        ``stall_after_s`` and three of its mean steps (a long step is not a stall)."""
+        mean_step = sum(self.step_ms) / len(self.step_ms) / 1000 if self.step_ms else 0.0
+        return max(self.stall_after_s, 3 * mean_step)
+
+    def _fold(self, event: m.Event | DashboardEvent, charted: bool) -> set[Part]:
         """Fold one event in; returns the names of the parts of the screen to refresh. A step that
         is not ``charted`` (more than ``HISTORY_LIMIT`` steps follow it in the batch, as ``attach``
         folds a run's history) only counts: its charts would drop it anyway.
@@ -227,7 +251,8 @@ class RunState:
             case m.Step() if not charted:
                 self._count_step(event)
                 return set()
-            case RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | OpenedReadOnly() | RunAge() | DashboardNote():
+            case (RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | WorkerSilent() | OpenedReadOnly()
+                  | RunAge() | DashboardNote()):
                 return self._on_dashboard_event(event)
             case m.Hello():
                 return self._on_hello(event)
@@ -301,6 +326,8 @@ class RunState:
                 self.phase_message = "retrying" if e.retry else f"restart {e.attempt}: resuming from the latest checkpoint"
             case StopAsked():
                 self.status, self.phase_message, self.pausing = "stopping", "waiting for the final checkpoint", False
+            case WorkerSilent():
+                self.silent = e
             case PauseAsked():
                 self.pausing = self.status == "running"  # said at once; the worker pauses after the running step
             case OpenedReadOnly():

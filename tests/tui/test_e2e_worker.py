@@ -113,3 +113,30 @@ async def test_p_says_pausing_at_once_and_paused_when_the_step_ends(tmp_path, ti
         assert "pausing" not in str(header.render()) and "paused" in str(header.render())
         await pilot.press("q", "y")
         await wait_until(pilot, lambda: not app.is_running, timeout=90)
+
+
+@pytest.mark.slow
+async def test_a_stopped_worker_is_said_to_be_silent_with_its_process_state(tmp_path, tiny_model):
+    import os
+    import signal
+
+    config_path = write_config(tmp_path, tiny_model, training={"max_steps": 5000, "num_epochs": 2000, "silent_patience": 0},
+                               checkpoint={"save_every": 0})
+    app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0, stall_after_s=2.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.step >= 2, timeout=120)
+        pid = app.run_link.connection.worker_pid
+        header = app.query_one("#header")
+        os.kill(pid, signal.SIGSTOP)  # as `kill -STOP`: no frame comes, the header keeps "running"
+        try:
+            await wait_until(pilot, lambda: app.state.silent is not None, timeout=30)
+            await pilot.pause(1.2)
+            shown = str(header.render())
+            assert "no word from the worker for" in shown and "its process is stopped" in shown
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await wait_until(pilot, lambda: app.state.silent is None, timeout=60)  # its next frame ends the notice
+        await pilot.pause(1.2)
+        assert "no word" not in str(header.render())
+        await pilot.press("q", "y")
+        await wait_until(pilot, lambda: not app.is_running, timeout=90)

@@ -17,6 +17,7 @@ from grpo_tui.tui.run_events import (
     RunFailed,
     StopAsked,
     WorkerEnded,
+    WorkerSilent,
 )
 from grpo_tui.tui.state import RunState, ema, log_entry_for
 from tests.helpers.every_message import EVENTS

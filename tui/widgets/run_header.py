@@ -41,6 +41,9 @@ class RunHeader(Static):
             text.append(f" ({phase})", "dim")
         text.append(f" · elapsed {duration(state.elapsed())}")
         text.append(f" · ETA {duration(state.eta_seconds())}")
+        if state.silent is not None:  # no frame for longer than its steps take: stopped, hung or lost
+            what = f" (its process is {state.silent.process})" if state.silent.process else ""
+            text.append(f" · ⚠ no word from the worker for {duration(state.silent.seconds)}{what}", "bold yellow")
         if state.findings:  # the run doctor's health badge (docs/doctor.md)
             text.append(" · ")
             text.append(*health_badge(state))
