@@ -131,11 +131,23 @@ def test_every_event_type_folds(event):
 
 
 @pytest.mark.parametrize("event", [RunFailed("x"), WorkerEnded("x"), RestartBegan(1, False), StopAsked(), PauseAsked(),
-                                   OpenedReadOnly(), RunAge(1.0), DashboardNote("info", "x")], ids=lambda e: type(e).__name__)
+                                   WorkerSilent(40.0, "running"), OpenedReadOnly(), RunAge(1.0), DashboardNote("info", "x")],
+                         ids=lambda e: type(e).__name__)
 def test_every_dashboard_event_folds(event):
-    assert set(get_args(DashboardEvent)) == {RunFailed, WorkerEnded, RestartBegan, StopAsked, PauseAsked, OpenedReadOnly,
-                                             RunAge, DashboardNote}
+    assert set(get_args(DashboardEvent)) == {RunFailed, WorkerEnded, RestartBegan, StopAsked, PauseAsked, WorkerSilent,
+                                             OpenedReadOnly, RunAge, DashboardNote}
     RunState(clock=lambda: 0.0).apply(event)
+
+
+def test_a_silent_worker_is_said_after_its_steps_and_its_next_frame_ends_it():
+    now = [0.0]
+    state = RunState(clock=lambda: now[0], stall_after_s=30.0)
+    state.apply(m.Step(step=1, epoch=0, generation_ms=20_000.0, training_ms=20_000.0))  # 40 s steps
+    now[0] = 100.0
+    assert state.quiet_for() == 100.0 and state.silence_after() == 120.0  # three steps, not 30 s
+    state.apply(WorkerSilent(100.0, "stopped (SIGSTOP or ctrl+z)"))
+    assert state.silent is not None
+    assert "header" in state.apply(m.Status(phase="training", message="")) and state.silent is None
 
 
 def test_a_pause_asked_for_is_said_until_the_worker_pauses():
