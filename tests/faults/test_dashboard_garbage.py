@@ -81,7 +81,7 @@ async def test_a_partial_line_at_eof_is_reported_and_the_exit_is_handled(tmp_pat
         await pilot.pause(0.3)
         screen = logs_on_screen(app)
         assert 'bad frame (malformed JSON): {"type": "step", "step": 2, "epo' in screen
-        assert "worker exited with code 0" in screen  # it ended without `complete`: said so
+        assert "worker exited with code 1" in screen  # it ended without `complete`: a death, whatever its own code (0)
         await quit_app(app, pilot)
     assert process_gone(grandchild(tmp_path))
 
