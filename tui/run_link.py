@@ -219,7 +219,8 @@ class RunLink:
     # ------------------------------------------------------------ leaving
 
     async def quit(self) -> None:
-        """q: while the run goes on, ask: stop it, leave it running, or cancel. q again while stopping: kill now."""
+        """q: while the run goes on, ask: stop it, stop it and stay, leave it running, or cancel. q again while
+        stopping: kill now."""
         if self.quitting:
             self.app.notify("killing the worker")
             if self.connection:
@@ -229,6 +230,8 @@ class RunLink:
             def answered(choice: str | None) -> None:
                 if choice == "stop":
                     self.stop_and_exit()
+                elif choice == "stay":
+                    self.stop_and_stay()
                 elif choice == "leave":
                     self.app.call_later(self.detach)
 
@@ -253,6 +256,20 @@ class RunLink:
 
     async def _stop_and_exit(self) -> None:
         self.quitting = True
+        await self._stop()
+        self.app.exit(self.exit_code())
+
+    def stop_and_stay(self) -> None:
+        """Stop the run as ``stop_and_exit`` does, and keep this dashboard open on the finished run
+        (every tab, read-only; q closes it)."""
+        self.app.run_worker(self._stop_and_stay(), name="stop_and_stay", group="stop", exclusive=True)
+
+    async def _stop_and_stay(self) -> None:
+        await self._stop()
+        self.post([DashboardNote("info", "the run is stopped; this dashboard stays on it, read-only (q closes it)")])
+
+    async def _stop(self) -> None:
+        """Ask the run to stop and wait for its final checkpoint and last frames (a kill past the timeout)."""
         self.post([StopAsked()])
         assert self.connection is not None
         await self.connection.send(m.Stop())
@@ -263,7 +280,6 @@ class RunLink:
         with contextlib.suppress(asyncio.TimeoutError):  # its last frames (the final checkpoint) first
             await asyncio.wait_for(self.worker_gone.wait(), 10.0)
         self.post([])  # what is still waiting for the timer
-        self.app.exit(self.exit_code())
 
     async def close(self) -> None:
         """The dashboard is closing: the run is the supervisor's, leaving the dashboard never stops it."""

@@ -140,3 +140,27 @@ async def test_a_stopped_worker_is_said_to_be_silent_with_its_process_state(tmp_
         assert "no word" not in str(header.render())
         await pilot.press("q", "y")
         await wait_until(pilot, lambda: not app.is_running, timeout=90)
+
+
+@pytest.mark.slow
+async def test_stop_and_stay_keeps_the_dashboard_on_the_finished_run(tmp_path, tiny_model):
+    config_path = write_config(tmp_path, tiny_model, training={"max_steps": 5000, "num_epochs": 2000, "silent_patience": 0},
+                               checkpoint={"save_every": 0})
+    app = GrpoApp(str(config_path), load_config(config_path), stop_timeout_s=60.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.step >= 1, timeout=120)
+        pid = app.run_link.connection.worker_pid
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmQuitScreen)
+        await pilot.press("k")  # stop the run, keep the dashboard
+        await wait_until(pilot, lambda: app.state.complete is not None and process_gone(pid), timeout=90)
+        await pilot.pause(0.5)
+        assert app.is_running and app.state.status == "done" and app.state.complete.status == "stopped"
+        assert any(c.kind == "final" for c in app.state.checkpoints)
+        for tab in "12345":  # every tab still opens on the finished run
+            await pilot.press(tab)
+            await pilot.pause(0.2)
+        assert app.check_action("pause", ()) is not True  # nothing left to steer
+        await pilot.press("q")  # now it closes at once
+        await wait_until(pilot, lambda: not app.is_running, timeout=30)
+    assert app.return_value == 4

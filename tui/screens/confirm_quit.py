@@ -1,4 +1,4 @@
-"""Asks before quitting while the run goes on: stop it, leave it running, or cancel."""
+"""Asks before quitting while the run goes on: stop it, stop it and stay, leave it running, or cancel."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-QuitChoice = Literal["stop", "leave"]
+QuitChoice = Literal["stop", "stay", "leave"]
 
 
 class ConfirmQuitScreen(ModalScreen[QuitChoice | None]):
-    """Dismissed with "stop" (stop the run, save a final checkpoint, quit), "leave" (quit, the run
+    """Dismissed with "stop" (stop the run, save a final checkpoint, quit), "stay" (stop it the same
+    way and keep this dashboard on the finished run, every tab read-only), "leave" (quit, the run
     goes on; ``grpo-tui attach`` comes back to it) or None (cancel)."""
 
     BINDINGS = [
         Binding("y,s", "answer('stop')", "stop the run"),
+        Binding("k", "answer('stay')", "stop, keep the dashboard"),
         Binding("l,d,enter", "answer('leave')", "leave it running"),
         Binding("n,c,escape", "answer(None)", "cancel"),
     ]
@@ -27,10 +29,12 @@ class ConfirmQuitScreen(ModalScreen[QuitChoice | None]):
         with Vertical(id="quit-box", classes="dialog"):
             yield Static(
                 "Training is still running.\n"
-                "Stop it (a final checkpoint is saved), or leave it running and come back with grpo-tui attach?"
+                "Stop it (a final checkpoint is saved) and close or keep this dashboard, or leave it running and "
+                "come back with grpo-tui attach?"
             )
             with Horizontal(classes="buttons"):
                 yield Button("Stop the run (y)", id="stop", variant="error")
+                yield Button("Stop, keep the dashboard (k)", id="stay", variant="warning")
                 yield Button("Leave it running (l)", id="leave", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
 
@@ -39,4 +43,4 @@ class ConfirmQuitScreen(ModalScreen[QuitChoice | None]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         choice = event.button.id
-        self.dismiss("stop" if choice == "stop" else "leave" if choice == "leave" else None)
+        self.dismiss(choice if choice in ("stop", "stay", "leave") else None)  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ KEYS = (
     ("ctrl+p", "command palette with the same actions"),
     ("?", "this help"),
     ("d", "detach: close the dashboard, the run goes on (grpo-tui attach returns)"),
-    ("q", "quit (while training asks: stop the run, leave it running, or cancel)"),
+    ("q", "quit (while training asks: stop the run, stop it and stay, leave it running, or cancel)"),
 )
 
 
