@@ -40,6 +40,20 @@ VIEW_KEYS = [
     Binding("l", "log_level", "log level"),
     Binding("z", "toggle_maximize", "maximize"),
 ]
+# Moving through a table or the log as mlx-node's terminal UI (and vi) does, on the focused table or
+# log; a text box takes them as text. In the tables ``g`` stays the group view (Samples, Database),
+# so the first row is ``home`` there; the log has ``g`` too.
+TABLE_KEYS = [
+    Binding("j", "cursor_down", "down", show=False),
+    Binding("k", "cursor_up", "up", show=False),
+    Binding("G", "scroll_bottom", "last row", show=False),
+]
+LOG_KEYS = [
+    Binding("j", "scroll_down", "down", show=False),
+    Binding("k", "scroll_up", "up", show=False),
+    Binding("g", "scroll_home", "first line", show=False),
+    Binding("G", "scroll_end", "last line", show=False),
+]
 # The actions of VIEW_KEYS (the dashboard screen's), by name.
 VIEW_ACTIONS = frozenset(key.action.split("(")[0] for key in VIEW_KEYS)
 

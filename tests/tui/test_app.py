@@ -15,6 +15,7 @@ from tests.helpers.fake_worker import MISTAKE
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
+from grpo_tui.tui.state import LogEntry
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.reward_chart import RewardChart
 
@@ -405,3 +406,33 @@ async def test_a_periodic_checkpoint_waits_for_the_next_redraw_a_saved_one_is_dr
         app.post_message(WorkerFrames([WorkerEvent(m.Checkpoint(path="x/checkpoint-2", step=2, kind="manual"))]))
         await pilot.pause()
         assert app._prompt is not None
+
+
+async def test_j_k_and_G_move_through_the_tables_and_g_G_through_the_log(make_app):
+    app = make_app("--steps", "12", "--samples", "8", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 12 and len(app.state.samples) == 8)
+        await wait_until(pilot, lambda: table_rows(app) == 8)
+        table = app.query_one("#samples-table", DataTable)
+        table.focus()
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        assert table.cursor_row == 7
+        await pilot.press("2")  # the Logs tab: its text moves with j / k and g / G
+        view = app.query_one("#logs-view", RichLog)
+        view.focus()
+        await pilot.pause(0.1)
+        for i in range(80):  # more lines than the tab shows
+            app.add_logs([LogEntry("info", f"line {i}", "dashboard")])
+        await pilot.pause(0.2)
+        assert view.max_scroll_y > 0
+        view.scroll_end(animate=False)
+        await pilot.press("g")
+        await pilot.pause(0.1)
+        assert view.scroll_y == 0
+        await pilot.press("G")
+        await pilot.pause(0.1)
+        assert view.scroll_y == view.max_scroll_y

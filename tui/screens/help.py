@@ -24,6 +24,7 @@ KEYS = (
     ("w", "Charts tab: last 100 / last 500 steps / the whole run"),
     ("arrows", "Charts tab: move between charts; enter: full screen"),
     ("l", "cycle the log level filter (Logs tab)"),
+    ("j / k / G", "a row down / up, the last row (tables and the log; g: the log's first line)"),
     ("/", "Database search: the text as typed; fts: a OR b, NOT, pre* for operators"),
     ("text box", "takes every printable key as text (1-5, p, q... too); esc leaves it, tab goes to the next tab"),
     ("ctrl+p", "command palette with the same actions"),

@@ -16,6 +16,8 @@ from rich.console import RenderableType
 from textual.message import Message
 from textual.widgets import DataTable
 
+from grpo_tui.tui.widgets.list_table import ListTable
+
 Row = TypeVar("Row")
 
 
@@ -31,7 +33,7 @@ class RowMessage(Message):
         return self.table
 
 
-class DatabaseTable(DataTable, Generic[Row]):
+class DatabaseTable(ListTable, Generic[Row]):
     """Store rows of one kind. Subclasses set ``COLUMNS`` (key → header) and ``key`` / ``cells``."""
 
     COLUMNS: ClassVar[dict[str, str]] = {}

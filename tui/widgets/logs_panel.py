@@ -12,6 +12,7 @@ from textual.widgets import RichLog, Static
 
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.state import LogEntry
+from grpo_tui.tui.widgets.log_view import LogView
 
 LEVELS = ("debug", "info", "warning", "error")
 _STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red"}
@@ -26,7 +27,7 @@ class LogsPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="logs-title")
-        yield RichLog(id="logs-view", max_lines=MAX_ENTRIES, wrap=True, markup=False, highlight=False)
+        yield LogView(id="logs-view", max_lines=MAX_ENTRIES, wrap=True, markup=False, highlight=False)
 
     def on_mount(self) -> None:
         self._title()

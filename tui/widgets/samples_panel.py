@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Static
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import number
 from grpo_tui.tui.inert import inert
+from grpo_tui.tui.widgets.list_table import ListTable
 
 REDRAW_INTERVAL_S = 1.0  # one table rebuild a second at most, however fast the steps come
 # A flush that comes a little early still draws: a timer for the rest would redraw the table in a
@@ -48,7 +49,7 @@ class SamplesPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no samples yet", "dim"), id="samples-title")
-        table: DataTable[object] = DataTable(id="samples-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[object] = ListTable(id="samples-table", cursor_type="row", zebra_stripes=True)
         for label, width in COLUMNS:
             table.add_column(label, width=width)
         with Vertical(id="samples-body"):  # the table's colours below its rows (app.tcss)

@@ -348,3 +348,19 @@ async def test_live_refresh_on_key_and_timer(store_path, writer):
                 break
         assert len(steps.rows_data) == 7
         assert app.query_one(DatabaseRunsTable).rows_data[0].steps == 7
+
+
+async def test_j_and_k_move_through_the_database_tables(store_path):
+    app = BrowseApp(str(store_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        runs = app.query_one(DatabaseRunsTable)
+        await pilot.press("j")
+        assert runs.cursor_row == 1
+        await pilot.press("k")
+        assert runs.cursor_row == 0
+        await pilot.press("j", "enter")
+        await settle(pilot)
+        steps = app.query_one(DatabaseStepsTable)
+        await pilot.press("G")
+        assert view(app).level == "steps" and steps.cursor_row == len(steps.rows_data) - 1
