@@ -40,7 +40,6 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
-from grpo_tui.tui.process_state import process_state
 from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
@@ -347,10 +346,7 @@ class GrpoApp(App[int]):
         self._on_timer()
 
     def _on_timer(self, clock: bool = True) -> None:
-        quiet = self.state.quiet_for()
-        if clock and quiet is not None and quiet >= self.state.silence_after():  # a stopped or hung worker
-            connection = self.run_link.connection
-            self._pending.append(WorkerSilent(quiet, process_state(connection.worker_pid if connection else 0)))
+        self._pending += self.run_link.silence() if clock else []  # a stopped or hung worker
         try:
             self.flush(always={"header"} if clock else set())  # the header's elapsed time and ETA tick
         except NoMatches:  # a tick that lands while the app is tearing down its widgets

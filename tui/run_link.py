@@ -45,9 +45,11 @@ from grpo_tui.tui.run_events import (
     RunFailed,
     StopAsked,
     WorkerEnded,
+    WorkerSilent,
 )
 from grpo_tui.tui.run_history import read_history
 from grpo_tui.tui.run_messages import RunItem, WorkerExited, WorkerOutput
+from grpo_tui.tui.process_state import process_state
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.crash import CrashScreen, MistakeScreen
 from grpo_tui.tui.state import RunState
@@ -146,6 +148,14 @@ class RunLink:
             return
         self.post([*items, OpenedReadOnly()])
         self.app.notify("read-only: this run is over", timeout=5)
+
+    def silence(self) -> list[WorkerSilent]:
+        """A running worker that has said nothing for longer than its steps take (the app's timer asks
+        once a second), with what its process is doing."""
+        quiet = self.state.quiet_for()
+        if quiet is None or quiet < self.state.silence_after():
+            return []
+        return [WorkerSilent(quiet, process_state(self.connection.worker_pid if self.connection else 0))]
 
     async def send(self, command: m.Command) -> bool:
         if not self.connection or not await self.connection.send(command):

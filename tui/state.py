@@ -253,7 +253,7 @@ class RunState:
                 return set()
             case (RunFailed() | WorkerEnded() | RestartBegan() | StopAsked() | PauseAsked() | WorkerSilent() | OpenedReadOnly()
                   | RunAge() | DashboardNote()):
-                return self._on_dashboard_event(event)
+                return fold_dashboard_event(self, event)
             case m.Hello():
                 return self._on_hello(event)
             case m.Status():
@@ -313,34 +313,6 @@ class RunState:
                 return set()
             case _:
                 assert_never(event)
-
-    def _on_dashboard_event(self, e: DashboardEvent) -> set[Part]:
-        match e:
-            case RunFailed(message=message):
-                self.status, self.error, self.ended_at = "error", message, self.clock()
-            case WorkerEnded(error=error):
-                self.status, self.ended_at, self.error = "error", self.clock(), error
-            case RestartBegan():
-                self.status, self.complete, self.error, self.fatal, self.ended_at = "restarting", None, "", None, None
-                self.phase = "loading"
-                self.phase_message = "retrying" if e.retry else f"restart {e.attempt}: resuming from the latest checkpoint"
-            case StopAsked():
-                self.status, self.phase_message, self.pausing = "stopping", "waiting for the final checkpoint", False
-            case WorkerSilent():
-                self.silent = e
-            case PauseAsked():
-                self.pausing = self.status == "running"  # said at once; the worker pauses after the running step
-            case OpenedReadOnly():
-                if self.status in LIVE_STATUSES:  # it never said complete: killed, or it lost its supervisor
-                    self.status, self.phase_message = "error", "the run is not running"
-            case RunAge(seconds=seconds):
-                self.started_at = (self.ended_at if self.ended_at is not None else self.clock()) - seconds
-                return set()
-            case DashboardNote():
-                return set()
-            case _:
-                assert_never(e)
-        return {"header", "bindings"}
 
     def _on_hello(self, e: m.Hello) -> set[Part]:
         self.worker_version = e.worker_version
@@ -433,6 +405,36 @@ class RunState:
         self.complete, self.status, self.phase, self.ended_at = e, status, "idle", self.clock()
         self.phase_message = f"{e.status} after {e.total_steps} steps in {duration(e.seconds)}"
         return {"header", "bindings", "progress"}
+
+
+def fold_dashboard_event(state: RunState, e: DashboardEvent) -> set[Part]:
+    """What the dashboard itself learned (tui/run_events.py), into ``state`` (``RunState.apply``'s)."""
+    match e:
+        case RunFailed(message=message):
+            state.status, state.error, state.ended_at = "error", message, state.clock()
+        case WorkerEnded(error=error):
+            state.status, state.ended_at, state.error = "error", state.clock(), error
+        case RestartBegan():
+            state.status, state.complete, state.error, state.fatal, state.ended_at = "restarting", None, "", None, None
+            state.phase = "loading"
+            state.phase_message = "retrying" if e.retry else f"restart {e.attempt}: resuming from the latest checkpoint"
+        case StopAsked():
+            state.status, state.phase_message, state.pausing = "stopping", "waiting for the final checkpoint", False
+        case WorkerSilent():
+            state.silent = e
+        case PauseAsked():
+            state.pausing = state.status == "running"  # said at once; the worker pauses after the running step
+        case OpenedReadOnly():
+            if state.status in LIVE_STATUSES:  # it never said complete: killed, or it lost its supervisor
+                state.status, state.phase_message = "error", "the run is not running"
+        case RunAge(seconds=seconds):
+            state.started_at = (state.ended_at if state.ended_at is not None else state.clock()) - seconds
+            return set()
+        case DashboardNote():
+            return set()
+        case _:
+            assert_never(e)
+    return {"header", "bindings"}
 
 
 def log_entry_for(event: m.Event | DashboardEvent) -> LogEntry | None:

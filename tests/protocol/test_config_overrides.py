@@ -88,6 +88,7 @@ def test_run_hands_the_overrides_to_the_worker_it_starts(root, monkeypatch):
         return 0
 
     monkeypatch.setattr(app, "run_dashboard", fake_dashboard)
+    monkeypatch.setattr("grpo_tui.tui.cli.no_screen", lambda: None)  # as in a terminal: pytest's stdout is none
     assert main(["run", str(root / "examples" / "quickstart.toml"), "--set", "grpo.beta=0.04", "--ranks", "1"]) == 0
     assert seen["config"].grpo.beta == 0.04  # the dashboard shows the overridden config
     assert seen["worker_args"] == ["--ranks", "1", "--set", "grpo.beta=0.04"]  # and the worker trains with it

@@ -117,7 +117,7 @@ def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:
     assert state.eval_curves()[0] == state.eval_curves()[0]
     only_reward = RunState(clock=lambda: 0.0)
     only_reward.apply(m.Eval(step=2, reward=1.5))
-    assert only_reward.eval_series() == ("eval reward", [2], [1.5])
+    assert only_reward.eval_curves() == [("eval reward", [2], [1.5])]
 
 
 BASE = '[model]\npath = "org/model"\n[data]\npath = "d.jsonl"\n[[rewards]]\nname = "accuracy"\n'

@@ -32,9 +32,10 @@ class ConfirmQuitScreen(ModalScreen[QuitChoice | None]):
                 "Stop it (a final checkpoint is saved) and close or keep this dashboard, or leave it running and "
                 "come back with grpo-tui attach?"
             )
-            with Horizontal(classes="buttons"):
+            with Horizontal(classes="buttons"):  # two rows: four buttons do not fit the dialog's width
                 yield Button("Stop the run (y)", id="stop", variant="error")
-                yield Button("Stop, keep the dashboard (k)", id="stay", variant="warning")
+                yield Button("Stop and stay here (k)", id="stay", variant="warning")
+            with Horizontal(classes="buttons"):
                 yield Button("Leave it running (l)", id="leave", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
 
