@@ -218,7 +218,7 @@ def truncation(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config
 
 
 def pass_rate(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
-    label = next((r.label for r in config.rewards if r.name == "accuracy"), None)
+    label = config.accuracy_label
     if label is None:
         return None
     rates = []
@@ -333,7 +333,7 @@ def reward_dominance(window: list[StepFacts], run: RunFigures, d: DoctorConfig, 
     rewards saturated while correctness stays at 0. Without an ``accuracy`` reward the doctor cannot
     tell the task's reward from the others, and says nothing."""
     weights = {r.label: r.weight for r in config.rewards}
-    task = next((r.label for r in config.rewards if r.name == "accuracy"), None)
+    task = config.accuracy_label
     if len(weights) < 2 or task is None:
         return None
     sums = {label: [0.0, 0.0, 0] for label in weights}  # the window's Σx, Σx², n of each weighted score

@@ -466,6 +466,12 @@ class Config(_Section):
             raise _invalid("rewards", self.rewards, "— at least one [[rewards]] table is needed")
 
     @property
+    def accuracy_label(self) -> str | None:
+        """The reward whose mean is a run's accuracy (eval, the doctor's pass rates): the built-in
+        ``accuracy``, when configured."""
+        return next((r.label for r in self.rewards if r.name == "accuracy"), None)
+
+    @property
     def run_name(self) -> str:
         return self.name or Path(self.checkpoint.output_dir).name
 

@@ -14,7 +14,6 @@ from collections.abc import Awaitable
 from typing import Callable
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import mean_of
 from grpo_tui.worker.context import RunContext
 from grpo_tui.worker.records import EvalBatch, Trainer
@@ -36,11 +35,6 @@ def eval_seed(seed: int, step: int) -> int:
     way after a resume. (Each training step reseeds from (seed, step), so an evaluation between
     steps leaves the training stream as it was.)"""
     return (seed * 1_000_003 + step + 0x5EED_E7A1) % 2**32
-
-
-def accuracy_label(config: Config) -> str | None:
-    """The reward whose mean is an evaluation's accuracy: the built-in ``accuracy``, when configured."""
-    return next((r.label for r in config.rewards if r.name == "accuracy"), None)
 
 
 def chunks(count: int, size: int) -> list[range]:
@@ -105,7 +99,7 @@ async def run_eval(run: RunContext, step: int, between_batches: Callable[[], Awa
     cfg, trainer = run.config.eval, run.trainer
     assert cfg is not None  # the loop evaluates only with an [eval] section
     count = trainer.eval_size if cfg.limit <= 0 else min(cfg.limit, trainer.eval_size)
-    accuracy = accuracy_label(run.config)
+    accuracy = run.config.accuracy_label
     parts = chunks(count, cfg.batch_size)
     passes = cfg.passes()
     results = []

@@ -35,7 +35,7 @@ def probe(config: Config, prompts: int) -> dict[str, Any]:
     sampled = Batch(1, 0, examples, completions, generation_s=time.perf_counter() - t0)
     totals = engine.score(sampled)
     G = config.grpo.group_size
-    accuracy = next((r.label for r in config.rewards if r.name == "accuracy"), None)
+    accuracy = config.accuracy_label
     best = max((t for t in totals if t is not None), default=0.0)
     rates, flat = [], 0
     for k in range(len(examples)):

@@ -160,7 +160,7 @@ class Engine:
         folded as the worker's ``[eval]`` folds them: each reward's mean, accuracy, pass@k."""
         trainer = self.trainer
         count = trainer.eval_size if limit <= 0 else min(limit, trainer.eval_size)
-        tally = evaluation.EvalTally(num_samples, evaluation.accuracy_label(self.config))
+        tally = evaluation.EvalTally(num_samples, self.config.accuracy_label)
         t0 = time.perf_counter()
         for indices in evaluation.chunks(count, self.config.eval.batch_size if self.config.eval else 16):
             got = trainer.evaluate_batch(list(indices), greedy=greedy, num_samples=num_samples,
