@@ -160,6 +160,11 @@ class Verdict:
     suggestion: str | None = None
 
 
+def _steps_of(window: list[StepFacts]) -> m.Evidence:
+    """Evidence that is the window's steps (a finding of the step metrics, not of some generations)."""
+    return m.Evidence(steps=[s.step for s in window])
+
+
 def _evidence(window: list[StepFacts], keep: Callable[[GenFacts], bool], finish: str | None = None) -> m.Evidence:
     gens = [(s.step, g.prompt_index, g.group_index) for s in window for g in s.generations if keep(g)]
     return m.Evidence(steps=sorted({s for s, _, _ in gens}) or [s.step for s in window],
@@ -238,7 +243,7 @@ def pass_rate(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
     message = (f"{_pct(none + all_)} of the prompts of the last {len(window)} steps are at a 0 % or 100 % pass rate "
                f"({_pct(none)} at 0 %, {_pct(all_)} at 100 %): most are {side}, and such groups teach nothing; "
                "choose prompts nearer the model's level")
-    return Verdict(severity, message, {"pass_0": none, "pass_100": all_}, m.Evidence(steps=[s.step for s in window]))
+    return Verdict(severity, message, {"pass_0": none, "pass_100": all_}, _steps_of(window))
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -261,7 +266,7 @@ def entropy_collapse(window: list[StepFacts], run: RunFigures, d: DoctorConfig, 
                "stays flat: the policy is collapsing onto a few answers and stops exploring; a higher "
                "generation.temperature or a smaller learning rate slows it")
     return Verdict(severity, message, {"entropy_start": start, "entropy_now": now, "fraction": fraction},
-                   m.Evidence(steps=[s.step for s in window]), "generation.temperature=1.2")
+                   _steps_of(window), "generation.temperature=1.2")
 
 
 def kl(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
@@ -275,7 +280,7 @@ def kl(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config
     lr = config.training.learning_rate
     message = (f"KL to the reference is {now:.3g} at step {window[-1].step} (the window's mean {sum(values) / len(values):.3g}): "
                f"the policy is moving far from the reference; a lower training.learning_rate or a higher grpo.beta holds it")
-    return Verdict(severity, message, {"kl": now}, m.Evidence(steps=[s.step for s in window]),
+    return Verdict(severity, message, {"kl": now}, _steps_of(window),
                    f"training.learning_rate={lr / 2:g}")
 
 
@@ -289,7 +294,7 @@ def clipping(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: 
     lr = config.training.learning_rate
     message = (f"{_pct(value)} of tokens had their ratio clipped over the last {len(window)} steps: the updates are "
                "too large for the trust region; a lower training.learning_rate (or fewer grpo.num_iterations) fits them")
-    return Verdict(severity, message, {"clip_ratio": value}, m.Evidence(steps=[s.step for s in window]),
+    return Verdict(severity, message, {"clip_ratio": value}, _steps_of(window),
                    f"training.learning_rate={lr / 2:g}")
 
 
@@ -347,7 +352,7 @@ def reward_dominance(window: list[StepFacts], run: RunFigures, d: DoctorConfig, 
         message = (f"the format rewards ({', '.join(others)}) are saturated while {task!r} stays at 0 over the last "
                    f"{len(window)} steps: the model learned the format, not the task")
         return Verdict("warning", message, {task: 0.0, **{o: means[o] or 0.0 for o in others}},
-                       m.Evidence(steps=[s.step for s in window]))
+                       _steps_of(window))
     spread = {label: max(0.0, acc[1] / acc[2] - (acc[0] / acc[2]) ** 2) if acc[2] else 0.0 for label, acc in sums.items()}
     total = sum(spread.values())
     label, part = max(spread.items(), key=lambda kv: kv[1])
@@ -359,7 +364,7 @@ def reward_dominance(window: list[StepFacts], run: RunFigures, d: DoctorConfig, 
         return None
     message = (f"the reward {label!r} carries {_pct(share)} of the total reward's spread over the last {len(window)} "
                f"steps, more than the task's {task!r}: the advantages follow it; lower its weight (rewards[N].weight)")
-    return Verdict(severity, message, {"share": share}, m.Evidence(steps=[s.step for s in window]))
+    return Verdict(severity, message, {"share": share}, _steps_of(window))
 
 
 def reward_up_eval_down(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
@@ -415,7 +420,7 @@ def slowdown(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: 
     why = (f"peak memory grew from {start:.0f} to {now:.0f} MB: memory pressure; training.memory_limit_gb picks the "
            "memory switches" if pressure else "peak memory did not grow: other work on the machine, or a slower phase")
     message = f"steps take {ratio:.1f}× the run's median time per token; {why}"
-    return Verdict(severity, message, {"ratio": ratio}, m.Evidence(steps=[s.step for s in window]))
+    return Verdict(severity, message, {"ratio": ratio}, _steps_of(window))
 
 
 def _per_token(step: m.Step) -> float | None:
@@ -518,7 +523,7 @@ class Doctor:
             return None
         message = (f"converged: every completion of the last {len(window)} steps earned the run's best reward "
                    f"({best:g}); nothing is left to learn from these prompts (harder data, or stop here)")
-        return Verdict("info", message, {"reward": best}, m.Evidence(steps=[s.step for s in window]))
+        return Verdict("info", message, {"reward": best}, _steps_of(window))
 
     def _update(self, name: str, verdict: Verdict | None, step: int) -> m.Finding | None:
         old = self.current.get(name)
