@@ -456,7 +456,8 @@ class Doctor:
         self._take(facts)
         if len(self.window) < max(2, self.marks.window // 2):
             return []
-        verdicts = {name: rule(list(self.window), self.run, self.marks, self.config) for name, rule in RULES.items()}
+        window = list(self.window)  # one copy for every rule
+        verdicts = {name: rule(window, self.run, self.marks, self.config) for name, rule in RULES.items()}
         verdicts["flat_reward"] = self._flat_reward(facts)
         verdicts["converged"] = self._converged()
         if verdicts["converged"] is not None:  # a solved run's flat groups are its success, not a fault
