@@ -23,6 +23,7 @@ from grpo_tui.common.last_words import silent_death
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.common.trl_names import StepWindow, eval_metrics
 from grpo_tui.config import GRPOConfig, trl_name
+from grpo_tui.errors import TrainingError
 from grpo_tui.live import LiveLink
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event, encode
@@ -33,15 +34,6 @@ from grpo_tui.protocol.outcome import Exit
 CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
 REWARDS_FILE = "rewards.pkl"
 TOOLS_FILE = "tools.pkl"
-
-
-class TrainingError(RuntimeError):
-    """The worker ended without finishing: ``exit_code`` as ``protocol.outcome.Exit`` (2 a fixable
-    mistake, 3 stopped after non-finite steps, 1 a crash); the message is the worker's own."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        self.exit_code = exit_code
-        super().__init__(message)
 
 
 @dataclasses.dataclass
@@ -120,7 +112,7 @@ class GRPOTrainer:
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
             model = self.args.extra["model"]["path"]
         if not isinstance(model, (str, os.PathLike)):
-            raise TypeError(
+            raise TrainingError(
                 f"model: {type(model).__name__} — pass a model folder or a Hugging Face id; the worker loads it with MLX"
             )
         self.model = str(model)
@@ -133,13 +125,13 @@ class GRPOTrainer:
         self.callbacks = list(callbacks or [])  # TRL's: each one's on_step_end(args, state, control, trainer=...)
         self._live = LiveLink()
         self.state = TrainerState()
-        self.output_dir = Path(self.args.output_dir).expanduser().resolve()
+        self.output_dir = Path(self.args.output_dir or "trainer_output").expanduser().resolve()
         self._rewards = [_reward_table(r, i) for i, r in enumerate(self.reward_funcs)]
         if not self._rewards and not self.args.extra.get("rewards"):
-            raise ValueError("reward_funcs: give at least one reward function or built-in name")
+            raise TrainingError("reward_funcs: give at least one reward function or built-in name")
         for i, tool in enumerate(self.tools):
             if not (callable(tool) or isinstance(tool, str)):
-                raise TypeError(f"tools[{i}]: {type(tool).__name__} is not a function or a 'file.py:func' string")
+                raise TrainingError(f"tools[{i}]: {type(tool).__name__} is not a function or a 'file.py:func' string")
 
     # ------------------------------------------------------------ the run's files
 
@@ -158,15 +150,18 @@ class GRPOTrainer:
             data["path"] = _dataset_file(self.train_dataset, out / "train.jsonl", "train_dataset")
         if self.eval_dataset is not None:
             data["eval_path"] = _dataset_file(self.eval_dataset, out / "eval.jsonl", "eval_dataset")
-            raw.setdefault("eval", {})
+            if self.args.evaluates_while_training():
+                raw.setdefault("eval", {})
+            else:  # eval_strategy="no": as TRL, only evaluate() evaluates
+                raw.pop("eval", None)
         if "path" not in data:
-            raise ValueError("train_dataset: give a datasets.Dataset, a list of dicts or a path")
+            raise TrainingError("train_dataset: give a datasets.Dataset, a list of dicts or a path")
         raw["data"] = data
         if self._rewards:
             raw["rewards"] = _with_pickles(self._rewards, out / REWARDS_FILE, "reward_funcs")
         if self.args.reward_weights is not None:
             if len(self.args.reward_weights) != len(raw["rewards"]):
-                raise ValueError(
+                raise TrainingError(
                     f"reward_weights: {len(self.args.reward_weights)} weights for {len(raw['rewards'])} reward functions"
                 )
             for table, weight in zip(raw["rewards"], self.args.reward_weights):
@@ -180,10 +175,14 @@ class GRPOTrainer:
         try:
             config = load_config(path)
         except ConfigError as exc:  # name the GRPOConfig field when one stands for the key
-            raise ValueError(f"{trl_name(exc.key)}: {exc.detail}" if exc.key else str(exc)) from None
+            raise TrainingError(f"{trl_name(exc.key)}: {exc.detail}" if exc.key else str(exc)) from None
+        from grpo_tui.protocol.outcome import Mistake
         from grpo_tui.worker.trackers import check_installed
 
-        check_installed(config)  # here, not minutes later in the worker: raises Mistake with the pip command
+        try:
+            check_installed(config)  # here, not minutes later in the worker, with the pip command
+        except Mistake as exc:
+            raise TrainingError(str(exc)) from None
         return path
 
     # ------------------------------------------------------------ training
@@ -210,9 +209,11 @@ class GRPOTrainer:
             else str(Path(str(resume_from_checkpoint)).expanduser().resolve())
         )  # fmt: skip
         config_path = self.write_config(resume)
+        for warning in self.args.warnings():  # the ignored TRL options, once per run
+            print(f"grpo-tui: [warning] {warning}", file=sys.stderr)
         log_file = self.output_dir / RUN_LOG_FILE
         offset = log_file.stat().st_size if log_file.exists() else 0
-        follower = _Follower(self.state, self.args.logging_steps, self._live, self._step_ended)
+        follower = _Follower(self.state, int(self.args.logging_steps), self._live, self._step_ended)
         if dashboard and not (sys.stdin.isatty() and sys.stdout.isatty()):
             print("grpo-tui: dashboard=True needs a terminal; showing a progress bar instead", file=sys.stderr)
             dashboard = False
@@ -254,7 +255,7 @@ class GRPOTrainer:
         ``final/`` checkpoint, or its newest one, without the optimizer and training state."""
         source = self._newest_checkpoint()
         if source is None:
-            raise FileNotFoundError(f"no checkpoint in {self.output_dir}: call train() first")
+            raise TrainingError(f"no checkpoint in {self.output_dir}: call train() first")
         dest = Path(output_dir).expanduser() if output_dir is not None else self.output_dir
         dest.mkdir(parents=True, exist_ok=True)
         for item in source.iterdir():
@@ -466,13 +467,13 @@ def _reward_table(reward: Any, index: int) -> dict[str, Any]:
             return {"name": reward}
         if ":" in reward:
             return {"function": reward}
-        raise ValueError(
+        raise TrainingError(
             f"reward_funcs[{index}]: {reward!r} is not a built-in ({', '.join(BUILTIN_REWARDS)}); pass a function "
             "or 'file.py:func' (reward models are not supported)"
         )
     if callable(reward):
         return {"function": reward}
-    raise TypeError(f"reward_funcs[{index}]: {type(reward).__name__} is not a function, a built-in name or a table")
+    raise TrainingError(f"reward_funcs[{index}]: {type(reward).__name__} is not a function, a built-in name or a table")
 
 
 def _with_pickles(tables: list[dict[str, Any]], file: Path, what: str, keep_names: bool = False) -> list[dict[str, Any]]:
@@ -494,12 +495,12 @@ def _with_pickles(tables: list[dict[str, Any]], file: Path, what: str, keep_name
         name = getattr(fn, "__name__", "")
         if not name.isidentifier():
             if keep_names:
-                raise ValueError(f"{what}[{i}]: a tool needs a named function (def ...): the model calls it by name")
+                raise TrainingError(f"{what}[{i}]: a tool needs a named function (def ...): the model calls it by name")
             name = f"reward_{i}"
         base, n = name, 2
         while name in functions:
             if keep_names:
-                raise ValueError(f"{what}[{i}]: a second function named {name!r}")
+                raise TrainingError(f"{what}[{i}]: a second function named {name!r}")
             name, n = f"{base}_{n}", n + 1
         functions[name] = fn
         out.append({**table, "function": f"{file}:{name}"})
@@ -507,7 +508,7 @@ def _with_pickles(tables: list[dict[str, Any]], file: Path, what: str, keep_name
         try:
             data = cloudpickle.dumps(functions)
         except Exception as exc:  # noqa: BLE001 — e.g. a closure over a lock or an open file
-            raise ValueError(f"{what}: cannot send these functions to the worker ({type(exc).__name__}: {exc})") from None
+            raise TrainingError(f"{what}: cannot send these functions to the worker ({type(exc).__name__}: {exc})") from None
         file.write_bytes(data)
     return out
 
@@ -517,13 +518,13 @@ def _dataset_file(dataset: Dataset, file: Path, what: str) -> str:
     if isinstance(dataset, (str, os.PathLike)):
         return _local_or_hub(str(dataset))
     if isinstance(dataset, dict) or not isinstance(dataset, Iterable):
-        raise TypeError(
+        raise TrainingError(
             f"{what}: {type(dataset).__name__} — pass a datasets.Dataset (one split), a list of dicts or a path"
         )
     lines = []
     for i, row in enumerate(dataset):
         if not isinstance(row, dict):
-            raise TypeError(f"{what}[{i}]: {type(row).__name__} is not a dict (a row with a 'prompt')")
+            raise TrainingError(f"{what}[{i}]: {type(row).__name__} is not a dict (a row with a 'prompt')")
         lines.append(json.dumps(row, ensure_ascii=False, default=_plain))
     text = "\n".join(lines) + "\n"
     if not file.exists() or file.read_text(encoding="utf-8") != text:

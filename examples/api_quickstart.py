@@ -17,10 +17,11 @@ def xml_answer(completions, **kwargs):  # any function of yours; TRL's reward si
     return [0.2 * ("<answer>" in c and "</answer>" in c) for c in completions]
 
 
-args = GRPOConfig(
+args = GRPOConfig(  # unset fields take TRL's defaults; these are quickstart.toml's
     output_dir=str(here / "runs" / "api-quickstart"), max_steps=200, learning_rate=5e-5,
     num_generations=8, max_completion_length=24, epsilon_high=0.28, save_steps=50, save_total_limit=2,
-    eval_steps=50, extra={"training": {"batch_size": 8}, "eval": {"limit": 200}},
+    eval_steps=50, lr_scheduler_type="constant", gradient_checkpointing=False, seed=0, logging_steps=1,
+    num_train_epochs=1, extra={"training": {"batch_size": 8}, "eval": {"limit": 200}},
 )
 trainer = GRPOTrainer(model=str(here / "models" / "tiny-arith"), reward_funcs=["accuracy", xml_answer],
                       args=args, train_dataset=rows, eval_dataset=held_out)

@@ -299,6 +299,9 @@ class TrainingConfig(_Section):
     max_steps: int = 0  # 0 = until the epochs end; > 0 overrides num_epochs (TRL)
     max_grad_norm: float = 1.0  # 0 = no clipping
     weight_decay: float = 0.0
+    adam_beta1: float = 0.9  # AdamW's moment decays and epsilon (transformers' names and defaults)
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
     seed: int = 0
     nan_patience: int = 3  # consecutive non-finite steps before an emergency checkpoint
     silent_patience: int = 10  # steps in a row with all-None or all-equal rewards before the run stops; 0 = never
@@ -333,6 +336,11 @@ class TrainingConfig(_Section):
             raise _invalid("max_grad_norm", self.max_grad_norm, "must be >= 0 (0 = no clipping)")
         if self.weight_decay < 0:
             raise _invalid("weight_decay", self.weight_decay, "must be >= 0")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise _invalid(name, getattr(self, name), "must be in [0, 1)")
+        if not self.adam_epsilon > 0:
+            raise _invalid("adam_epsilon", self.adam_epsilon, "must be > 0")
         if self.nan_patience < 1:
             raise _invalid("nan_patience", self.nan_patience, "must be at least 1")
         if self.warmup_steps < 0:

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import pydoc
+import re
+from pathlib import Path
 
 import pytest
 
 import grpo_tui
-from grpo_tui import GRPOConfig
-from grpo_tui.config import trl_table
-from grpo_tui.protocol.config import Config, load_config
+from grpo_tui import GRPOConfig, TrainingError
+from grpo_tui.config import trl_fates, trl_table
+from grpo_tui.protocol.config import load_config
+
+PINNED = Path(__file__).with_name("trl_1_16_fields.json")  # read from TRL 1.16.0's and transformers' wheels
+
+
+@pytest.fixture
+def trl_fields() -> list[str]:
+    """The installed TRL's GRPOConfig fields (TrainingArguments' among them) when TRL imports, else
+    TRL 1.16.0's pinned here; with the TrainingArguments fields of transformers 4.57 that 5.x removed."""
+    pinned = json.loads(PINNED.read_text())
+    try:
+        import dataclasses
+
+        from trl import GRPOConfig as TrlConfig  # type: ignore[import-not-found]
+
+        names = [f.name for f in dataclasses.fields(TrlConfig) if not f.name.startswith("_")]
+    except ImportError:
+        names = list(pinned["grpo_config"])
+    return names + [n for n in pinned["training_arguments_4_57_only"] if n not in names]
 
 
 def test_from_toml_then_to_toml_is_the_same_config(root, tmp_path):
@@ -28,13 +49,74 @@ def test_from_toml_takes_overrides_and_names_a_bad_key(root):
         GRPOConfig.from_toml(root / "examples" / "quickstart.toml", overrides=["grpo.beta=x"])
 
 
-def test_defaults_are_the_toml_defaults():
-    raw = GRPOConfig().to_dict()
-    raw.update(model={"path": "m"}, data={"path": "d.jsonl"}, rewards=[{"name": "accuracy"}])
-    import msgspec
+def test_unset_fields_take_trls_defaults_and_a_toml_config_keeps_its_own(root):
+    run = GRPOConfig().validate()  # what a script that passes only a model, a reward and data trains with
+    assert (run.grpo.group_size, run.generation.max_completion_length, run.training.learning_rate) == (8, 512, 1e-6)
+    assert (run.training.lr_scheduler_type, run.training.num_epochs, run.training.batch_size) == ("linear", 3, 1)
+    assert (run.training.gradient_checkpointing, run.training.seed, run.data.seed) == (True, 42, 42)
+    assert (run.checkpoint.save_every, run.checkpoint.keep_last, run.logging.steps) == (500, 0, 10)
+    quick = GRPOConfig.from_toml(root / "examples" / "quickstart.toml")
+    assert quick.lr_scheduler_type == "constant" and quick.seed == 0  # the file leaves them out: grpo-tui's
+    assert quick.validate().training.gradient_checkpointing is False
 
-    default = msgspec.convert({"model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": [{"name": "accuracy"}]}, Config)
-    assert msgspec.convert(raw, Config).to_dict() == default.to_dict()
+
+def test_every_trl_and_transformers_field_is_accepted_with_a_fate(trl_fields):
+    fates = trl_fates()
+    assert set(trl_fields) - set(fates) == set()
+    assert set(fates.values()) == {"mapped", "ignored", "refused", "inert"}
+    given = {name: getattr(GRPOConfig(), name) for name in trl_fields}
+    given["use_bias_correction_kl"] = False  # TRL's default True is a loss grpo-tui does not have yet
+    args = GRPOConfig(**given)  # each one as a keyword
+    assert args.given() == set(trl_fields)
+
+
+def test_ignored_fields_are_one_warning_line_each_and_refused_ones_one_sentence():
+    args = GRPOConfig(use_vllm=True, vllm_mode="server", deepspeed="ds.json", push_to_hub=True, hub_model_id="me/x",
+                      dataloader_num_workers=4, use_liger_kernel=True, optim="paged_adamw_8bit",
+                      model_init_kwargs={"dtype": "bfloat16", "attn_implementation": "flash_attention_2"})
+    lines = args.warnings()
+    for name in ("use_vllm", "vllm_mode", "deepspeed", "push_to_hub", "hub_model_id", "dataloader_num_workers",
+                 "use_liger_kernel", "optim", "model_init_kwargs['attn_implementation']"):
+        assert sum(line.startswith(name) for line in lines) == 1, name
+    assert "upload" in next(line for line in lines if line.startswith("push_to_hub"))
+    assert args.validate().model.dtype == "bfloat16"
+    assert GRPOConfig().warnings() == []
+    for kwargs, words in [({"load_best_model_at_end": True}, "load_best_model_at_end=True: the final model"),
+                          ({"neftune_noise_alpha": 5.0}, "neftune_noise_alpha=5.0"),
+                          ({"save_strategy": "epoch"}, "save_strategy='epoch' is not supported"),
+                          ({"steps_per_generation": 4}, "steps_per_generation: 4 differs"),
+                          ({"chat_template_kwargs": {"tools_in_user": 1}}, "chat_template_kwargs: 'tools_in_user'"),
+                          ({"loss_type": "cispo"}, "loss_type='cispo': not supported yet"),
+                          ({"use_bias_correction_kl": True}, "use_bias_correction_kl=True"),
+                          ({"optim": "sgd"}, "optim='sgd' is not supported here")]:
+        with pytest.raises(TrainingError, match=re.escape(words)):
+            GRPOConfig(**kwargs)
+
+
+def test_trl_spellings_and_companions_map_onto_the_run():
+    run = GRPOConfig(scale_rewards=False, bf16=True, adam_beta1=0.8, adam_beta2=0.99, adam_epsilon=1e-6,
+                     chat_template_kwargs={"enable_thinking": True}, generation_kwargs={"stop": ["</answer>"]},
+                     lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": 0.1},
+                     save_strategy="no", data_seed=7, warmup_steps=0.1, eval_strategy="steps", eval_steps=5,
+                     num_generations_eval=4, min_p=None).validate()
+    assert run.grpo.scale_rewards == "none" and run.model.dtype == "bfloat16"
+    assert (run.training.adam_beta1, run.training.adam_beta2, run.training.adam_epsilon) == (0.8, 0.99, 1e-6)
+    assert run.generation.enable_thinking and run.generation.stop == ["</answer>"]
+    assert run.training.min_lr_rate == 0.1 and run.checkpoint.save_every == 0 and run.data.seed == 7
+    assert run.training.warmup_ratio == 0.1 and run.generation.min_p == 0.0
+    assert run.eval is not None and (run.eval.every, run.eval.at_start, run.eval.num_samples) == (5, False, 4)
+    assert GRPOConfig(scale_rewards=True).scale_rewards == "group"
+
+
+def test_a_field_set_after_construction_counts_and_a_misspelt_one_is_refused():
+    args = GRPOConfig()
+    args.model_init_kwargs = {"dtype": "float16"}
+    args.learning_rate = 3e-6
+    args.scale_rewards = False
+    run = args.validate()
+    assert run.model.dtype == "float16" and run.training.learning_rate == 3e-6 and run.grpo.scale_rewards == "none"
+    with pytest.raises(AttributeError, match="did you mean model_init_kwargs"):
+        args.model_init_kwarg = {}
 
 
 def test_trl_conventions_convert():
@@ -54,6 +136,7 @@ def test_trl_conventions_convert():
     [
         ({"beta": -1.0}, "beta: -1.0 must be >= 0"),
         ({"loss_type": "dpo"}, "loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo"),
+        ({"report_to": "all"}, 'report_to: "all" is not supported'),
         ({"num_generations": 1}, "num_generations: 1 must be at least 2"),
         ({"report_to": ["mlflow"]}, "'mlflow' is not one of wandb, trackio, tensorboard"),
         ({"num_train_epochs": 1.5}, "num_train_epochs: 1.5"),
@@ -87,3 +170,11 @@ def test_a_recipe_in_extra_keeps_its_settings_and_a_field_given_wins(tmp_path):
     assert plain.grpo.importance_sampling_level == "sequence"  # GSPO's, not the field's default
     given = load_config(GRPOConfig(extra=extra, epsilon=0.3).to_toml(tmp_path / "b.toml"), check_paths=False)
     assert given.grpo.epsilon == 0.3
+
+
+def test_adam_betas_and_epsilon_reach_the_optimizer():
+    from grpo_tui.worker.engine.update import make_optimizer
+
+    run = GRPOConfig(adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-6).validate()
+    optimizer = make_optimizer(run)
+    assert list(optimizer.betas) == [0.8, 0.95] and optimizer.eps == 1e-6

@@ -21,7 +21,8 @@ def rows(root):
 
 def quick_args(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path / "run"), max_steps=4, learning_rate=5e-5, num_generations=4,
-                max_completion_length=16, save_steps=2, extra={"training": {"batch_size": 4}})
+                max_completion_length=16, save_steps=2, logging_steps=1, gradient_checkpointing=False,
+                lr_scheduler_type="constant", extra={"training": {"batch_size": 4}})
     return GRPOConfig(**{**base, **kw})
 
 

@@ -149,7 +149,9 @@ def _node(tree: Any, keys: list[str]) -> Any:
 
 
 def make_optimizer(config: Config) -> optim.Optimizer:
-    return FusedAdamW(learning_rate=config.training.learning_rate, weight_decay=config.training.weight_decay)
+    training = config.training
+    return FusedAdamW(learning_rate=training.learning_rate, weight_decay=training.weight_decay,
+                      betas=[training.adam_beta1, training.adam_beta2], eps=training.adam_epsilon)
 
 
 def _sum_of_squares(g: mx.array) -> mx.array:
