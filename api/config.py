@@ -1,16 +1,9 @@
 """``GRPOConfig``: TRL's training arguments, converted to and from grpo-tui's TOML config.
 
 The TOML config (``protocol/config.py``) is the single source of truth: ``GRPOConfig`` is a view of
-it under TRL's names. It has every field of TRL 1.16's ``GRPOConfig`` and of transformers'
-``TrainingArguments`` (5.x, and the 4.x ones 5.x removed), each declared once with its TRL default
-and its fate:
-
-- **mapped** (``_key``: one TOML key; ``_own``: converted by hand in ``to_dict``),
-- **ignored** (``_ignored``): accepted, and a value other than TRL's default is one warning line per
-  run naming the field and why (``warnings()``),
-- **refused** (``_refused``): a value other than the one grpo-tui implements is a ``TrainingError``
-  in one sentence, since ignoring it would train something else than asked,
-- **inert** (``_inert``): read by scripts, not by TRL's trainer either (``do_train``, ``local_rank``).
+it under TRL's names. It has every field of TRL 1.16's
+``GRPOConfig`` and of transformers' ``TrainingArguments``, declared with their fates in
+``api/trl_fields.py``; this module converts them.
 
 Unset fields take TRL's defaults (``GRPOConfig()``); a config read with ``from_toml`` keeps the
 file's and grpo-tui's. The table in docs/config.md ("TRL names") is generated from these
@@ -39,85 +32,11 @@ from grpo_tui.errors import TrainingError
 from grpo_tui.protocol.config import Config, ConfigError, apply_override
 from grpo_tui.protocol.config_errors import explain
 from grpo_tui.protocol.recipes import RECIPES
-
-_MISSING = object()
-_NOT_YET = "not supported yet (TRL 1.16's newer losses and options come in a later grpo-tui)"
-_VLLM = "generation runs in MLX inside the worker, not in vLLM"
-_DISTRIBUTED = "ranks are mlx.launch processes here ([distributed], docs/distributed.md)"
-_HUB = ("grpo-tui is offline: nothing is uploaded; upload output_dir's final/ folder yourself "
-        "(huggingface_hub's upload_folder)")
-_TORCH = "there is no PyTorch here: MLX runs the model"
-_DATALOADER = "the worker reads the dataset itself, in the order data.shuffle and data.seed give"
-_NO_EFFECT = "read by scripts; TRL's trainer does not read it either"
-# optim: the AdamW variants (the worker's optimizer is AdamW); approximations of it are run as AdamW
-_ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused", "adamw_torch_xla",
-          "adamw_torch_npu_fused", "adamw_anyprecision")
-_ADAMW_LIKE = ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "adamw_torch_4bit",
-               "adamw_torch_8bit")
-_GENERATION_KWARGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-                      "repetition_penalty": "repetition_penalty", "stop": "stop"}
-_MODEL_INIT_IGNORED = {"attn_implementation": "MLX has one attention", "device_map": "MLX places the model",
-                       "trust_remote_code": "mlx-lm runs its own model code", "revision": "a hub revision",
-                       "use_cache": "the rollout keeps its own cache", "low_cpu_mem_usage": "loading is MLX's",
-                       "use_kernels": "there are no transformers kernels here"}
-
-
-def _toml_default(key: str) -> Any:
-    """The default of a TOML key, read from the config's own classes (``_MISSING`` when this
-    version of grpo-tui has no such key)."""
-    tp: Any = Config
-    *tables, name = key.split(".")
-    for table in tables:
-        hints = typing.get_type_hints(tp)
-        if table not in hints:
-            return _MISSING
-        tp = hints[table]
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        tp = args[0] if args and isinstance(args[0], type) and issubclass(args[0], msgspec.Struct) else tp
-    fields = {f.name: f for f in msgspec.structs.fields(tp)}
-    if name not in fields:
-        return _MISSING
-    f = fields[name]
-    if f.default is not msgspec.NODEFAULT:
-        return f.default
-    return f.default_factory() if f.default_factory is not msgspec.NODEFAULT else _MISSING
-
-
-def _field(trl_default: Any, **meta: Any) -> Any:
-    meta.setdefault("note", "")
-    meta.setdefault("toml", None)
-    meta["trl_default"] = trl_default
-    if isinstance(trl_default, (list, dict)):
-        return dataclasses.field(default_factory=lambda: copy.deepcopy(trl_default), metadata=meta)
-    return dataclasses.field(default=trl_default, metadata=meta)
-
-
-def _key(toml: str, trl_default: Any, *, note: str = "") -> Any:
-    """A field standing for the TOML key ``toml`` (``section.key``)."""
-    return _field(trl_default, fate="mapped", toml=toml, note=note)
-
-
-def _own(trl_default: Any, *, note: str) -> Any:
-    """A TRL field converted by hand in ``to_dict`` (``note`` says how)."""
-    return _field(trl_default, fate="mapped", note=note)
-
-
-def _ignored(trl_default: Any, why: str) -> Any:
-    """Accepted; a value other than TRL's default is a warning line of the run, ``why`` it is ignored."""
-    return _field(trl_default, fate="ignored", note=why)
-
-
-def _refused(trl_default: Any, why: str, *, ours: Any = _MISSING) -> Any:
-    """Only ``ours`` (TRL's default unless given) is accepted: another value is refused with ``why``."""
-    return _field(trl_default, fate="refused", note=why, ours=trl_default if ours is _MISSING else ours)
-
-
-def _inert(trl_default: Any, why: str = _NO_EFFECT) -> Any:
-    return _field(trl_default, fate="inert", note=why)
-
+from grpo_tui.trl_fields import (ADAMW, ADAMW_LIKE, DATALOADER, GENERATION_KWARGS, MISSING, MODEL_INIT_IGNORED,
+                                  NOT_YET, TRLFields, toml_default)
 
 @dataclasses.dataclass
-class GRPOConfig:
+class GRPOConfig(TRLFields):
     """Training arguments under TRL's names, for ``GRPOTrainer(args=...)``.
 
     Every field of TRL 1.16's ``GRPOConfig`` (and of transformers' ``TrainingArguments``) is here
@@ -135,272 +54,6 @@ class GRPOConfig:
     Values are checked as the TOML file's are: ``GRPOConfig(beta=-1)`` raises ``TrainingError``
     (a ``ValueError``) naming ``beta``. Fields set after construction count as set.
     """
-
-    # ---- TRL's GRPOConfig: the model and data
-    output_dir: str | None = _key("checkpoint.output_dir", "trainer_output")
-    run_name: str | None = _key("name", None)
-    model_init_kwargs: dict[str, Any] | str | None = _own(
-        None, note="`dtype` / `torch_dtype` → `model.dtype`; `quantization_config` refused (give a quantized "
-        "mlx-community model for QLoRA); device and attention keys ignored with a warning")
-    trust_remote_code: bool = _ignored(False, "mlx-lm runs its own model code; no remote code runs")
-    router_aux_loss_coef: float | None = _ignored(None, "no router auxiliary loss is added to the GRPO loss")
-    disable_dropout: bool = _ignored(False, "mlx-lm models train without dropout; LoRA's is peft_config's lora_dropout")
-    cast_lm_head_to_fp32: bool = _ignored(
-        False, "the LM head keeps the weights' dtype (float32 unless bf16/fp16 or model_init_kwargs' dtype is set)")
-    remove_unused_columns: bool = _inert(False, "every dataset column reaches the reward functions")
-    shuffle_dataset: bool = _key("data.shuffle", True)
-    pad_to_multiple_of: int | str | None = _ignored("auto", "the worker pads its batches itself")
-    # ---- generation
-    num_generations: int = _key("grpo.group_size", 8)
-    num_generations_eval: int | None = _own(
-        None, note="`eval.num_samples` with `eval.greedy = false` (TRL's evaluation samples)")
-    max_completion_length: int = _key("generation.max_completion_length", 512)
-    max_prompt_length: int | None = _key("generation.max_prompt_length", None, note="removed from TRL 1.x; kept")
-    ds3_gather_for_generation: bool = _ignored(True, "there is no DeepSpeed here")
-    generation_batch_size: int | None = _own(
-        None, note="completions generated at once: must be one optimizer step's (per_device_train_batch_size × "
-        "gradient_accumulation_steps); generations reused over several optimizer steps are refused (not supported yet)")
-    steps_per_generation: int | None = _own(
-        None, note="must equal gradient_accumulation_steps (one generation per optimizer step); more is refused "
-        "(not supported yet)")
-    temperature: float = _key("generation.temperature", 1.0)
-    top_p: float = _key("generation.top_p", 1.0)
-    top_k: int = _key("generation.top_k", 0)
-    min_p: float | None = _key("generation.min_p", None, note="None = 0.0, off")
-    repetition_penalty: float = _key("generation.repetition_penalty", 1.0)
-    generation_kwargs: dict[str, Any] | None = _own(
-        None, note="`temperature`, `top_p`, `top_k`, `min_p`, `repetition_penalty`, `stop` → `[generation]`; "
-        "`skip_special_tokens` ignored; any other key refused")
-    chat_template_kwargs: dict[str, Any] | None = _own(
-        None, note="`enable_thinking` → `generation.enable_thinking`; any other key refused")
-    cache_implementation: str | None = _ignored(None, "the rollout keeps its own KV cache")
-    max_tool_calling_iterations: int | None = _key("generation.max_tool_calls", None,
-                                                   note="None (no limit in TRL) keeps grpo-tui's 4")
-    # ---- vLLM and transformers' generation backends
-    use_vllm: bool = _ignored(False, _VLLM)
-    vllm_mode: str = _ignored("colocate", _VLLM)
-    vllm_model_impl: str = _ignored("vllm", _VLLM)
-    vllm_enable_sleep_mode: bool = _ignored(False, _VLLM)
-    vllm_structured_outputs_regex: str | None = _refused(
-        None, "constrained generation with a regex is not supported: the model samples freely")
-    vllm_server_base_url: str | None = _ignored(None, _VLLM)
-    vllm_server_host: str = _ignored("0.0.0.0", _VLLM)
-    vllm_server_port: int = _ignored(8000, _VLLM)
-    vllm_server_timeout: float = _ignored(240.0, _VLLM)
-    vllm_group_port: int = _ignored(51216, _VLLM)
-    vllm_gpu_memory_utilization: float = _ignored(0.3, _VLLM)
-    vllm_max_model_length: int | None = _ignored(None, _VLLM)
-    vllm_tensor_parallel_size: int = _ignored(1, _VLLM)
-    vllm_importance_sampling_correction: bool = _ignored(
-        True, "the rollout samples from the trained weights themselves, so there is no sampler mismatch to correct")
-    vllm_importance_sampling_mode: str = _ignored("sequence_mask", "no vLLM sampler mismatch to correct here")
-    vllm_importance_sampling_clip_max: float = _ignored(3.0, "no vLLM sampler mismatch to correct here")
-    vllm_importance_sampling_clip_min: float | None = _ignored(None, "no vLLM sampler mismatch to correct here")
-    vllm_importance_sampling_cap: float | None = _ignored(None, "no vLLM sampler mismatch to correct here")
-    use_transformers_continuous_batching: bool = _ignored(False, "the rollout batches in MLX")
-    transformers_continuous_batching_config: dict[str, Any] | None = _ignored(None, "the rollout batches in MLX")
-    use_transformers_paged: bool = _ignored(False, "the rollout batches in MLX")
-    # ---- the loss
-    beta: float = _key("grpo.beta", 0.0)
-    num_iterations: int = _key("grpo.num_iterations", 1)
-    epsilon: float = _key("grpo.epsilon", 0.2)
-    delta: float | None = _refused(None, _NOT_YET)
-    epsilon_high: float | None = _key("grpo.epsilon_high", None, note="None = epsilon in both")
-    sapo_temperature_neg: float = _refused(1.05, _NOT_YET)
-    sapo_temperature_pos: float = _refused(1.0, _NOT_YET)
-    vespo_k_pos: float = _refused(2.0, _NOT_YET)
-    vespo_lambda_pos: float = _refused(3.0, _NOT_YET)
-    vespo_k_neg: float = _refused(3.0, _NOT_YET)
-    vespo_lambda_neg: float = _refused(2.0, _NOT_YET)
-    importance_sampling_level: str = _key("grpo.importance_sampling_level", "token")
-    reward_weights: list[float] | None = _own(None, note="`weight` of each `[[rewards]]` table, in order")
-    multi_objective_aggregation: str = _refused(
-        "sum_then_normalize", "normalize_then_sum is " + _NOT_YET + "; sum_then_normalize is what runs")
-    scale_rewards: str | bool = _key("grpo.scale_rewards", "group", note="True = \"group\", False = \"none\"")
-    loss_type: str = _key("grpo.loss_type", "dapo", note="cispo, sapo, luspo, vespo: " + _NOT_YET)
-    mask_truncated_completions: bool = _key("grpo.mask_truncated_completions", False)
-    sync_ref_model: bool = _key("grpo.sync_ref_model", False)
-    ref_model_mixup_alpha: float = _key("grpo.ref_model_mixup_alpha", 0.6)
-    ref_model_sync_steps: int = _key("grpo.ref_model_sync_steps", 512)
-    top_entropy_quantile: float = _key("grpo.top_entropy_quantile", 1.0)
-    entropy_coef: float = _refused(0.0, _NOT_YET)
-    use_adaptive_entropy: bool = _refused(False, _NOT_YET)
-    entropy_coef_min: float = _refused(0.0, _NOT_YET)
-    entropy_coef_max: float = _refused(1.0, _NOT_YET)
-    entropy_coef_delta: float = _refused(0.005, _NOT_YET)
-    entropy_target: float = _refused(0.2, _NOT_YET)
-    off_policy_mask_threshold: float | None = _refused(None, _NOT_YET)
-    use_bias_correction_kl: bool = _refused(
-        True, "True is " + _NOT_YET + "; the KL term is not importance-weighted here (False), which differs "
-        "from TRL only with beta > 0 and num_iterations > 1", ours=False)
-    # ---- logging completions
-    log_completions: bool = _key("logging.log_completions", False, note="also a table in the terminal, as TRL's")
-    num_completions_to_print: int | None = _own(None, note="rows of that terminal table (None: all)")
-    log_multimodal: bool = _inert(True, "there are no images here")
-    log_unique_prompts: bool = _ignored(False, "the completions table shows every completion")
-    log_completions_hub_repo: str | None = _ignored(None, _HUB)
-
-    # ---- transformers' TrainingArguments: optimization
-    per_device_train_batch_size: int = _own(
-        8, note="completions per micro-batch in TRL: `training.batch_size` (prompts per step) = "
-        "this × gradient_accumulation_steps ÷ num_generations")
-    num_train_epochs: float = _key("training.num_epochs", 3.0, note="whole epochs here")
-    max_steps: int = _key("training.max_steps", -1, note="-1 = 0 here: train until the epochs end")
-    learning_rate: float = _key("training.learning_rate", 1e-6)
-    lr_scheduler_type: str = _key("training.lr_scheduler_type", "linear")
-    lr_scheduler_kwargs: dict[str, Any] | str | None = _own(
-        None, note="`min_lr_rate` (or `min_lr`) → `training.min_lr_rate`; any other key refused")
-    warmup_steps: float = _key("training.warmup_steps", 0, note="below 1: a ratio, `training.warmup_ratio`")
-    warmup_ratio: float = _key("training.warmup_ratio", 0.0, note="transformers 4.x")
-    optim: str = _own("adamw_torch_fused", note="AdamW variants run as AdamW; 8-bit and paged AdamW run as float "
-                      "AdamW with a warning; any other optimizer refused")
-    optim_args: str | None = _refused(None, "the optimizer takes adam_beta1, adam_beta2, adam_epsilon, weight_decay")
-    optim_target_modules: Any = _refused(None, "GaLore-style optimizers are not supported")
-    weight_decay: float = _key("training.weight_decay", 0.0)
-    adam_beta1: float = _key("training.adam_beta1", 0.9)
-    adam_beta2: float = _key("training.adam_beta2", 0.999)
-    adam_epsilon: float = _key("training.adam_epsilon", 1e-8)
-    gradient_accumulation_steps: int = _key("training.gradient_accumulation_steps", 1)
-    average_tokens_across_devices: bool = _inert(True, "the loss is normalised over every rank's tokens already")
-    max_grad_norm: float = _key("training.max_grad_norm", 1.0)
-    label_smoothing_factor: float = _inert(0.0, "GRPO's loss has no labels to smooth")
-    # ---- precision and memory
-    bf16: bool | None = _own(None, note="True → `model.dtype = \"bfloat16\"` (the weights themselves, not mixed "
-                             "precision); None keeps the stored dtype (TRL: bf16 mixed precision)")
-    fp16: bool = _own(False, note="True → `model.dtype = \"float16\"`")
-    bf16_full_eval: bool = _ignored(False, "evaluation runs in the weights' dtype")
-    fp16_full_eval: bool = _ignored(False, "evaluation runs in the weights' dtype")
-    tf32: bool | None = _ignored(None, _TORCH)
-    activation_checkpointing: bool | None = _own(None, note="True → `training.gradient_checkpointing`")
-    activation_checkpointing_kwargs: dict[str, Any] | None = _ignored(None, _TORCH)
-    gradient_checkpointing: bool = _key("training.gradient_checkpointing", True)
-    gradient_checkpointing_kwargs: dict[str, Any] | str | None = _ignored(None, _TORCH)
-    torch_compile: bool = _ignored(False, _TORCH + "; the worker compiles with mx.compile itself")
-    torch_compile_backend: str | None = _ignored(None, _TORCH)
-    torch_compile_mode: str | None = _ignored(None, _TORCH)
-    use_liger_kernel: bool = _ignored(False, _TORCH + "; the worker has its own fused kernels")
-    liger_kernel_config: dict[str, Any] | None = _ignored(None, _TORCH)
-    use_cache: bool = _inert(False, "the rollout keeps its own KV cache")
-    neftune_noise_alpha: float | None = _refused(None, "NEFTune's embedding noise is not supported")
-    torch_empty_cache_steps: int | None = _ignored(None, _TORCH)
-    auto_find_batch_size: bool = _refused(
-        False, "GRPO cannot halve its batch (as TRL refuses it); training.memory_limit_gb picks the memory switches")
-    # ---- logging
-    logging_strategy: str = _own("steps", note="\"steps\"; \"epoch\" and \"no\" refused")
-    logging_steps: float = _key("logging.steps", 10, note="a ratio below 1 is refused")
-    logging_first_step: bool = _own(False, note="log_history also has step 1")
-    log_on_each_node: bool = _inert(True, "rank 0 logs")
-    logging_nan_inf_filter: bool = _inert(True, "non-finite steps are skipped and stop the run after nan_patience")
-    include_num_input_tokens_seen: str | bool = _inert("no", "log_history has num_tokens")
-    log_level: str = _inert("passive")
-    log_level_replica: str = _inert("warning")
-    disable_tqdm: bool | None = _own(None, note="True: no progress bar")
-    report_to: list[str] | str | None = _key("logging.report_to", "none", note='"none" = [], a name = [name]')
-    project: str = _key("logging.project", "huggingface")
-    trackio_space_id: str | None = _ignored(None, _HUB)
-    trackio_bucket_id: str | None = _ignored(None, _HUB)
-    trackio_static_space_id: str | None = _ignored(None, _HUB)
-    # ---- evaluation
-    eval_strategy: str = _own("no", note="\"steps\" → `[eval]` every eval_steps (else logging_steps), at_start = "
-                              "eval_on_start, no evaluation after the last step; \"no\" given: no evaluation while "
-                              "training; unset with an eval_dataset: `[eval]`'s defaults; \"epoch\" refused")
-    eval_steps: float | None = _key("eval.every", None)
-    eval_delay: float = _ignored(0, "evaluation follows eval_strategy from the first step")
-    per_device_eval_batch_size: int = _inert(8, "the evaluation batches its prompts itself (eval.batch_size)")
-    prediction_loss_only: bool = _inert(False, "evaluation generates and scores; it computes no loss")
-    eval_on_start: bool = _own(False, note="`eval.at_start` with eval_strategy")
-    eval_do_concat_batches: bool = _inert(True, "evaluation reports means")
-    eval_use_gather_object: bool = _inert(False, "evaluation reports means")
-    eval_accumulation_steps: int | None = _inert(None, "evaluation reports means")
-    include_for_metrics: list[str] = _inert([], "there is no compute_metrics")
-    batch_eval_metrics: bool = _inert(False, "there is no compute_metrics")
-    # ---- checkpoints
-    save_only_model: bool = _ignored(False, "checkpoints keep the optimizer and state, so a resume continues")
-    save_strategy: str = _own("steps", note="\"steps\" → `checkpoint.save_every = save_steps`, \"no\" → 0; "
-                              "\"epoch\" and \"best\" refused")
-    save_steps: float = _key("checkpoint.save_every", 500, note="a ratio below 1 is refused")
-    save_on_each_node: bool = _inert(False, "rank 0 saves")
-    save_total_limit: int | None = _key("checkpoint.keep_last", None, note="None = keep all (0 here)")
-    enable_jit_checkpoint: bool = _ignored(False, "a stop signal saves a checkpoint anyway")
-    push_to_hub: bool = _ignored(False, _HUB)
-    hub_token: str | None = _ignored(None, _HUB)
-    hub_private_repo: bool | None = _ignored(None, _HUB)
-    hub_model_id: str | None = _ignored(None, _HUB)
-    hub_strategy: str = _ignored("every_save", _HUB)
-    hub_always_push: bool = _ignored(False, _HUB)
-    hub_revision: str | None = _ignored(None, _HUB)
-    load_best_model_at_end: bool = _refused(
-        False, "the final model is the last step's; keeping the best evaluation's is not supported")
-    metric_for_best_model: str | None = _inert(None, "read with load_best_model_at_end only")
-    greater_is_better: bool | None = _inert(None, "read with load_best_model_at_end only")
-    ignore_data_skip: bool = _ignored(False, "a resume continues the dataset's order exactly")
-    restore_callback_states_from_checkpoint: bool = _ignored(False, "callbacks keep no state across a resume here")
-    # ---- seeds and devices
-    full_determinism: bool = _inert(False, "a run is deterministic from its seed already")
-    seed: int = _key("training.seed", 42)
-    data_seed: int | None = _own(None, note="`data.seed` (None: seed, as TRL's sampler)")
-    use_cpu: bool = _ignored(False, "MLX picks its device")
-    accelerator_config: Any = _ignored(None, _DISTRIBUTED)
-    parallelism_config: Any = _ignored(None, _DISTRIBUTED)
-    # ---- data loading
-    dataloader_drop_last: bool = _ignored(False, _DATALOADER)
-    dataloader_num_workers: int = _ignored(0, _DATALOADER)
-    dataloader_pin_memory: bool = _inert(True, _DATALOADER)
-    dataloader_persistent_workers: bool = _ignored(False, _DATALOADER)
-    dataloader_prefetch_factor: int | None = _ignored(None, _DATALOADER)
-    dataloader_multiprocessing_context: str | None = _ignored(None, _DATALOADER)
-    dataloader_in_order: bool = _inert(True, _DATALOADER)
-    label_names: list[str] | None = _inert(None, "GRPO has no labels")
-    train_sampling_strategy: str = _own("random", note="\"sequential\" → `data.shuffle = false`; "
-                                        "\"group_by_length\" ignored with a warning")
-    length_column_name: str = _inert("length", "read with group_by_length only")
-    # ---- distributed
-    ddp_find_unused_parameters: bool | None = _ignored(None, _DISTRIBUTED)
-    ddp_bucket_cap_mb: int | None = _ignored(None, _DISTRIBUTED)
-    ddp_broadcast_buffers: bool | None = _ignored(None, _DISTRIBUTED)
-    ddp_static_graph: bool | None = _ignored(None, _DISTRIBUTED)
-    ddp_backend: str | None = _ignored(None, _DISTRIBUTED)
-    ddp_timeout: int = _ignored(1800, _DISTRIBUTED)
-    fsdp: Any = _ignored(None, _DISTRIBUTED)
-    fsdp_config: Any = _ignored(None, _DISTRIBUTED)
-    deepspeed: Any = _ignored(None, _DISTRIBUTED)
-    debug: str | list[Any] = _ignored("", _TORCH)
-    skip_memory_metrics: bool = _inert(True, "log_history has peak_memory_mb")
-    do_train: bool = _inert(False)
-    do_eval: bool = _inert(False)
-    do_predict: bool = _inert(False)
-    resume_from_checkpoint: str | None = _inert(None, "give it to train(resume_from_checkpoint=...), as with TRL")
-    local_rank: int = _inert(-1, "set by the launcher")
-    # ---- transformers 4.x TrainingArguments that 5.x removed
-    overwrite_output_dir: bool = _inert(False, "train() moves earlier checkpoints aside, never deletes them")
-    per_gpu_train_batch_size: int | None = _ignored(None, "deprecated in transformers: per_device_train_batch_size")
-    per_gpu_eval_batch_size: int | None = _ignored(None, "deprecated in transformers")
-    logging_dir: str | None = _ignored(None, "TensorBoard writes under output_dir")
-    save_safetensors: bool = _inert(True, "checkpoints are safetensors")
-    no_cuda: bool = _ignored(False, "MLX picks its device")
-    use_mps_device: bool = _ignored(False, "MLX picks its device")
-    jit_mode_eval: bool = _ignored(False, _TORCH)
-    fp16_opt_level: str = _ignored("O1", _TORCH)
-    half_precision_backend: str = _ignored("auto", _TORCH)
-    tpu_num_cores: int | None = _ignored(None, _TORCH)
-    tpu_metrics_debug: bool = _ignored(False, _TORCH)
-    past_index: int = _inert(-1, "no model here keeps past states")
-    fsdp_min_num_params: int = _ignored(0, _DISTRIBUTED)
-    fsdp_transformer_layer_cls_to_wrap: str | None = _ignored(None, _DISTRIBUTED)
-    adafactor: bool = _refused(False, "the optimizer is AdamW")
-    group_by_length: bool = _ignored(False, _DATALOADER)
-    use_legacy_prediction_loop: bool = _inert(False, "there is no prediction loop")
-    include_inputs_for_metrics: bool = _inert(False, "there is no compute_metrics")
-    fp16_backend: str = _ignored("auto", _TORCH)
-    push_to_hub_model_id: str | None = _ignored(None, _HUB)
-    push_to_hub_organization: str | None = _ignored(None, _HUB)
-    push_to_hub_token: str | None = _ignored(None, _HUB)
-    mp_parameters: str = _ignored("", _TORCH)
-    torchdynamo: str | None = _ignored(None, _TORCH)
-    ray_scope: str | None = _ignored("last", "there is no hyperparameter search")
-    include_tokens_per_second: bool = _inert(False, "log_history has generation_tokens_per_s and training_tokens_per_s")
-
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"toml": None})
 
     def __post_init__(self) -> None:
         if isinstance(self.scale_rewards, bool):  # TRL's own spelling, converted as TRL converts it
@@ -506,7 +159,7 @@ class GRPOConfig:
         defaults = {}
         for f in dataclasses.fields(cls):  # the unset fields read as grpo-tui's defaults
             toml = f.metadata.get("toml")
-            if f.name not in values and toml is not None and (here := _toml_default(toml)) is not _MISSING:
+            if f.name not in values and toml is not None and (here := toml_default(toml)) is not MISSING:
                 defaults[f.name] = None if f.name == "save_total_limit" and here == 0 else here
         _generated_init(self, **{**defaults, **values}, extra=_prune(rest))
         return self
@@ -524,7 +177,7 @@ class GRPOConfig:
                 continue
             value = getattr(self, f.name)
             if f.name not in given:
-                here = _toml_default(toml)
+                here = toml_default(toml)
                 if _has(raw, toml) or toml in recipe_keys or _same(_toml_value(f.name, value), here):
                     continue  # extra (or its recipe) says it, or TRL's default is ours: the file leaves it out
             if f.name == "save_total_limit" and value is None:
@@ -532,114 +185,12 @@ class GRPOConfig:
             if value is None:
                 continue  # TRL's None: off, or grpo-tui's own default
             _put(raw, toml, _toml_value(f.name, value))
-        self._convert(raw)
+        _convert_own(self, raw)
         return _prune(raw)
-
-    def _convert(self, raw: dict[str, Any]) -> None:
-        """The fields with no single TOML key (``_own``), onto ``raw``."""
-        training = raw.setdefault("training", {})
-        given = self.__dict__["_given"]
-        if self._set("per_device_train_batch_size") and not (
-            "per_device_train_batch_size" not in given and "batch_size" in training
-        ):
-            completions = self.per_device_train_batch_size * self.gradient_accumulation_steps
-            if completions % self.num_generations:
-                raise TrainingError(
-                    f"per_device_train_batch_size: {self.per_device_train_batch_size} × gradient_accumulation_steps "
-                    f"{self.gradient_accumulation_steps} completions must be a multiple of num_generations "
-                    f"({self.num_generations})"
-                )
-            training["batch_size"] = completions // self.num_generations
-        self._check_generation_batch()
-        if self.reward_weights is not None and raw.get("rewards"):
-            rewards = raw["rewards"]
-            if len(rewards) != len(self.reward_weights):
-                raise TrainingError(
-                    f"reward_weights: {len(self.reward_weights)} weights for {len(rewards)} reward functions"
-                )
-            for table, weight in zip(rewards, self.reward_weights):
-                table["weight"] = float(weight)
-        dtype = self._dtype()
-        if dtype is not None:
-            raw.setdefault("model", {})["dtype"] = dtype
-        if self.activation_checkpointing:
-            training["gradient_checkpointing"] = True
-        if isinstance(self.warmup_steps, float) and 0 < self.warmup_steps < 1:  # transformers 5: a ratio
-            training.pop("warmup_steps", None)
-            training["warmup_ratio"] = self.warmup_steps
-        for key, value in _lr_scheduler_kwargs(self.lr_scheduler_kwargs, self.learning_rate).items():
-            training[key] = value
-        generation = raw.setdefault("generation", {})
-        for key, value in (self.generation_kwargs or {}).items():
-            if key in _GENERATION_KWARGS:
-                generation[_GENERATION_KWARGS[key]] = _toml_value(key, value)
-            elif key not in ("skip_special_tokens", "spaces_between_special_tokens"):
-                raise TrainingError(
-                    f"generation_kwargs: {key!r} is not supported here; the keys that are: "
-                    + ", ".join(_GENERATION_KWARGS))
-        for key, value in (self.chat_template_kwargs or {}).items():
-            if key != "enable_thinking":
-                raise TrainingError(f"chat_template_kwargs: {key!r} is not supported here; enable_thinking is")
-            generation["enable_thinking"] = bool(value)
-        _check_choice("optim", self.optim, _ADAMW + _ADAMW_LIKE, "AdamW is the optimizer here")
-        _check_choice("logging_strategy", self.logging_strategy, ("steps",),
-                      "give logging_steps, a number of steps")
-        if isinstance(self.logging_steps, float) and self.logging_steps < 1:
-            raise TrainingError(f"logging_steps: {self.logging_steps} — a ratio of the run is not supported; "
-                                "give a number of steps")
-        if isinstance(self.save_steps, float) and self.save_steps < 1:
-            raise TrainingError(f"save_steps: {self.save_steps} — a ratio of the run is not supported; "
-                                "give a number of steps")
-        checkpoint = raw.setdefault("checkpoint", {})
-        strategy = _text(self.save_strategy)
-        _check_choice("save_strategy", strategy, ("steps", "no"), "give save_steps, a number of steps")
-        if strategy == "no":
-            checkpoint["save_every"] = 0
-        if self._set("data_seed") and not ("data_seed" not in given and "seed" in raw.get("data", {})):
-            seed = self.data_seed if self.data_seed is not None else self.seed
-            if seed != _toml_default("data.seed") or "data_seed" in given:
-                raw.setdefault("data", {})["seed"] = int(seed)
-        sampling = _text(self.train_sampling_strategy)
-        if sampling == "sequential":
-            raw.setdefault("data", {})["shuffle"] = False
-        eval_table = self._eval_table(raw.get("eval"))
-        if eval_table is not None:
-            raw["eval"] = eval_table
-
-    def _eval_table(self, given_table: Any) -> dict[str, Any] | None:
-        """``[eval]`` from eval_strategy and its companions (None: leave it as it is)."""
-        strategy = _text(self.eval_strategy)
-        _check_choice("eval_strategy", strategy, ("no", "steps"), "give eval_strategy=\"steps\" and eval_steps")
-        table = dict(given_table) if isinstance(given_table, dict) else None
-        if self.num_generations_eval is not None:
-            table = {**(table or {}), "num_samples": int(self.num_generations_eval), "greedy": False}
-        if strategy == "steps":
-            table = dict(table or {})
-            table["every"] = int(self.eval_steps if self.eval_steps is not None else self.logging_steps)
-            table["at_start"] = bool(self.eval_on_start)
-            table.setdefault("at_end", False)
-        elif "eval_on_start" in self.__dict__["_given"] and table is not None:
-            table["at_start"] = bool(self.eval_on_start)
-        return table
 
     def evaluates_while_training(self) -> bool:
         """False when ``eval_strategy="no"`` was given: TRL then evaluates only in ``evaluate()``."""
         return not ("eval_strategy" in self.__dict__["_given"] and _text(self.eval_strategy) == "no")
-
-    def _dtype(self) -> str | None:
-        if self.bf16 and self.fp16:
-            raise TrainingError("bf16, fp16: give one of them")
-        kwargs = _init_kwargs(self.model_init_kwargs)
-        dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
-        if dtype is not None and str(dtype).removeprefix("torch.") != "auto":
-            name = str(dtype).removeprefix("torch.")
-            if name not in ("float32", "bfloat16", "float16"):
-                raise TrainingError(f"model_init_kwargs: dtype {name!r} is not one of float32, bfloat16, float16, auto")
-            return name
-        if "quantization_config" in kwargs:
-            raise TrainingError("model_init_kwargs: quantization_config is not supported; give a quantized "
-                                "mlx-community model (LoRA on it is QLoRA)")
-        return "bfloat16" if self.bf16 else "float16" if self.fp16 else None
 
     def _check_generation_batch(self) -> None:
         step = self.per_device_train_batch_size * self.gradient_accumulation_steps
@@ -668,7 +219,7 @@ class GRPOConfig:
             from grpo_tui.protocol.config import GrpoConfig
 
             if self.loss_type not in typing.get_args(typing.get_type_hints(GrpoConfig)["loss_type"]):
-                raise TrainingError(f"loss_type={self.loss_type!r}: {_NOT_YET}")
+                raise TrainingError(f"loss_type={self.loss_type!r}: {NOT_YET}")
 
     def warnings(self) -> list[str]:
         """One line for each ignored field set to something other than TRL's default (and each
@@ -678,14 +229,14 @@ class GRPOConfig:
             if f.metadata.get("fate") == "ignored" and not _same(getattr(self, f.name), f.metadata["trl_default"]):
                 lines.append(f"{f.name}={getattr(self, f.name)!r} is ignored: {f.metadata['note']}")
         for key in _init_kwargs(self.model_init_kwargs):
-            if key in _MODEL_INIT_IGNORED:
-                lines.append(f"model_init_kwargs[{key!r}] is ignored: {_MODEL_INIT_IGNORED[key]}")
+            if key in MODEL_INIT_IGNORED:
+                lines.append(f"model_init_kwargs[{key!r}] is ignored: {MODEL_INIT_IGNORED[key]}")
             elif key not in ("dtype", "torch_dtype", "quantization_config"):
                 lines.append(f"model_init_kwargs[{key!r}] is ignored: the worker loads the model with mlx-lm")
-        if self.optim in _ADAMW_LIKE:
+        if self.optim in ADAMW_LIKE:
             lines.append(f"optim={self.optim!r} runs as MLX's float AdamW")
         if _text(self.train_sampling_strategy) == "group_by_length":
-            lines.append(f"train_sampling_strategy='group_by_length' is ignored: {_DATALOADER}")
+            lines.append(f"train_sampling_strategy='group_by_length' is ignored: {DATALOADER}")
         for key in (self.generation_kwargs or {}):
             if key in ("skip_special_tokens", "spaces_between_special_tokens"):
                 lines.append(f"generation_kwargs[{key!r}] is ignored: completions are decoded without special tokens")
@@ -724,6 +275,110 @@ def _init_noting_given(self: GRPOConfig, *args: Any, **kwargs: Any) -> None:
 
 
 setattr(GRPOConfig, "__init__", _init_noting_given)  # which fields the caller gave: TRL's defaults for the rest
+
+
+def _convert_own(config: GRPOConfig, raw: dict[str, Any]) -> None:
+    """The fields with no single TOML key (``_own``), onto ``raw``."""
+    training = raw.setdefault("training", {})
+    given = config.given()
+    if config._set("per_device_train_batch_size") and not (
+        "per_device_train_batch_size" not in given and "batch_size" in training
+    ):
+        completions = config.per_device_train_batch_size * config.gradient_accumulation_steps
+        if completions % config.num_generations:
+            raise TrainingError(
+                f"per_device_train_batch_size: {config.per_device_train_batch_size} × gradient_accumulation_steps "
+                f"{config.gradient_accumulation_steps} completions must be a multiple of num_generations "
+                f"({config.num_generations})"
+            )
+        training["batch_size"] = completions // config.num_generations
+    config._check_generation_batch()
+    if config.reward_weights is not None and raw.get("rewards"):
+        rewards = raw["rewards"]
+        if len(rewards) != len(config.reward_weights):
+            raise TrainingError(
+                f"reward_weights: {len(config.reward_weights)} weights for {len(rewards)} reward functions"
+            )
+        for table, weight in zip(rewards, config.reward_weights):
+            table["weight"] = float(weight)
+    dtype = _dtype(config)
+    if dtype is not None:
+        raw.setdefault("model", {})["dtype"] = dtype
+    if config.activation_checkpointing:
+        training["gradient_checkpointing"] = True
+    if isinstance(config.warmup_steps, float) and 0 < config.warmup_steps < 1:  # transformers 5: a ratio
+        training.pop("warmup_steps", None)
+        training["warmup_ratio"] = config.warmup_steps
+    for key, value in _lr_scheduler_kwargs(config.lr_scheduler_kwargs, config.learning_rate).items():
+        training[key] = value
+    generation = raw.setdefault("generation", {})
+    for key, value in (config.generation_kwargs or {}).items():
+        if key in GENERATION_KWARGS:
+            generation[GENERATION_KWARGS[key]] = _toml_value(key, value)
+        elif key not in ("skip_special_tokens", "spaces_between_special_tokens"):
+            raise TrainingError(
+                f"generation_kwargs: {key!r} is not supported here; the keys that are: "
+                + ", ".join(GENERATION_KWARGS))
+    for key, value in (config.chat_template_kwargs or {}).items():
+        if key != "enable_thinking":
+            raise TrainingError(f"chat_template_kwargs: {key!r} is not supported here; enable_thinking is")
+        generation["enable_thinking"] = bool(value)
+    _check_choice("optim", config.optim, ADAMW + ADAMW_LIKE, "AdamW is the optimizer here")
+    _check_choice("logging_strategy", config.logging_strategy, ("steps",),
+                  "give logging_steps, a number of steps")
+    if isinstance(config.logging_steps, float) and config.logging_steps < 1:
+        raise TrainingError(f"logging_steps: {config.logging_steps} — a ratio of the run is not supported; "
+                            "give a number of steps")
+    if isinstance(config.save_steps, float) and config.save_steps < 1:
+        raise TrainingError(f"save_steps: {config.save_steps} — a ratio of the run is not supported; "
+                            "give a number of steps")
+    checkpoint = raw.setdefault("checkpoint", {})
+    strategy = _text(config.save_strategy)
+    _check_choice("save_strategy", strategy, ("steps", "no"), "give save_steps, a number of steps")
+    if strategy == "no":
+        checkpoint["save_every"] = 0
+    if config._set("data_seed") and not ("data_seed" not in given and "seed" in raw.get("data", {})):
+        seed = config.data_seed if config.data_seed is not None else config.seed
+        if seed != toml_default("data.seed") or "data_seed" in given:
+            raw.setdefault("data", {})["seed"] = int(seed)
+    sampling = _text(config.train_sampling_strategy)
+    if sampling == "sequential":
+        raw.setdefault("data", {})["shuffle"] = False
+    eval_table = _eval_table(config, raw.get("eval"))
+    if eval_table is not None:
+        raw["eval"] = eval_table
+
+def _eval_table(config: GRPOConfig, given_table: Any) -> dict[str, Any] | None:
+    """``[eval]`` from eval_strategy and its companions (None: leave it as it is)."""
+    strategy = _text(config.eval_strategy)
+    _check_choice("eval_strategy", strategy, ("no", "steps"), "give eval_strategy=\"steps\" and eval_steps")
+    table = dict(given_table) if isinstance(given_table, dict) else None
+    if config.num_generations_eval is not None:
+        table = {**(table or {}), "num_samples": int(config.num_generations_eval), "greedy": False}
+    if strategy == "steps":
+        table = dict(table or {})
+        table["every"] = int(config.eval_steps if config.eval_steps is not None else config.logging_steps)
+        table["at_start"] = bool(config.eval_on_start)
+        table.setdefault("at_end", False)
+    elif "eval_on_start" in config.given() and table is not None:
+        table["at_start"] = bool(config.eval_on_start)
+    return table
+
+
+def _dtype(config: GRPOConfig) -> str | None:
+    if config.bf16 and config.fp16:
+        raise TrainingError("bf16, fp16: give one of them")
+    kwargs = _init_kwargs(config.model_init_kwargs)
+    dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+    if dtype is not None and str(dtype).removeprefix("torch.") != "auto":
+        name = str(dtype).removeprefix("torch.")
+        if name not in ("float32", "bfloat16", "float16"):
+            raise TrainingError(f"model_init_kwargs: dtype {name!r} is not one of float32, bfloat16, float16, auto")
+        return name
+    if "quantization_config" in kwargs:
+        raise TrainingError("model_init_kwargs: quantization_config is not supported; give a quantized "
+                            "mlx-community model (LoRA on it is QLoRA)")
+    return "bfloat16" if config.bf16 else "float16" if config.fp16 else None
 
 
 def _init_kwargs(value: Any) -> dict[str, Any]:
@@ -805,7 +460,7 @@ def _toml_value(name: str, value: Any) -> Any:
             raise TrainingError(f"num_train_epochs: {value} — grpo-tui trains whole epochs; give an integer")
         return int(value)
     if name == "warmup_steps" and isinstance(value, float) and value < 1:
-        return 0  # a ratio: to_dict's caller puts it into warmup_ratio (_convert)
+        return 0  # a ratio: to_dict's caller puts it into warmup_ratio (_convert_own)
     if name in ("logging_steps", "save_steps", "eval_steps", "warmup_steps") and isinstance(value, float) \
             and value.is_integer():
         return int(value)
@@ -861,8 +516,8 @@ def trl_table() -> str:
         if "fate" not in f.metadata:
             continue
         toml = f.metadata["toml"]
-        here = _toml_default(toml) if toml else None
-        here_text = "—" if toml is None else "(newer grpo-tui)" if here is _MISSING else show(here)
+        here = toml_default(toml) if toml else None
+        here_text = "—" if toml is None else "(newer grpo-tui)" if here is MISSING else show(here)
         key = f"`{toml}`" if toml else "—"
         note = f.metadata["note"].replace("|", "\\|")
         lines.append(f"| `{f.name}` | {f.metadata['fate']} | {key} | {here_text} | "

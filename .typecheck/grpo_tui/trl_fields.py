@@ -1,0 +1,1 @@
+../../api/trl_fields.py
