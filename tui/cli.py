@@ -1,4 +1,4 @@
-"""``grpo-tui`` command line: run, attach, ls, set, fork, worker, browse, check.
+"""``grpo-tui`` command line: run, attach, ls, set, fork, compare, worker, browse, check.
 
 Kept light: heavy imports (Textual, MLX) happen only inside the subcommand that needs them, and
 the worker is started as its own process (``python -m grpo_tui.worker``) so this package never
@@ -260,6 +260,12 @@ def cmd_fork(args: argparse.Namespace) -> int:
     return run_dashboard(str(config_path), config, _sets(args))
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from grpo_tui.tui.compare import run_compare
+
+    return run_compare(args.run_dirs, args.json)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from grpo_tui.tui.doctor_report import run_doctor
 
@@ -357,6 +363,14 @@ def _add_steering(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     p.add_argument("--detach", action="store_true", help="start it in the background and return at once")
     add_set_argument(p)
     p.set_defaults(func=cmd_fork)
+
+    p = sub.add_parser("compare", help="runs side by side: figures and config differences (docs/steering.md)",
+                       description="For each run: steps, wall time, last and best reward, last and best eval accuracy; "
+                                   "then every config key that differs, live changes shown at their step. Exit 2 when "
+                                   "a folder is not a run.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more runs' output folders")
+    p.add_argument("--json", action="store_true", help="the same as JSON")
+    p.set_defaults(func=cmd_compare)
 
 
 def build_parser() -> argparse.ArgumentParser:

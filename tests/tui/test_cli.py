@@ -16,7 +16,7 @@ def test_version():
 
 
 def test_help_for_every_subcommand():
-    for sub in ("run", "worker", "browse", "check"):
+    for sub in ("run", "worker", "browse", "check", "compare"):
         out = grpo_tui(sub, "--help")
         assert out.returncode == 0 and "usage: grpo-tui" in out.stdout
 
@@ -51,6 +51,14 @@ def test_check_bad_loss_type_is_one_clear_line(root, tmp_path):
 def test_browse_missing_file(tmp_path):
     out = grpo_tui("browse", str(tmp_path / "nope.db"))
     assert out.returncode != 0 and "Traceback" not in out.stderr and "nope.db" in out.stderr
+
+
+def test_compare_names_the_folder_that_is_not_a_run(tmp_path):
+    (tmp_path / "empty").mkdir()
+    out = grpo_tui("compare", str(tmp_path / "empty"), str(tmp_path / "nope"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == (f"grpo-tui: {tmp_path / 'empty'}: not a run folder; name a run's output folder "
+                                  "(`grpo-tui ls` lists runs).")
 
 
 def test_no_command_prints_help():

@@ -68,6 +68,21 @@ def test_a_fork_from_step_2_with_another_temperature_starts_at_3_and_leaves_the_
     ls = subprocess.run([*CLI, "ls", str(tmp_path)], capture_output=True, text=True, timeout=30).stdout.splitlines()
     assert ls[1].endswith("out") and ls[2].endswith("└ child")  # the fork under its parent
 
+    # grpo-tui compare: the one setting the fork changed is the one difference; the fork's own wall time
+    shown = subprocess.run([*CLI, "compare", str(out), str(child), "--json"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    compared = json.loads(shown.stdout)
+    temperature = load_config(config).generation.temperature
+    assert compared["differences"] == [{"key": "generation.temperature", "values": [str(temperature), "0.5"]}]
+    parent_figures, child_figures = compared["runs"]
+    assert (parent_figures["steps"], child_figures["steps"], child_figures["branch_step"]) == (4, 4, 2)
+    assert child_figures["best_reward"] == max(r for _, _, r in child_steps)
+    assert 0 < child_figures["wall_time_s"] < parent_figures["wall_time_s"]
+    table = subprocess.run([*CLI, "compare", str(out), str(child)], capture_output=True, text=True, timeout=30).stdout
+    assert "forked from" in table and "out at step 2" in table
+    assert [line.split() for line in table.splitlines() if line.startswith("generation.temperature")] == [
+        ["generation.temperature", str(temperature), "0.5"]]
+
 
 def test_a_fork_names_what_is_wrong_in_one_sentence(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, training={"max_steps": 2, "silent_patience": 0})

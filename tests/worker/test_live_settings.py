@@ -93,6 +93,12 @@ def test_a_learning_rate_set_at_step_n_is_used_from_n_plus_1_like_a_resume_at_n_
     start = weights(tiny_model)
     assert max(mx.abs(a[k] - start[k]).max().item() for k in a) > 1e-4  # the weights did move
 
+    # grpo-tui compare shows the live change where it happened
+    shown = subprocess.run([*CLI, "compare", str(out), str(ref / "out"), "--json"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    rows = {d["key"]: d["values"] for d in json.loads(shown.stdout)["differences"]}
+    assert rows["training.learning_rate"] == [f"0.01 → 0.002 at step {n + 1}", "0.002"]
+
 
 def test_a_change_survives_a_sigkill_and_the_restart_and_a_stop_and_resume_latest(tmp_path, tiny_model):
     out = detached(tmp_path / "run", tiny_model, max_steps=8)

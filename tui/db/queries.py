@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 import msgspec
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS
+from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS, StoreError
 from grpo_tui.tui.db import search
 from grpo_tui.tui.db.filters import GenFilter, where
 
@@ -343,3 +344,26 @@ def group_filter(row: GenRow) -> GenFilter:
     """The filter showing the G completions of ``row``'s prompt at ``row``'s step, best first."""
     return GenFilter(run_id=row.run_id, step_min=row.step, step_max=row.step, prompt_index=row.prompt_index,
                      sort="reward", descending=True)
+
+
+def run_of_output_dir(conn: sqlite3.Connection, folder: str | Path) -> int:
+    """The id of the run whose output folder is ``folder`` (a shared store holds several runs; a
+    fork's holds its parent's steps under the fork's own run), else the store's newest run."""
+    want = str(Path(folder).resolve())
+    newest = None
+    for row in conn.execute("SELECT id, config FROM runs ORDER BY id DESC"):
+        newest = row["id"] if newest is None else newest
+        config = _json(row["config"])
+        out = config.get("checkpoint", {}).get("output_dir") if isinstance(config, dict) else None
+        if isinstance(out, str) and str(Path(out).resolve()) == want:
+            return int(row["id"])
+    if newest is None:
+        raise StoreError("the store holds no run yet")
+    return int(newest)
+
+
+def step_series(conn: sqlite3.Connection, run_id: int, columns: Sequence[str], after: int = 0) -> list[dict[str, Any]]:
+    """``step`` and ``columns`` of a run's steps after step ``after``, by step (compared runs' charts)."""
+    known = [c for c in columns if c in STEP_METRIC_COLUMNS]
+    sql = f"SELECT {', '.join(['step', *known])} FROM steps WHERE run_id = ? AND step > ? ORDER BY step"
+    return [dict(r) for r in conn.execute(sql, (run_id, after))]
