@@ -116,6 +116,10 @@ def columns_problem(present: set[str], config: DataConfig, rewards: Sequence[Rew
                 f"{have}); set data.answer_column to the column that holds the answers")
     aliased = present | ({"answer"} if config.answer_column in present else set())
     for reward in rewards:
+        if reward.name == "reasoning_gym" and "metadata" not in present:
+            return (f"the 'reasoning_gym' reward scores each completion with its row's reasoning-gym entry (the "
+                    f"'answer' and 'metadata' columns), and no row of {label} has 'metadata' (its columns: {have}); "
+                    f"generate the rows with data.reasoning_gym, or keep reasoning-gym's columns in the file")
         needed = REWARD_COLUMNS.get(reward.name or "")
         if needed is not None and needed not in aliased:
             return (f"the {reward.name!r} reward compares completions with the {needed!r} column, which no row of "

@@ -36,3 +36,9 @@ def requirement(distribution: str) -> str:
 def pip_install(distribution: str) -> str:
     """``pip install 'wandb>=0.19'`` in backquotes, the program's mark of a command to type."""
     return f"`pip install {shlex.quote(requirement(distribution))}`"
+
+
+def not_installed(what: str, distribution: str) -> str:
+    """The sentence for a feature whose optional library is missing: ``what`` (``data.reasoning_gym``)
+    needs ``distribution``, and the command that brings it."""
+    return f"{what} needs the {distribution} package, which is not installed: {pip_install(distribution)}"

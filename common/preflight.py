@@ -22,6 +22,7 @@ from typing import Any
 from grpo_tui.common.data_check import ALL_ROWS, data_problems, first_rows
 from grpo_tui.common.disk_space import too_little_space
 from grpo_tui.common.distributed import rank_count, undealt
+from grpo_tui.common.install_hint import not_installed
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
 from grpo_tui.common.reward_names import argument_problem
 from grpo_tui.protocol.config import Config, ConfigError, LoraConfig, ModelConfig
@@ -366,6 +367,23 @@ def reward_argument_problems(config: Config) -> list[str]:
     return []
 
 
+def package_problems(config: Config) -> list[str]:
+    """An optional library the config names and this Python lacks (the worker's sentence)."""
+    import importlib.util
+
+    if config.data.reasoning_gym is not None:
+        what = "data.reasoning_gym"
+    elif (i := next((i for i, r in enumerate(config.rewards) if r.name == "reasoning_gym"), None)) is not None:
+        what = f"rewards[{i}] (reasoning_gym)"
+    else:
+        return []
+    try:
+        found = importlib.util.find_spec("reasoning_gym") is not None
+    except ImportError:
+        found = False
+    return [] if found else [not_installed(what, "reasoning-gym")]
+
+
 def check_problems(config: Config, config_path: str = "config.toml") -> list[str]:
     """Everything ``grpo-tui check`` finds without training, in the order the worker meets it
     (``config_path``: the config as the user named it, for the commands the sentences print)."""
@@ -373,5 +391,5 @@ def check_problems(config: Config, config_path: str = "config.toml") -> list[str
     ranks = undealt(config.training.gradient_accumulation_steps, count) if count is not None else None
     resume = resume_problem(config, config_path)
     return ([str(ranks)] if ranks else []) or folder_problems(config) or ([resume] if resume else []) or \
-        code_problems(config) or import_problems(config, tools=True) or data_problems(config) or \
+        code_problems(config) or package_problems(config) or import_problems(config, tools=True) or data_problems(config) or \
         import_problems(config, tools=False) or reward_argument_problems(config) or model_problems(config)

@@ -20,19 +20,21 @@ from grpo_tui.protocol import recipes
 from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
 from grpo_tui.protocol.config_doctor import DoctorConfig
 from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
+from grpo_tui.protocol.config_environments import ReasoningGymConfig
 from grpo_tui.protocol.config_eval import EvalConfig
 from grpo_tui.protocol.config_overrides import apply_override as apply_override
 from grpo_tui.protocol.messages import SampleDisplay
 
 SchedulerType = Literal["constant", "linear", "cosine", "constant_with_warmup", "cosine_with_min_lr"]
 
-BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema", "soft_overlong")
+BUILTIN_REWARDS = ("accuracy", "xml_format", "length", "tool_use", "json_schema", "soft_overlong", "reasoning_gym")
 # The params each built-in takes (its keyword parameters that no column or extra fills; a test holds
 # them to the functions' signatures): any other would be silently ignored.
 BUILTIN_REWARD_PARAMS: dict[str, tuple[str, ...]] = {
     "accuracy": (), "xml_format": ("tags",), "length": ("target", "max_completion_length", "min_length", "max_length", "unit"),
     "tool_use": ("required", "allowed_tools"),
     "json_schema": ("schema", "tag"), "soft_overlong": ("max_completion_length", "soft_punish_cache"),
+    "reasoning_gym": (),
 }
 
 
@@ -108,7 +110,8 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    path: str  # a JSONL/JSON/CSV/Parquet file, a datasets save_to_disk folder or a hub dataset id
+    path: str = ""  # a JSONL/JSON/CSV/Parquet file, a datasets save_to_disk folder or a hub dataset id
+    reasoning_gym: ReasoningGymConfig | None = None  # instead of path: tasks generated in the worker
     eval_path: str | None = None
     split: str = "train"  # of a save_to_disk DatasetDict or a hub dataset
     eval_split: str | None = None  # held-out split of data.path when eval_path is not given
@@ -119,6 +122,18 @@ class DataConfig(_Section):
     answer_column: str = "answer"
     shuffle: bool = True
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.path != "") == (self.reasoning_gym is not None):
+            raise _invalid("path", self.path, "— give exactly one of data.path (a file, folder or hub id) or data.reasoning_gym")
+        if self.reasoning_gym is not None and (self.eval_path is not None or self.eval_split is not None):
+            key = "eval_path" if self.eval_path is not None else "eval_split"
+            raise _invalid(key, getattr(self, key), "— data.reasoning_gym makes its own eval rows (its eval_seed, eval_size)")
+
+    @property
+    def label(self) -> str:
+        """How messages name the training data."""
+        return "data.reasoning_gym" if self.reasoning_gym is not None else self.path
 
 
 class JudgeConfig(_Section):
@@ -475,9 +490,9 @@ class Config(_Section):
 
     @property
     def accuracy_label(self) -> str | None:
-        """The reward whose mean is a run's accuracy (eval, the doctor's pass rates): the built-in
-        ``accuracy``, when configured."""
-        return next((r.label for r in self.rewards if r.name == "accuracy"), None)
+        """The reward whose mean is a run's accuracy (eval, the doctor's pass rates): the first
+        built-in ``accuracy`` or ``reasoning_gym`` configured."""
+        return next((r.label for r in self.rewards if r.name in ("accuracy", "reasoning_gym")), None)
 
     @property
     def run_name(self) -> str:
@@ -575,7 +590,8 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
         hub = _HUB_ID.fullmatch(value) and not value.lower().endswith(_DATA_SUFFIXES)
         return value if hub and not local(value, key).exists() else must_exist(key, value)
 
-    config.data.path = dataset("data.path", config.data.path)
+    if config.data.reasoning_gym is None:
+        config.data.path = dataset("data.path", config.data.path)
     if config.data.eval_path is not None:
         config.data.eval_path = dataset("data.eval_path", config.data.eval_path)
     if config.data.tools is not None:

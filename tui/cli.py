@@ -304,7 +304,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"wrote {dest}/: {', '.join(files)} and model/ (a bundled tiny model)")
     config = shlex.quote(str(dest / "config.toml"))
     print(f"train it: `grpo-tui run {config}`   (headless: `grpo-tui worker {config} --plain`)")
-    print("its comments say how to switch to a hub model (Qwen/Qwen3-0.6B) and a hub dataset")
+    dataset = "" if args.template == "reasoning-gym" else " and a hub dataset"  # its tasks are generated
+    print(f"its comments say how to switch to a hub model (Qwen/Qwen3-0.6B){dataset}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """``grpo-tui init TEMPLATE [DIR]``: a starter run to edit: a config, a rewards file, a few example
-rows and the bundled tiny model, so ``grpo-tui run DIR/config.toml`` trains at once, offline.
+rows (or generated tasks) and the bundled tiny model, so ``grpo-tui run DIR/config.toml`` trains at once, offline.
 
 The templates live in ``tui/templates/<name>/`` (package data); the tiny models are the examples'
 (``templates/models/`` links to ``examples/models/``; a wheel holds copies).
@@ -14,6 +14,7 @@ TEMPLATES = {
     "math": ("tiny-arith", "GSM8K-style word problems, the answer after ####"),
     "json": ("tiny-arith", "JSON answers checked against a JSON schema"),
     "tools": ("tiny-agent", "agent training with one tool (a calculator)"),
+    "reasoning-gym": ("tiny-arith", "reasoning-gym tasks generated offline, scored by their own scorers"),
 }
 ROOT = Path(__file__).resolve().parent / "templates"
 

@@ -79,7 +79,7 @@ class Start:
 
         run.loaded = trainer = await run.mlx(self.make_trainer, cfg, log_from_thread)
         run.model_identity = dict(getattr(trainer, "model_identity", None) or {})
-        if (note := small_data_note(trainer.dataset_size, cfg.training.batch_size, cfg.data.path)) is not None:
+        if (note := small_data_note(trainer.dataset_size, cfg.training.batch_size, cfg.data.label)) is not None:
             run.log("warning", note)
         active = active_blas()  # verified in this process, not assumed from the config
         blas = describe_blas(active)

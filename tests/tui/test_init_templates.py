@@ -16,7 +16,7 @@ def cli(*args, cwd=None):
                           cwd=cwd, timeout=300)
 
 
-@pytest.mark.parametrize("template", ["math", "json", "tools"])
+@pytest.mark.parametrize("template", ["math", "json", "tools", "reasoning-gym"])
 def test_each_template_trains_as_written(template, tmp_path):
     out = cli("init", template, str(tmp_path / template))
     assert out.returncode == 0, out.stderr
@@ -58,6 +58,6 @@ def test_a_used_folder_or_an_unknown_template_is_one_line(tmp_path):
     assert "already exists and is not empty" in out.stderr and (tmp_path / "busy" / "notes.txt").read_text() == "mine"
     out = cli("init", "chess", str(tmp_path / "x"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and not (tmp_path / "x").exists()
-    assert "no template 'chess': choose one of math, json, tools" in out.stderr
+    assert "no template 'chess': choose one of math, json, tools, reasoning-gym" in out.stderr
     out = cli("init", "json", cwd=tmp_path)  # DIR defaults to the template's name
     assert out.returncode == 0 and (tmp_path / "json" / "config.toml").is_file()

@@ -68,9 +68,14 @@ def read_dataset(path: str, config: DataConfig, split: str | None = None,
     return examples, rows.fingerprint
 
 
-def examples_of(rows: list[dict[str, Any]], config: DataConfig, label: str) -> list[Example]:
-    """Examples of rows given in memory (the engine API's prompts), checked as a file's rows are."""
-    return [_example(row, config, f"{label} row {i + 1}") for i, row in enumerate(rows)]
+def examples_of(rows: list[dict[str, Any]], config: DataConfig, label: str,
+                default_tools: list[dict[str, Any]] | None = None) -> list[Example]:
+    """Examples of rows given in memory (the engine API's prompts, generated tasks), checked as a
+    file's rows are; ``default_tools`` as ``read_dataset`` takes them."""
+    examples = [_example(row, config, f"{label} row {i + 1}") for i, row in enumerate(rows)]
+    for example in examples:
+        example.tools = default_tools
+    return examples
 
 
 def _example(row: dict[str, Any], config: DataConfig, where: str) -> Example:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_tui.protocol.config import Config
-from grpo_tui.worker.engine import data, tools as agent_tools
+from grpo_tui.worker.engine import data, reasoning_gym_source, tools as agent_tools
 from grpo_tui.worker.engine.rewards import Reward, check_arguments, load_rewards
 
 
@@ -27,6 +27,20 @@ def load_inputs(config: Config) -> Inputs:
     tools = agent_tools.load_tools(config.tools)
     schemas = [t.schema for t in tools] or None
     d = config.data
+    for i, reward in enumerate(config.rewards):  # before any data is read, as grpo-tui check says it
+        if reward.name == "reasoning_gym" and d.reasoning_gym is None:
+            reasoning_gym_source.require(f"rewards[{i}] (reasoning_gym)")
+    if d.reasoning_gym is not None:  # rows generated here, not read (reasoning_gym_source)
+        rows, dataset_hash = reasoning_gym_source.build(d.reasoning_gym, d.prompt_column)
+        dataset = data.examples_of(rows, d, d.label, default_tools=schemas)
+        eval_label = "data.reasoning_gym (eval_seed)"
+        eval_dataset = None
+        if d.reasoning_gym.eval_size:
+            eval_dataset = data.examples_of(reasoning_gym_source.build(d.reasoning_gym, d.prompt_column, held_out=True)[0], d,
+                                            eval_label, default_tools=schemas)
+        rewards = load_rewards(config.rewards)
+        check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.label)
+        return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards)
     dataset, dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
     data.check_columns(dataset, d, config.rewards, d.path)
     eval_dataset = None

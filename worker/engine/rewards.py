@@ -27,7 +27,7 @@ from grpo_tui.common import preflight
 from grpo_tui.common.reward_names import EXTRAS, argument_problem
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import schema_check, timed_calls
+from grpo_tui.worker.engine import reasoning_gym_source, schema_check, timed_calls
 from grpo_tui.worker.engine.data import Example, columns_for
 from grpo_tui.worker.engine.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
 from grpo_tui.worker.engine.reward_call import Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
@@ -280,6 +280,7 @@ BUILTINS: dict[str, RewardFn] = {
     "tool_use": tool_use,
     "json_schema": json_schema,
     "soft_overlong": soft_overlong,
+    "reasoning_gym": reasoning_gym_source.reasoning_gym,  # the entry's own scorer (docs/environments.md)
 }
 
 # ---------------------------------------------------------------- custom functions

@@ -89,7 +89,7 @@ class Trainer:
         self.model, self.tokenizer = model_io.load(config.model)
         self.model_identity = model_source.identity(config.model.path)  # recorded in every checkpoint
         data.render(self.dataset, self.tokenizer, config.generation.enable_thinking)
-        self.fit_prompts(self.dataset, d.path)
+        self.fit_prompts(self.dataset, d.label)
         if self.eval_dataset is not None:
             data.render(self.eval_dataset, self.tokenizer, config.generation.enable_thinking)
             self.fit_prompts(self.eval_dataset, eval_label)

@@ -158,7 +158,7 @@ def test_the_config_knows_each_builtin_rewards_parameters():
     from grpo_tui.protocol.config import BUILTIN_REWARD_PARAMS
     from grpo_tui.worker.engine.rewards import BUILTINS
 
-    filled = {"prompts", "completions", "completion_ids", "answer", "num_tokens", "tools", "log_extra", "_"}
+    filled = {"prompts", "completions", "completion_ids", "answer", "metadata", "num_tokens", "tools", "log_extra", "_"}
     for name, fn in BUILTINS.items():
         params = [p for p in inspect.signature(fn).parameters if p not in filled]
         assert sorted(params) == sorted(BUILTIN_REWARD_PARAMS[name]), name
