@@ -198,7 +198,7 @@ class GrpoApp(App[int]):
         def charts(app: GrpoApp) -> Widget:
             from grpo_tui.tui.widgets.charts_view import ChartsView
 
-            view = ChartsView(app.state.book, app.state.spread, id="charts-view")
+            view = ChartsView(app.state.book, app.state.spread, app.dashboard.compared, id="charts-view")
             view.settings.change(smoothing=app.query_one(RewardChart).smoothing)  # one EMA for both
             return view
 
@@ -410,15 +410,17 @@ class GrpoApp(App[int]):
 
 
 def run_dashboard(
-    config_path: str, config: Config, worker_args: Sequence[str] = (), *, attach_dir: str | None = None
+    config_path: str, config: Config, worker_args: Sequence[str] = (), *, attach_dir: str | None = None,
+    compare: Sequence[str] = (),
 ) -> int:
     """``grpo-tui run`` (starts the run) or, with ``attach_dir``, ``grpo-tui attach``: returns the exit
-    code. ``worker_args``: extra worker flags (--ranks)."""
+    code. ``worker_args``: extra worker flags (--ranks); ``compare``: run folders drawn over the charts."""
     path = str(Path(config_path))
     app = GrpoApp(
         path, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", path, *worker_args],
         run_dir=attach_dir, launch=attach_dir is None, nice=DASHBOARD_NICE,
     )
+    app.dashboard.compare_at_start = [Path(folder) for folder in compare]
     code = app.run()
     run = app.run_link
     if run.detached or (run.running and not run.quitting):

@@ -209,6 +209,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if isinstance(target, str):
         return _fail(target)
     folder, config = target
+    for other in args.compare:
+        if not Path(other).is_dir():
+            return _fail(f"--compare {other}: no such folder; name a run's output folder (`grpo-tui ls` lists runs).")
     from grpo_tui.tui.priority import yield_cpu
 
     yield_cpu()  # attach starts nothing: the dashboard yields to training from its first import on
@@ -218,7 +221,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         return serve(folder, host=args.host, port=args.port, token=args.token)
     from grpo_tui.tui.app import run_dashboard
 
-    return run_dashboard(str(folder / "config.toml"), config, attach_dir=str(folder))
+    return run_dashboard(str(folder / "config.toml"), config, attach_dir=str(folder), compare=args.compare)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -401,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on with --web (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to serve on with --web (default 8000)")
     p.add_argument("--token", default=None, help="with --web: require ?token=TOKEN (default: a random one off 127.0.0.1)")
+    p.add_argument("--compare", nargs="+", default=[], metavar="OTHER_DIR",
+                   help="draw these runs over the charts, each in its colour (C in the dashboard picks them too)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=argparse.SUPPRESS)  # refused, with why
     p.set_defaults(func=cmd_attach)
 

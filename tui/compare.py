@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.schema import StoreError
 from grpo_tui.tui.db.queries import run_of_output_dir
 from grpo_tui.tui.db.store import open_readonly
@@ -47,13 +48,21 @@ class RunFigures:
     settings: dict[str, str] = field(default_factory=dict)  # flattened key → value (live changes shown)
 
 
-def run_figures(folder: Path) -> RunFigures:
-    """What ``compare`` prints of one run folder. Raises ``CompareError`` (one sentence)."""
-    from grpo_tui.tui.runs import config_for, run_info, store_of
+def run_config(folder: Path) -> Config:
+    """The config of the run in ``folder``; ``CompareError`` when it holds no run."""
+    from grpo_tui.tui.runs import config_for
 
     config = config_for(folder) if folder.is_dir() else None
     if config is None:
         raise CompareError(f"{folder}: not a run folder; name a run's output folder (`grpo-tui ls` lists runs)")
+    return config
+
+
+def run_figures(folder: Path) -> RunFigures:
+    """What ``compare`` prints of one run folder. Raises ``CompareError`` (one sentence)."""
+    from grpo_tui.tui.runs import run_info, store_of
+
+    config = run_config(folder)
     store = store_of(folder)
     if not store.is_file():
         raise CompareError(f"{folder}: no {store.name} to read; a run writes it from its first step")
@@ -172,15 +181,17 @@ def format_comparison(runs: list[RunFigures]) -> list[str]:
         ("eval accuracy last / best", *(f"{_number(r.last_accuracy)} / {_number(r.best_accuracy)}" for r in runs)),
     ]
     found = differences(runs)
-    lines = _table(rows)
-    lines += ["", "config differences" if found else "config differences: none"]
-    lines += _table([(key, *values) for key, values in found]) if found else []
-    return lines
+    blank = ("",) * (len(runs) + 1)
+    heading = ("config differences" if found else "config differences: none", *blank[1:])
+    return _table([*rows, blank, heading, *((key, *values) for key, values in found)])
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    """Columns as wide as their widest cell; a heading row (its other cells empty) is not measured."""
+    measured = [row for row in rows if any(row[1:])]
+    widths = [max(len(row[i]) for row in measured) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() if any(row[1:]) else row[0]
+            for row in rows]
 
 
 def as_json(runs: list[RunFigures]) -> dict[str, Any]:

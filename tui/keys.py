@@ -4,7 +4,7 @@ Textual looks a key up along the focus chain: the focused widget, its parents, t
 app. The run's keys (``RUN_KEYS``: pause, resume, save, the sample display, help, detach, quit) are
 the app's (``GrpoApp``, tui/app.py), so they work over every screen pushed on the dashboard too (a
 sample, a group). The keys of the tabs (``VIEW_KEYS``: switch, full screen, smoothing, log level,
-open a sample) are the dashboard screen's (``DashboardScreen``, tui/screens/dashboard.py) and act on
+open a sample, compare runs) are the dashboard screen's (``DashboardScreen``, tui/screens/dashboard.py) and act on
 what it shows. The screen lists the run's keys again, as the app's actions, so that the key bar
 shows every key in one order (``DASHBOARD_KEYS``).
 """
@@ -39,6 +39,7 @@ VIEW_KEYS = [
     Binding("right_square_bracket", "smoothing(1)", "more smoothing", show=False),
     Binding("l", "log_level", "log level"),
     Binding("z", "toggle_maximize", "maximize"),
+    Binding("C", "compare", "compare runs", show=False),
 ]
 # Moving through a table or the log as mlx-node's terminal UI (and vi) does, on the focused table or
 # log; a text box takes them as text. In the tables ``g`` stays the group view (Samples, Database),
@@ -74,6 +75,7 @@ PALETTE: tuple[tuple[str, str, str], ...] = (
     ("cycle_display", "Cycle sample display", f"{' · '.join(DISPLAY_MODES)} (m)"),
     ("settings", "Change live settings", "The run's settings that change from the next step on: now, in the file (t)"),
     ("detach", "Detach", "Close the dashboard, leave the run going (d)"),
+    ("compare", "Compare runs", "Draw other runs (parent, forks, runs beside it) over this run's charts (C)"),
     ("toggle_maximize", "Maximize or restore the tab", "Give the active tab the whole screen, and back (z)"),
     ("help", "Show keys", "All key bindings (?)"),
 )

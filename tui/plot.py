@@ -35,6 +35,7 @@ class Series:
     label: str
     steps: Sequence[int]
     values: Sequence[float | None]
+    style: str | None = None  # None: the next of LINE_COLORS (a compared run has its own)
 
 
 def axis_label(value: float, width: int = AXIS_WIDTH - 1) -> str:
@@ -100,8 +101,9 @@ class _Canvas:
             self.dots(px, lo, hi, who)
             previous = (px, last)
 
-    def row(self, r: int, text: Text) -> None:
-        """Append row ``r`` to ``text``, one span per run of a colour (not one per cell)."""
+    def row(self, r: int, text: Text, styles: Sequence[str]) -> None:
+        """Append row ``r`` to ``text``, one span per run of a colour (not one per cell); line ``who``
+        is drawn in ``styles[who]``."""
         cells, owner = self.cells[r], self.owner[r]
         chars = "".join([chr(_BRAILLE + bits) if bits else " " for bits in cells])
         offset, start, spans = len(text), 0, text.spans
@@ -109,7 +111,7 @@ class _Canvas:
         for end in range(1, len(whos) + 1):
             if end == len(whos) or whos[end] != whos[start]:
                 if whos[start] >= 0:
-                    spans.append(Span(offset + start, offset + end, LINE_COLORS[whos[start] % len(LINE_COLORS)]))
+                    spans.append(Span(offset + start, offset + end, styles[whos[start]]))
                 start = end
         text.append(chars)
 
@@ -129,7 +131,8 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bo
     """``height`` rows of ``width`` cells: y labels on the left, braille lines, then an x-axis row.
 
     ``right`` series get their own scale, labelled on the right. Lines take ``LINE_COLORS`` in
-    order (left first); where two share a cell the later one's colour wins. ``marks`` (step, short
+    order (left first) unless a series names its own ``style``; where two share a cell the later
+    one's colour wins. ``marks`` (step, short
     label): a tick on the x-axis row at each step in view, its label after it where there is room
     (a live change, docs/steering.md).
     """
@@ -144,6 +147,7 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bo
         blank = [Text(" " * width) for _ in range(height)]
         blank[plot_h // 2] = Text("no data yet".center(width), "dim")
         return blank
+    styles = [s.style or LINE_COLORS[i % len(LINE_COLORS)] for i, s in enumerate([*series, *right])]
     xs = [x for side in sides for _, p in side for x, _ in p]
     canvas = _Canvas(plot_w, plot_h, min(xs), max(xs))
     scale = 100.0 if percent else 1.0
@@ -159,7 +163,7 @@ def line_chart(series: Sequence[Series], width: int, height: int, *, percent: bo
     rows: list[Text] = []
     for r in range(plot_h):
         row = Text().append(labels[0][r].ljust(AXIS_WIDTH - 1) + "│", "dim")
-        canvas.row(r, row)
+        canvas.row(r, row, styles)
         if right:
             row.append("│" + labels[1][r].strip().ljust(AXIS_WIDTH - 1), "dim")
         rows.append(tidy(row))

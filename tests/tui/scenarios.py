@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from grpo_tui.tui.screens.crash import CrashScreen
 from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
+
+from tests.helpers.run_folders import write_run
 
 from .conftest import wait_until
 
@@ -68,6 +71,19 @@ async def zero_std(pilot) -> None:  # type: ignore[no-untyped-def]
     await running(pilot)
 
 
+async def compared(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Two other runs drawn over this one's chart (C, docs/steering.md): a longer one and a fork."""
+    await running(pilot)
+    app, here = pilot.app, Path(pilot.app.config.checkpoint.output_dir) / "compared"
+    longer = write_run(here / "longer", "warmer", [0.15 + 0.5 * i / 32 + 0.05 * (i % 3) for i in range(32)], temperature=1.2)
+    fork = write_run(here / "fork", "fork-12", [0.55 - 0.3 * i / 12 + 0.04 * (i % 2) for i in range(12)], first_step=1)
+    app.dashboard.compare_with([longer, fork])
+    chart = app.query_one(RewardChart)
+    await wait_until(pilot, lambda: len(app.dashboard.compared.runs) == 2 and chart.up_to_date)
+    app.clear_notifications()  # "comparing with …" lasts a few seconds: not part of the state pinned
+    await pilot.pause(0.2)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "running": Scenario(RUN, running),
     "paused": Scenario(RUN, paused),
@@ -78,4 +94,5 @@ SCENARIOS: dict[str, Scenario] = {
     "crash_countdown": Scenario(RUN + ("--crash-at", "14"), crash_countdown, {"delay": 30}),
     "zero_std": Scenario(RUN + ("--zero-std-from", "20"), zero_std),
     "eval_curve": Scenario(RUN + ("--eval-every", "6"), running, {"eval_every": 6}),
+    "compared": Scenario(RUN, compared),
 }

@@ -16,6 +16,7 @@ from textual.widgets import Input, TabbedContent, TabPane
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.screens.compare_picker import ComparePickerScreen
 from grpo_tui.tui.screens.confirm_quit import ConfirmQuitScreen
 from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.settings import SettingsScreen
@@ -30,7 +31,7 @@ __all__ = ["tiny_model"]  # the fixture, imported for pytest
 SIZE = (200, 50)
 # The run is paused between the cells that steer it (r resumes, p pauses again, s saves while
 # paused): the table runs against a quiet app, and no cell waits for a step but p's.
-KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "t", "r", "p", "s", "q")
+KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "t", "C", "r", "p", "s", "q")
 PRINTABLE = {"question_mark": "?"}
 
 
@@ -196,6 +197,15 @@ class Table:
             self.assert_layout(view, zoomed)
             assert app.focused is focused, "closing the settings moved the focus"
             assert not app.state.changes
+        elif key == "C":
+            await pilot.press("C")
+            await until(pilot, lambda: isinstance(app.screen, ComparePickerScreen), "the compare picker")
+            assert "Compare runs" in screen_text(app)
+            await pilot.press("escape")  # cancel: nothing compared, everything as it was
+            await pilot.pause()
+            self.assert_layout(view, zoomed)
+            assert app.focused is focused, "closing the compare picker moved the focus"
+            assert not app.dashboard.compared.runs
         elif key == "m":
             before = app.display_mode
             await pilot.press("m")

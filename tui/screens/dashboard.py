@@ -1,6 +1,6 @@
 """The dashboard's own screen, under every pushed screen: it draws the run's state into its widgets,
-answers the keys of its tabs (switch, full screen, chart smoothing, log level, open a sample) and
-gives each tab's main widget the focus.
+answers the keys of its tabs (switch, full screen, chart smoothing, log level, open a sample, compare
+runs) and gives each tab's main widget the focus.
 
 The app composes the widgets into this screen (``GrpoApp.compose``, tui/app.py), folds the run's
 frames into the ``RunState`` it shares with it, and asks it to ``show`` the parts that changed. The
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
@@ -31,6 +32,8 @@ from textual.widgets import Static, TabbedContent
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.checkpoints import CheckpointInfo, describe_checkpoints
+from grpo_tui.tui.compare import CompareError
+from grpo_tui.tui.compared_runs import RUN_STYLES, ComparedRun, ComparedRuns, candidates, open_run, read_new
 from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.keys import DASHBOARD_KEYS, TAB_FOCUS, VIEW_ACTIONS
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, RunState
@@ -43,6 +46,8 @@ from grpo_tui.tui.widgets.reward_chart import RewardChart
 from grpo_tui.tui.widgets.run_header import RunHeader
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 from grpo_tui.tui.widgets.stats_panel import StatsPanel
+
+COMPARE_POLL_S = 2.0  # how often a compared run's store is read for new steps (a live run)
 
 
 class CheckpointsScanned(Message):
@@ -60,6 +65,14 @@ class DashboardScreen(Screen[None]):
         self.state, self.config = state, config
         self._banner_note: str | None = ZERO_STD_NOTE
         self._footer_status = ""
+        self.compared = ComparedRuns()  # C: other runs over the charts, shared by the main chart and the Charts tab
+        self.compare_at_start: list[Path] = []  # grpo-tui attach --compare
+
+    def on_mount(self) -> None:
+        self.query_one(RewardChart).compared = self.compared
+        self.set_interval(COMPARE_POLL_S, self._poll_compared)
+        if self.compare_at_start:
+            self.compare_with(self.compare_at_start)
 
     # ------------------------------------------------------------ drawing the run
 
@@ -191,3 +204,66 @@ class DashboardScreen(Screen[None]):
         panel = self.query_one(SamplesPanel)
         if sample := panel.selected():
             panel.post_message(SamplesPanel.Open(sample, group=False))
+
+    # ------------------------------------------------------------ compare runs (C, docs/steering.md)
+
+    def _run_folder(self) -> Path:
+        return Path(self.state.output_dir or self.config.checkpoint.output_dir).resolve()
+
+    def action_compare(self) -> None:
+        self._open_picker()
+
+    @work(thread=True, exclusive=True, group="compare-picker")
+    def _open_picker(self) -> None:
+        from grpo_tui.tui.runs import run_info
+        from grpo_tui.tui.screens.compare_picker import ComparePickerScreen
+
+        here, rows = self._run_folder(), []
+        for folder in candidates(self._run_folder()):
+            info = run_info(folder)
+            where = folder.name if folder.parent == here.parent else str(folder)
+            shown = f"{info.status} · step {info.step}/{info.total_steps or '?'}" if info is not None else "?"
+            rows.append((folder, f"{where}  ({shown})"))
+        self.app.call_from_thread(self.app.push_screen, ComparePickerScreen(rows, self.compared.folders()),
+                                  self._picked)
+
+    def _picked(self, folders: list[Path] | None) -> None:
+        if folders is not None:
+            self.compare_with(folders)
+
+    @work(thread=True, exclusive=True, group="compare")
+    def compare_with(self, folders: list[Path]) -> None:
+        """Compare with ``folders`` (a run kept keeps its colour and its steps read so far)."""
+        kept = {r.folder: r for r in self.compared.runs}
+        wanted = {f.resolve() for f in folders}
+        chosen: list[ComparedRun] = []
+        for folder in folders:
+            folder = folder.resolve()
+            if folder in kept:
+                chosen.append(kept[folder])
+                continue
+            try:
+                taken = {r.style for r in chosen} | {r.style for r in kept.values() if r.folder in wanted}
+                chosen.append(open_run(folder, next((s for s in RUN_STYLES if s not in taken), RUN_STYLES[0])))
+            except CompareError as exc:
+                self.app.call_from_thread(self.notify, str(exc), severity="error", timeout=10, markup=False)
+        self.app.call_from_thread(self._show_compared, chosen)
+
+    def _show_compared(self, runs: list[ComparedRun]) -> None:
+        self.compared.replace(runs)
+        self.query_one(RewardChart).compared_changed()
+        names = ", ".join(r.name for r in self.compared.runs)
+        self.notify(f"comparing with {names}" if names else "comparing with no other run", timeout=4, markup=False)
+
+    def _poll_compared(self) -> None:
+        if self.compared.runs:
+            self._read_compared()
+
+    @work(thread=True, exclusive=True, group="compare-poll")
+    def _read_compared(self) -> None:
+        if sum(read_new(run) for run in list(self.compared.runs)):
+            self.app.call_from_thread(self._compared_moved)
+
+    def _compared_moved(self) -> None:
+        self.compared.touched()
+        self.query_one(RewardChart).compared_changed()

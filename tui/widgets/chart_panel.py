@@ -2,7 +2,9 @@
 
 The panel draws from a ``SeriesBook`` it is handed and the ``ChartSettings`` it shares with the
 rest of the Charts tab; it keeps its last drawing and only draws again when the book, the
-settings or its size changed, so a refresh of an unchanged panel costs nothing.
+settings or its size changed, so a refresh of an unchanged panel costs nothing. Runs compared with
+this one (``C``, docs/steering.md) draw the same columns over it, each in its run's colour, from
+the step where this run's window starts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widget import Widget
 
+from grpo_tui.tui.compared_runs import THIS_RUN_STYLE, ComparedRuns
 from grpo_tui.tui.format import number
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
@@ -133,14 +136,31 @@ class ChartPanel(CachedChart):
     }
     """
 
-    def __init__(self, spec: PanelSpec, book: SeriesBook, settings: ChartSettings, **kwargs: object) -> None:
+    def __init__(self, spec: PanelSpec, book: SeriesBook, settings: ChartSettings,
+                 compared: ComparedRuns | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.spec, self.book, self.settings = spec, book, settings
+        self.compared = compared if compared is not None else ComparedRuns()
+        self._titled: int | None = None  # the compared runs' version the title shows
+        self._title()
+
+    def _title(self) -> None:
+        spec, runs = self.spec, self.compared.runs
         title = Text(spec.title)
-        if len(spec.lines) > 1:  # a legend: each line's label in its colour
+        if runs:  # a legend of runs: this run's lines in its colour, each compared run's in its own
+            title.append("  ").append("■", THIS_RUN_STYLE).append(" this")
+            for run in runs:
+                title.append(" ").append("■", run.style).append(" " + run.name)
+        elif len(spec.lines) > 1:  # a legend: each line's label in its colour
             for i, (_, label) in enumerate(spec.lines):
                 title.append("  " if i == 0 else " ").append(label, LINE_COLORS[i % len(LINE_COLORS)])
         self.border_title = tidy(title)  # a Text: model-chosen reward names are never markup
+        self._titled = self.compared.version
+
+    def redraw(self) -> None:
+        if self._titled != self.compared.version:
+            self._title()
+        super().redraw()
 
     def _subtitle(self) -> str:
         """The latest raw values, in the lines' order (the chart itself may be smoothed)."""
@@ -151,13 +171,20 @@ class ChartPanel(CachedChart):
         )
 
     def _cache_key(self) -> tuple[object, ...]:
-        return (self.book.version, self.settings.version, self.content_size.width, self.content_size.height)
+        return (self.book.version, self.settings.version, self.compared.version, self.content_size.width,
+                self.content_size.height)
 
     def _draw(self) -> Group:
-        settings, spec = self.settings, self.spec
+        settings, spec, runs = self.settings, self.spec, self.compared.runs
         series = []
         for column, label in spec.lines:
             steps, values = windowed(self.book, column, settings.window, settings.smoothing)
-            series.append(Series(label, steps, values))
+            series.append(Series(label, steps, values, THIS_RUN_STYLE if runs else None))
+        first = min((s.steps[0] for s in series if s.steps), default=None) if settings.window is not None else None
+        for run in runs:
+            for column, label in spec.lines:
+                steps, values = windowed(run.book, column, None, settings.smoothing)
+                keep = [i for i, step in enumerate(steps) if first is None or step >= first]
+                series.append(Series(run.name, [steps[i] for i in keep], [values[i] for i in keep], run.style))
         size = self.content_size
         return Group(*line_chart(series, size.width, size.height, percent=spec.percent, marks=self.book.marks))

@@ -4,6 +4,7 @@ The view is handed the books it draws from (``add_group``) and polls their versi
 timer, redrawing only while it is on screen and only the charts whose data moved: the cost of
 watching does not grow with the step rate. Keys: arrows move between charts, enter shows the
 focused chart full screen (esc back), w switches between the last N steps and the whole run.
+Runs compared with this one (``C``) are drawn over the step charts by each panel.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
+from grpo_tui.tui.compared_runs import ComparedRuns
 from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
 from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.widgets.chart_panel import ChartPanel, ChartSettings, Move
@@ -50,9 +52,11 @@ class ChartsView(Vertical):
         Binding("right", "move(1, 0)", "right", show=False),
     ]
 
-    def __init__(self, book: SeriesBook | None = None, spread: RewardSpread | None = None, **kwargs: object) -> None:
+    def __init__(self, book: SeriesBook | None = None, spread: RewardSpread | None = None,
+                 compared: ComparedRuns | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.settings = ChartSettings()
+        self.compared = compared  # other runs over the step charts (C; not over eval groups' own books)
         self.book = book if book is not None else SeriesBook()
         self.spread = spread if spread is not None else RewardSpread()
         self.groups: list[tuple[GroupSpec, SeriesBook]] = [(g, self.book) for g in STEP_GROUPS]
@@ -117,7 +121,8 @@ class ChartsView(Vertical):
             have = {p.spec.title for p in grid.query(ChartPanel)}
             keys = set(book.keys())
             # a chart, and a group, only once it has a column (a one-rank run never shows "ranks")
-            new = [ChartPanel(p, book, self.settings, id=f"chart-{_slug(spec.name)}-{_slug(p.title)}")
+            compared = self.compared if book is self.book else None
+            new = [ChartPanel(p, book, self.settings, compared, id=f"chart-{_slug(spec.name)}-{_slug(p.title)}")
                    for p in spec.resolve(book.keys()) if p.title not in have and any(k in keys for k, _ in p.lines)]
             if new:
                 grid.mount_all(new)

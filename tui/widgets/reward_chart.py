@@ -1,4 +1,5 @@
-"""Reward (left axis) and loss (right axis) over steps, EMA-smoothed by a user-set factor.
+"""Reward (left axis) and loss (right axis) over steps, EMA-smoothed by a user-set factor; while
+other runs are compared (``C``, docs/steering.md), the reward of each run in its colour instead.
 
 Drawn with the Charts tab's braille renderer (tui/plot.py): plotext took ~100 ms a redraw on
 two cores and stalled key presses behind it; this takes a few milliseconds, and only when the
@@ -17,6 +18,7 @@ from rich.text import Text
 from textual.strip import Strip
 from textual.widget import Widget
 
+from grpo_tui.tui.compared_runs import THIS_RUN_STYLE, ComparedRuns
 from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
 from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
@@ -35,6 +37,7 @@ class RewardChart(Widget):
     def __init__(self, smoothing: float = 0.6, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.smoothing = smoothing
+        self.compared = ComparedRuns()  # the dashboard screen hands its own (attributes down)
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
         self._evals: list[tuple[str, list[int], list[float | None]]] = []
         self._marks: list[tuple[int, str]] = []
@@ -48,19 +51,25 @@ class RewardChart(Widget):
         return [curve for curve in self._evals if any(v is not None for v in curve[2])]
 
     def _title(self) -> None:
+        if self.compared.runs:
+            parts: list[str | tuple[str, str]] = ["reward per run · ", ("■", THIS_RUN_STYLE), " this run"]
+            for run in self.compared.runs:
+                parts += [" · ", ("■", run.style), " ", run.name]
+            self.border_title = tidy(Text.assemble(*parts, f" · EMA {self.smoothing:g} · loss: Charts tab"))
+            return
         # Lines take LINE_COLORS in order: reward, then the eval curves when there are any, then loss.
         evals = self._shown_evals()
         names = [("reward", " (left) · ")]
         if evals:
             names = [("reward", " · "), *((label, " · ") for label, _, _ in evals[:-1]), (evals[-1][0], " (left) · ")]
         names.append(("loss", " (right) · "))
-        parts: list[str | tuple[str, str]] = []
+        parts = []
         for i, (name, after) in enumerate(names):
             parts += [(name, LINE_COLORS[i]), after]
         self.border_title = tidy(Text.assemble(*parts, f"EMA {self.smoothing:g} · [ ] to change"))
 
     def _cache_key(self) -> tuple[object, ...]:
-        return (self._version, self.smoothing, self.content_size.width, self.content_size.height)
+        return (self._version, self.compared.version, self.smoothing, self.content_size.width, self.content_size.height)
 
     @property
     def up_to_date(self) -> bool:
@@ -91,18 +100,31 @@ class RewardChart(Widget):
         self._version += 1
         self.refresh()  # drawn with the rest of this flush; off screen (a maximized tab) it draws when shown
 
+    def compared_changed(self) -> None:
+        """The compared runs, or their steps, changed."""
+        self._title()
+        self.refresh()
+
+    def _rows(self) -> list[Text]:
+        steps, reward, loss = self._data
+        size = self.content_size
+        if self.compared.runs:
+            return line_chart(
+                [Series("this run", steps, ema(reward, self.smoothing), THIS_RUN_STYLE),
+                 *(Series(run.name, list(run.book.steps), ema(run.book.column("reward"), self.smoothing), run.style)
+                   for run in self.compared.runs)],
+                size.width, size.height, marks=self._marks)
+        return line_chart(
+            [Series("reward", steps, ema(reward, self.smoothing)),
+             *(Series(*curve) for curve in self._shown_evals())],  # one point per evaluation, not smoothed
+            size.width, size.height,
+            right=[Series("loss", steps, ema(loss, self.smoothing))], marks=self._marks,
+        )
+
     def render_line(self, y: int) -> Strip:
         key, base = self._cache_key(), self.visual_style.rich_style
         if key != self._key or base != self._base:
-            steps, reward, loss = self._data
-            size = self.content_size
-            rows = line_chart(
-                [Series("reward", steps, ema(reward, self.smoothing)),
-                 *(Series(*curve) for curve in self._shown_evals())],  # one point per evaluation, not smoothed
-                size.width, size.height,
-                right=[Series("loss", steps, ema(loss, self.smoothing))], marks=self._marks,
-            )
-            self._key, self._base, self._drawing = key, base, text_strips(rows, self.app.console, base)
+            self._key, self._base, self._drawing = key, base, text_strips(self._rows(), self.app.console, base)
         return self._drawing[y] if y < len(self._drawing) else Strip.blank(self.size.width, base)
 
     def plain(self) -> str:
