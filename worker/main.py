@@ -127,7 +127,13 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
                             overrides=overrides or [])
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
-    code = await training.run()
+    from grpo_tui.worker.engine import timed_calls  # standard library only, no MLX
+
+    timed_calls.use_main_loop(asyncio.get_running_loop())  # synchronous rewards run on this thread, as in TRL
+    try:
+        code = await training.run()
+    finally:
+        timed_calls.use_main_loop(None)
     quiet_teardown(asyncio.get_running_loop())
     end_user_processes(training.log)
     return code

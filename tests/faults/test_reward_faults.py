@@ -68,7 +68,6 @@ KINDS = {
     "hangs": "did not return within timeout_s = 0.5 s (it was at {path}:18)",
     "async_hangs": "did not return within timeout_s = 0.5 s (it was at {path}:38)",
     "short": "returned 1 scores for 2 completions; return one number (or None) per completion",
-    "nan": "returned nan for completion 0; return finite numbers (or None)",
     "inf": "returned inf for completion 0; return finite numbers (or None)",
     "string": "returned a str, not a list of 2 numbers (one per completion)",
     "strings": "returned '0.5' for completion 0; return numbers (or None), not str",
@@ -116,6 +115,17 @@ def test_a_bad_reward_is_one_error_naming_it(tmp_path, name):
     assert time.monotonic() - start < 5  # a hung function costs its timeout, not the run
 
 
+def test_nan_is_none_and_an_array_is_a_list_as_in_trl(tmp_path):
+    """TRL reads NaN as "not applicable" (None) and takes a numpy array of scores."""
+    path = tmp_path / "array_rewards.py"
+    path.write_text("import numpy as np\n\ndef arr(completions, **kw):\n"
+                    "    return np.array([np.nan, 2.0], dtype=np.float32)\n\n"
+                    "def nan(completions, **kw):\n    return [float('nan'), np.float64(1.5)]\n")
+    rewards = load_rewards([RewardConfig(function=f"{path}:arr"), RewardConfig(function=f"{path}:nan")])
+    totals, per_fn = call(rewards)
+    assert per_fn == {"arr": [None, 2.0], "nan": [None, 1.5]} and totals == [None, 3.5]
+
+
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_on_error_skip_scores_none_and_warns_once(tmp_path, name):
     rewards = load_rewards(configs(write_rewards(tmp_path), name, on_error="skip"))
@@ -151,7 +161,7 @@ def reward_table(path: Path, name: str, on_error: str = "raise") -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["raises", "hangs", "nan", "exits"])
+@pytest.mark.parametrize("name", ["raises", "hangs", "inf", "exits"])
 def test_a_bad_reward_stops_the_worker_cleanly(tmp_path, tiny_model, name):
     rewards = reward_table(write_rewards(tmp_path), name)
     config = write_config(tmp_path, tiny_model, rewards=rewards, checkpoint={"save_every": 1, "keep_last": 0})

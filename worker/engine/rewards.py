@@ -376,10 +376,12 @@ def load_rewards(configs: list[RewardConfig]) -> list[Reward]:
     return rewards
 
 
-def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float, name: str | None = None) -> Any:
+def call_with_timeout(fn: RewardFn, kwargs: dict[str, Any], timeout_s: float, name: str | None = None,
+                      main_thread: bool = False) -> Any:
     """Run ``fn(**kwargs)`` (sync or async) in a thread of its own for at most ``timeout_s``; a hung
-    call is abandoned, and a function that stays hung is no longer called (``timed_calls``)."""
-    return timed_calls.call(fn, kwargs, timeout_s, name or str(getattr(fn, "__name__", "function")))
+    call is abandoned, and a function that stays hung is no longer called (``timed_calls``).
+    ``main_thread``: a synchronous ``fn`` runs on the main thread, as TRL runs reward functions."""
+    return timed_calls.call(fn, kwargs, timeout_s, name or str(getattr(fn, "__name__", "function")), main_thread)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -424,14 +426,17 @@ def failure_sentence(reward: Reward, exc: BaseException) -> str:
 
 
 def _validate(values: Any, n: int) -> list[float | None]:
-    """One float (or None) per completion; what is wrong otherwise, as the end of a sentence."""
+    """One float (or None) per completion; what is wrong otherwise, as the end of a sentence. As in
+    TRL, NaN means None (not applicable) and an array (numpy's, a tensor) counts as a list."""
+    if not isinstance(values, (list, tuple)) and callable(getattr(values, "tolist", None)):
+        values = values.tolist()
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"returned a {type(values).__name__}, not a list of {n} numbers (one per completion)")
     if len(values) != n:
         raise ValueError(f"returned {len(values)} scores for {n} completions; return one number (or None) per completion")
     out: list[float | None] = []
     for i, v in enumerate(values):
-        if v is None:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
             out.append(None)
             continue
         shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
@@ -443,6 +448,9 @@ def _validate(values: Any, n: int) -> list[float | None]:
             value, shown = math.inf, f"an integer of {len(str(abs(v)))} digits"
         except (TypeError, ValueError):
             raise ValueError(f"returned {shown} for completion {i}, which is not a number") from None
+        if math.isnan(value):  # a numpy or other float type's NaN
+            out.append(None)
+            continue
         if not math.isfinite(value) and not shown.startswith("an integer"):
             raise ValueError(f"returned {value} for completion {i}; return finite numbers (or None)")
         if abs(value) > FLOAT32_MAX:
@@ -529,7 +537,7 @@ def score(
         _check_call(reward, kwargs)
         try:
             returned = reward.fn(**kwargs) if reward.inline else call_with_timeout(
-                reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}")
+                reward.fn, kwargs, reward.timeout_s, f"reward {reward.label!r}", main_thread=True)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 — sys.exit() in user code too
             if reward.on_error != "skip":
                 if reward.builtin:

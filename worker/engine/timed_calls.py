@@ -13,13 +13,23 @@ things keep a function that never returns from growing the worker's threads step
 - **Report.** The first time a function reaches the bound, ``take_reports`` hands back one
   sentence for the log (the trainer logs it as a warning); the failing calls' own error texts say
   the same to the model, the store and the Database tab.
+
+Synchronous reward functions are called with ``main_thread=True``: on the process's main thread, as
+TRL calls them, so that code which sets signal handlers works (math_verify's and open-r1's
+``signal.alarm`` timeouts). Called from the main thread, the call runs there directly; from another
+thread (the worker's MLX thread) it is handed to the main thread's asyncio loop (``use_main_loop``)
+and waited for. Its timeout is a ``SIGUSR2`` sent to the main thread, whose handler raises
+``Abandoned`` in the call: it also ends a ``time.sleep`` or a blocking read there. A call stuck in C
+that no signal interrupts keeps the main thread until it returns (TRL's behaviour too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import ctypes
 import inspect
+import signal
 import sys
 import threading
 import traceback
@@ -76,11 +86,36 @@ def _prune() -> None:
             _reported.discard(name)  # it came back: a later hang is news again
 
 
-def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name: str) -> Any:
+_main_loop: asyncio.AbstractEventLoop | None = None
+TIMEOUT_SIGNAL = signal.SIGUSR2
+
+
+def use_main_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+    """The main thread's running loop, which ``main_thread`` calls from other threads are handed to
+    (a loop on another thread is not one: the calls then keep their own threads)."""
+    global _main_loop
+    if loop is None or threading.current_thread() is threading.main_thread():
+        _main_loop = loop
+
+
+def is_synchronous(fn: Callable[..., Any]) -> bool:
+    """Neither a coroutine function nor an object whose ``__call__`` is one."""
+    return not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)))
+
+
+def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name: str,
+         main_thread: bool = False) -> Any:
     """``fn(**kwargs)`` (sync or async) in a thread of its own, at most ``timeout_s`` seconds (0: no
     limit, as mlx-node's reward timeout). Raises ``TimedOut`` (a ``TimeoutError``) past it,
     ``StillHung`` without calling ``fn`` when ``name`` has
-    ``MAX_HUNG`` calls still running, and whatever ``fn`` raised."""
+    ``MAX_HUNG`` calls still running, and whatever ``fn`` raised. ``main_thread``: a synchronous
+    ``fn`` runs on the main thread instead (the module's docstring), when it can be reached."""
+    if main_thread and is_synchronous(fn):
+        if threading.current_thread() is threading.main_thread():
+            return _on_main(fn, kwargs, timeout_s)
+        done = _hand_to_main(fn, kwargs, timeout_s)
+        if done is not None:
+            return done.result()
     with _lock:
         _prune()
         if len(_hung.get(name, ())) >= MAX_HUNG:
@@ -120,6 +155,69 @@ def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _on_main(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float) -> Any:
+    """On the main thread: ``fn(**kwargs)``, with ``TIMEOUT_SIGNAL`` raising ``Abandoned`` in it at
+    ``timeout_s``."""
+    if not timeout_s:
+        return fn(**kwargs)
+    guard = threading.Lock()
+    state: dict[str, Any] = {"running": True, "expired": False}
+
+    def expire() -> None:
+        with guard:
+            if state["running"]:
+                state["expired"] = True
+                signal.pthread_kill(threading.main_thread().ident or 0, TIMEOUT_SIGNAL)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if state["expired"] and state["running"]:
+            state["stack"] = traceback.extract_stack(frame)
+            raise Abandoned
+
+    previous = signal.signal(TIMEOUT_SIGNAL, on_signal)
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        return fn(**kwargs)
+    except Abandoned:
+        raise TimedOut(f"timed out after {timeout_s:g}s", state.get("stack", traceback.StackSummary())) from None
+    finally:
+        with guard:
+            state["running"] = False
+        timer.cancel()
+        signal.signal(TIMEOUT_SIGNAL, previous)
+
+
+def _hand_to_main(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float) -> "concurrent.futures.Future[Any] | None":
+    """Run the call on the main thread's loop and wait for it; None when that loop is not running
+    (the caller then runs it on a thread of its own)."""
+    loop = _main_loop
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return None
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        if not done.set_running_or_notify_cancel():
+            return
+        try:
+            done.set_result(_on_main(fn, kwargs, timeout_s))
+        except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread
+            done.set_exception(exc)
+
+    try:
+        loop.call_soon_threadsafe(run)
+    except RuntimeError:  # the loop closed meanwhile
+        return None
+    while True:
+        try:
+            done.exception(timeout=1.0)
+            return done
+        except concurrent.futures.TimeoutError:
+            if not loop.is_running() and done.cancel():  # the loop ended before it ran the call
+                return None
 
 
 def _interrupt(thread: threading.Thread) -> None:

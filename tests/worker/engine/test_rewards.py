@@ -121,7 +121,6 @@ def test_module_function_and_duplicate_labels(tmp_path):
         ("boom", "KeyError"),
         ("short", "returned 1 scores for 2"),
         ("text", "return numbers (or None), not str"),
-        ("nan", "nan"),
         ("hang", "did not return within timeout_s = 0.3 s"),
     ],
 )
