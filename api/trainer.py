@@ -83,6 +83,10 @@ class GRPOTrainer:
             (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``) or ``[model.lora]``'s.
         tools: functions the model may call during its rollouts (typed, with a Google-style
             docstring: they make the tool's JSON schema), or ``"file.py:func"`` strings.
+        environment_factory: TRL's: a class (or ``"env.py:Name"``) built once per rollout, reset
+            with the row, its public methods the tools, its optional ``get_reward`` a reward
+            column (docs/environments.md). Without ``train_dataset`` the rows are empty prompts
+            that ``reset`` fills, as TRL's environment-owned data.
 
     Example::
 
@@ -107,6 +111,7 @@ class GRPOTrainer:
         peft_config: Any = None,
         tools: Sequence[Callable[..., Any] | str] | None = None,
         callbacks: Sequence[Any] | None = None,
+        environment_factory: Any = None,
     ) -> None:
         self.args = args if args is not None else GRPOConfig()
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
@@ -122,12 +127,13 @@ class GRPOTrainer:
         self.eval_dataset = eval_dataset
         self.peft_config = peft_config
         self.tools = list(tools or [])
+        self.environment_factory = environment_factory
         self.callbacks = list(callbacks or [])  # TRL's: each one's on_step_end(args, state, control, trainer=...)
         self._live = LiveLink()
         self.state = TrainerState()
         self.output_dir = Path(self.args.output_dir or "trainer_output").expanduser().resolve()
         self._rewards = [_reward_table(r, i) for i, r in enumerate(self.reward_funcs)]
-        if not self._rewards and not self.args.extra.get("rewards"):
+        if not self._rewards and not self.args.extra.get("rewards") and environment_factory is None:
             raise TrainingError("reward_funcs: give at least one reward function or built-in name")
         for i, tool in enumerate(self.tools):
             if not (callable(tool) or isinstance(tool, str)):
@@ -154,6 +160,11 @@ class GRPOTrainer:
                 raw.setdefault("eval", {})
             else:  # eval_strategy="no": as TRL, only evaluate() evaluates
                 raw.pop("eval", None)
+        if self.environment_factory is not None:
+            raw["environment"] = _environment_table(self.environment_factory, out)
+            if "path" not in data:  # TRL's environment-owned data: reset() writes each prompt
+                data["path"] = _dataset_file([{"prompt": [{"role": "user", "content": ""}]}] * 64, out / "train.jsonl",
+                                             "train_dataset")
         if "path" not in data:
             raise TrainingError("train_dataset: give a datasets.Dataset, a list of dicts or a path")
         raw["data"] = data
@@ -474,6 +485,17 @@ def _reward_table(reward: Any, index: int) -> dict[str, Any]:
     if callable(reward):
         return {"function": reward}
     raise TrainingError(f"reward_funcs[{index}]: {type(reward).__name__} is not a function, a built-in name or a table")
+
+
+def _environment_table(factory: Any, out: Path) -> dict[str, Any]:
+    """``[environment]`` for TRL's ``environment_factory``: a ``"file.py:Name"`` as it is, a class
+    pickled into ``environment.pkl`` (cloudpickle: by value for ``__main__`` and notebook cells)."""
+    if isinstance(factory, str):
+        return {"class": _with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory")[0]["function"]}
+    if not callable(factory) or isinstance(factory, dict):
+        raise TrainingError(f"environment_factory: {type(factory).__name__} is not a class (dicts of factories are not supported yet)")
+    [table] = _with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory", keep_names=True)
+    return {"class": table["function"]}
 
 
 def _with_pickles(tables: list[dict[str, Any]], file: Path, what: str, keep_names: bool = False) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from grpo_tui.protocol import recipes
 from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
 from grpo_tui.protocol.config_doctor import DoctorConfig
 from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
-from grpo_tui.protocol.config_environments import ReasoningGymConfig
+from grpo_tui.protocol.config_environments import EnvironmentConfig, ReasoningGymConfig
 from grpo_tui.protocol.config_eval import EvalConfig
 from grpo_tui.protocol.config_overrides import apply_override as apply_override
 from grpo_tui.protocol.messages import SampleDisplay
@@ -468,7 +468,7 @@ class ForkConfig(_Section):
 class Config(_Section):
     model: ModelConfig
     data: DataConfig
-    rewards: list[RewardConfig]
+    rewards: list[RewardConfig] = []  # none only with an [environment] that scores itself (get_reward)
     name: str | None = None  # run name; defaults to the output folder's name
     grpo: GrpoConfig = msgspec.field(default_factory=GrpoConfig)
     generation: GenerationConfig = msgspec.field(default_factory=GenerationConfig)
@@ -483,10 +483,13 @@ class Config(_Section):
     distributed: DistributedConfig = msgspec.field(default_factory=DistributedConfig)
     tools: list[ToolConfig] = []  # functions the model calls during rollouts (agent training)
     fork: ForkConfig | None = None  # a forked run: its parent (grpo-tui fork)
+    environment: EnvironmentConfig | None = None  # TRL's environment_factory (docs/environments.md)
 
     def __post_init__(self) -> None:
-        if not self.rewards:
+        if not self.rewards and self.environment is None:
             raise _invalid("rewards", self.rewards, "— at least one [[rewards]] table is needed")
+        if self.environment is not None and self.eval is not None:
+            raise _invalid("eval", "[eval]", "does not run with [environment] yet (its episodes run in training only)")
 
     @property
     def accuracy_label(self) -> str | None:
@@ -609,6 +612,10 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
         target, func = tool.function.rsplit(":", 1)
         if target.endswith((".py", ".pkl")):
             tool.function = must_exist(f"tools[{i}].function", target) + ":" + func
+    if config.environment is not None:
+        target, name = config.environment.class_.rsplit(":", 1)
+        if target.endswith((".py", ".pkl")):
+            config.environment.class_ = must_exist("environment.class", target) + ":" + name
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     if config.store.path is not None:
         config.store.path = str(local(config.store.path, "store.path"))

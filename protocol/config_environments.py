@@ -66,3 +66,18 @@ class ReasoningGymConfig(Section):
     def fingerprint(self) -> str:
         """What the rows are a function of (with the package's version), for resume checks."""
         return msgspec.json.encode([msgspec.to_builtins(s) for s in self.specs()] + [self.size, self.seed]).decode()
+
+
+class EnvironmentConfig(Section):
+    """``[environment] class = "env.py:Name"``: TRL's ``environment_factory``, one instance per
+    rollout (docs/environments.md, "Environments as classes")."""
+
+    class_: str = msgspec.field(name="class")  # "file.py:Name" or "module:Name" (a .pkl from the Python API)
+    args: dict[str, Any] = {}  # keyword arguments of each instance's constructor
+    timeout_s: float = 10.0  # per call of reset, get_reward and each tool method
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.class_):
+            raise invalid("class", self.class_, "is not of the form file.py:Name or module:Name")
+        if self.timeout_s <= 0:
+            raise invalid("timeout_s", self.timeout_s, "must be > 0")

@@ -168,10 +168,12 @@ def generate(
     decode: fastgen.DecodeStep | None = None,
     keys: list[int] | None = None,
     rows_decoder: Any = None,
+    row_tools: list[dict[str, Tool]] | None = None,
 ) -> list[rollout.Completion]:
     """``n`` multi-turn completions per prompt, ordered as ``rollout.generate``'s, each with its
     ``mask`` and ``turns``. ``keys``: one ``sampling.row_key`` per row. ``rows_decoder``: a
-    decoder already built (tests count its steps), else ``decoder(...)``."""
+    decoder already built (tests count its steps), else ``decoder(...)``. ``row_tools``: each
+    row's own tool table (an ``[environment]``'s episode: ``environments.row_tools``), else ``tools``."""
     by_name = {t.name: t for t in tools}
     stop_ids = set(tokenizer.eos_token_ids)
     rows = [_Row() for _ in range(len(prompts) * n)]
@@ -192,7 +194,7 @@ def generate(
                 for i, token in rows_decoder.step():
                     calls = _take(i, rows[i], token, tokenizer, gen, stop_ids, rules)
                     if calls:
-                        running[i] = pool.submit(run_calls, by_name, calls)
+                        running[i] = pool.submit(run_calls, row_tools[i] if row_tools is not None else by_name, calls)
                         rows_decoder.pause(i)
                     elif rows[i].finish_reason is not None:
                         rows_decoder.end(i)

@@ -7,9 +7,11 @@ loads its model, and MLX with it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.worker.engine import data, reasoning_gym_source, tools as agent_tools
+from grpo_tui.worker.engine.environments import Environment
 from grpo_tui.worker.engine.rewards import Reward, check_arguments, load_rewards
 
 
@@ -21,11 +23,13 @@ class Inputs:
     eval_dataset: list[data.Example] | None
     eval_label: str  # how errors name the eval set
     rewards: list[Reward]
+    environment: Any = None  # environments.Environment, with [environment]
 
 
 def load_inputs(config: Config) -> Inputs:
     tools = agent_tools.load_tools(config.tools)
     schemas = [t.schema for t in tools] or None
+    environment = Environment(config.environment) if config.environment is not None else None
     d = config.data
     for i, reward in enumerate(config.rewards):  # before any data is read, as grpo-tui check says it
         if reward.name == "reasoning_gym" and d.reasoning_gym is None:
@@ -40,7 +44,7 @@ def load_inputs(config: Config) -> Inputs:
                                             eval_label, default_tools=schemas)
         rewards = load_rewards(config.rewards)
         check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.label)
-        return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards)
+        return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)
     dataset, dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
     data.check_columns(dataset, d, config.rewards, d.path)
     eval_dataset = None
@@ -51,4 +55,4 @@ def load_inputs(config: Config) -> Inputs:
         data.check_same_format(dataset, d.path, eval_dataset, eval_label)
     rewards = load_rewards(config.rewards)
     check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.path)
-    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards)
+    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)

@@ -20,7 +20,7 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import OPTIMIZER_FILE
 from grpo_tui.protocol.messages import LogLevel, Phase
 from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, live, memory_fit, model as model_io
-from grpo_tui.worker.engine import judge, model_source
+from grpo_tui.worker.engine import environments, judge, model_source
 from grpo_tui.worker.engine import plan as engine_plan, rollout, sampling, timed_calls
 from grpo_tui.worker.engine import step_output
 from grpo_tui.worker.engine.accel import fastgen, patches
@@ -83,7 +83,7 @@ class Trainer:
         # The rewards before the plan's memory estimate: a judge model's weights live beside the
         # policy's all run long.
         inputs = inputs or load_inputs(config)
-        self.tools, self.rewards = inputs.tools, inputs.rewards
+        self.tools, self.rewards, self.environment = inputs.tools, inputs.rewards, inputs.environment
         self.dataset, self.dataset_hash, self.eval_dataset = inputs.dataset, inputs.dataset_hash, inputs.eval_dataset
         d, eval_label = config.data, inputs.eval_label
         self.model, self.tokenizer = model_io.load(config.model)
@@ -127,9 +127,9 @@ class Trainer:
         n_train = sum(v.size for _, v in tree_flatten(self.model.trainable_parameters()))
         log("info", f"{self.model_name}: {n_train:,} trainable parameters, {self.dataset_size} prompts")
         log("info", "engine: " + self.plan.describe())
-        if self.tools:
+        if self.tools or self.environment:
             agent.check_template(self.tokenizer, config.generation.enable_thinking)
-            log("info", f"tools: {', '.join(t.name for t in self.tools)}; a row whose turn calls them waits for "
+            log("info", f"tools: {', '.join(t.name for t in self.tools + getattr(self.environment, 'probe_tools', []))}; a row whose turn calls them waits for "
                         f"their results while the other rows decode (at most {config.generation.max_tool_calls} "
                         "calls per completion)")
 
@@ -229,8 +229,10 @@ class Trainer:
         mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
         on_phase("generating")
         t0 = time.perf_counter()
-        completions = self.roll_out(step, [examples[i].prompt_ids for i in mine],
-                                    [round_ * cfg.training.batch_size + i for i in mine])
+        examples, episodes = environments.start(self.environment, examples, step, round_, cfg.training.seed, cfg.training.batch_size,
+                                                cfg.grpo.group_size, lambda e: data.render(e, self.tokenizer, cfg.generation.enable_thinking))
+        completions = self.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
+                                    environments.row_tools(episodes, self.tools, mine, cfg.grpo.group_size))
         generation_s = time.perf_counter() - t0
         self._report_hung()
 
@@ -238,6 +240,8 @@ class Trainer:
         t0 = time.perf_counter()
         owners = [examples[mine.start + c.prompt_index] for c in completions]
         totals, per_fn, logged = self.score(owners, completions, step)
+        totals, per_fn = environments.add_rewards(self.environment, episodes, mine.start * cfg.grpo.group_size, totals, per_fn,
+                                                  lambda message: self.log("warning", message))
         # Every rank's scored completions (and what its reward functions logged), so what follows
         # sees the whole round on every rank.
         completions, totals, per_fn, logged = distributed.gather_scored(
@@ -264,20 +268,21 @@ class Trainer:
         self.model.eval()
         return passes
 
-    def roll_out(self, step: int, prompts: list[list[int]], positions: list[int]) -> list[rollout.Completion]:
+    def roll_out(self, step: int, prompts: list[list[int]], positions: list[int],
+                 row_tools: list | None = None) -> list[rollout.Completion]:
         """Step ``step``'s ``group_size`` completions of each prompt; ``positions``: each prompt's place in
         the step (a later round's rows continue after the step's), which keys its rows' draws."""
         self.model.eval()  # no LoRA dropout while sampling
         G = self.config.grpo.group_size
-        return self._rollout(prompts, G, keys=sampling.step_keys(self.config.training.seed, step, positions, G))
+        return self._rollout(prompts, G, keys=sampling.step_keys(self.config.training.seed, step, positions, G), row_tools=row_tools)
 
     def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False,
-                 keys: list[int] | None = None) -> list[rollout.Completion]:
+                 keys: list[int] | None = None, row_tools: list | None = None) -> list[rollout.Completion]:
         """``n`` completions per prompt; ``keys`` (sampling.step_keys) make a row's tokens independent
         of its batch, agent rollouts' included (each row draws at its own position)."""
-        if self.tools:
+        if self.tools or row_tools:
             return agent.generate(self.model, self.tokenizer, prompts, n, self.config.generation, self.tools,
-                                  greedy=greedy, plan=self.plan, decode=self.decode, keys=keys)
+                                  greedy=greedy, plan=self.plan, decode=self.decode, keys=keys, row_tools=row_tools)
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
 
@@ -290,7 +295,7 @@ class Trainer:
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
         return score_completions(self.rewards, owners, completions, state, self.config.generation.max_completion_length,
-                                 with_tools=bool(self.tools), warn=lambda message: self.log("warning", message))
+                                 with_tools=bool(self.tools or self.environment), warn=lambda message: self.log("warning", message))
 
     # ------------------------------------------------------------ evaluation
 

@@ -1,0 +1,209 @@
+"""TRL's ``environment_factory`` (docs/environments.md), through the real worker: TRL's documented
+``IncrementEnv`` as written there (only the model path changed), one instance per rollout, its
+method the tool, ``get_reward`` a reward column; an environment that raises, hangs or returns
+non-text never stops the run; a broken class is one sentence, exit 2."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from grpo_tui.protocol.outcome import Exit
+from tests.helpers.worker_harness import ROOT, query
+
+AGENT = ROOT / "examples" / "models" / "tiny-agent"  # calls tools in <tool_call> blocks
+
+
+class IncrementEnv:  # TRL's docs/source/grpo_trainer.md, "Environments", as written there
+    # Reserved methods
+    def reset(self, **kwargs) -> str | None:  # required; called at the start of each rollout
+        self.counter = 0
+        self.target = random.randint(1, 6)  # self-sample the task
+        return f"Increment the counter by {self.target}."  # returned string becomes the prompt
+
+    def get_reward(self) -> float:  # optional: the environment scores itself from its own state
+        return float(self.counter == self.target)
+
+    # Public methods (exposed as tools)
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        self.counter += step
+        return self.counter
+
+
+def test_trls_documented_increment_env_trains_as_written(tmp_path):
+    from grpo_tui import GRPOConfig, GRPOTrainer
+
+    trainer = GRPOTrainer(
+        model=str(AGENT),
+        args=GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=8,
+                        num_generations=4, max_completion_length=48, chat_template_kwargs={"enable_thinking": False}),
+        environment_factory=IncrementEnv,
+    )
+    trainer.train()
+    rows = query(tmp_path / "out" / "outputs.db", "SELECT prompt, reward, reward_details FROM generations")
+    assert len(rows) == 3 * 2 * 4
+    for prompt, reward, details in rows:
+        assert "Increment the counter by " in prompt  # reset's text is the prompt
+        assert set(json.loads(details)) == {"IncrementEnv"} and reward in (0.0, 1.0)  # get_reward's column
+    by_group: dict = {}
+    for i, (prompt, _, _) in enumerate(rows):  # the 4 rollouts of a row reset alike (seeded per row)
+        by_group.setdefault(i // 4, set()).add(prompt)
+    assert all(len(p) == 1 for p in by_group.values())
+
+
+FAULTY = '''
+import time
+
+
+class Faulty:
+    def __init__(self, mode):
+        self.mode = mode
+
+    def reset(self, prompt, **row):
+        if self.mode == "raise":
+            raise RuntimeError("the board is on fire")
+        if self.mode == "hang":
+            time.sleep(30)
+        return {"board": [1, 2, 3]}  # not text
+
+    def get_reward(self):
+        if self.mode == "raise":
+            raise ValueError("no score")
+        return 0.5
+
+    def look(self, where: str) -> str:
+        """Look somewhere.
+
+        Args:
+            where: where to look.
+        """
+        raise RuntimeError("nothing there")
+
+
+class NoReset:
+    def look(self) -> str:
+        """Look."""
+        return "x"
+'''
+
+
+def _run(tmp_path: Path, env_table: str) -> subprocess.CompletedProcess:
+    (tmp_path / "env.py").write_text(FAULTY)
+    (tmp_path / "data.jsonl").write_text('{"prompt": "Go. "}\n{"prompt": "Now. "}\n')
+    (tmp_path / "config.toml").write_text(f"""
+[model]
+path = "{AGENT}"
+[data]
+path = "data.jsonl"
+{env_table}
+[grpo]
+group_size = 2
+[generation]
+max_completion_length = 24
+[training]
+batch_size = 2
+max_steps = 2
+silent_patience = 0
+[checkpoint]
+output_dir = "out"
+""")
+    return subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(tmp_path / "config.toml"), "--plain"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_an_environment_that_raises_hangs_or_returns_non_text_never_stops_the_run(tmp_path):
+    for mode in ("raise", "hang", "text"):
+        folder = tmp_path / mode
+        folder.mkdir()
+        out = _run(folder, f'[environment]\nclass = "env.py:Faulty"\nargs = {{ mode = "{mode}" }}\ntimeout_s = 1')
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        assert "completed: 2 steps" in out.stdout
+        prompts = [p for (p,) in query(folder / "out" / "outputs.db", "SELECT prompt FROM generations")]
+        said = {"raise": "Error: Faulty.reset raised RuntimeError: the board is on fire",
+                "hang": "Error: Faulty.reset timed out after 1s", "text": 'Go. {"board": [1, 2, 3]}'}[mode]
+        assert any(said in p for p in prompts), prompts[0][-200:]
+        scores = [json.loads(d)["Faulty"] for (d,) in query(folder / "out" / "outputs.db",
+                                                           "SELECT reward_details FROM generations")]
+        assert all(s == (None if mode == "raise" else 0.5) for s in scores)
+
+
+def test_a_broken_class_is_one_sentence_and_exit_2(tmp_path):
+    for table, said in [('class = "env.py:Missing"', "environment.class: "),
+                        ('class = "env.py:NoReset"', "NoReset (")]:
+        out = _run(tmp_path, "[environment]\n" + table)
+        assert out.returncode == Exit.MISTAKE, out.stdout[-2000:] + out.stderr[-2000:]
+        assert said in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+COUNTER = '''
+class Counter:
+    def __init__(self, offset):
+        self.offset = offset
+
+    def reset(self, prompt, **row):
+        self.calls = 0
+        return None  # the row's prompt as it is
+
+    def get_reward(self):
+        return float(self.calls)
+
+    def add(self, a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first.
+            b: the second.
+        """
+        self.calls += 1
+        return a + b + self.offset
+'''
+
+
+def test_each_rollout_calls_its_own_instance_and_reads_the_result_as_a_tool_message(tmp_path):
+    from tests.helpers.worker_harness import build_tool_calling_model
+
+    model = build_tool_calling_model(tmp_path / "model")  # every turn calls add(a=1, b=2)
+    (tmp_path / "counter.py").write_text(COUNTER)
+    (tmp_path / "data.jsonl").write_text('{"prompt": "Add. "}\n{"prompt": "More. "}\n')
+    (tmp_path / "config.toml").write_text(f"""
+[model]
+path = "{model}"
+[data]
+path = "data.jsonl"
+[environment]
+class = "counter.py:Counter"
+args = {{ offset = 10 }}
+[grpo]
+group_size = 2
+[generation]
+max_completion_length = 32
+max_tool_calls = 2
+[training]
+batch_size = 2
+max_steps = 2
+silent_patience = 0
+[checkpoint]
+output_dir = "out"
+""")
+    out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(tmp_path / "config.toml"), "--plain"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "tools: add;" in out.stdout + out.stderr
+    rows = query(tmp_path / "out" / "outputs.db", "SELECT reward_details, turns FROM generations")
+    assert len(rows) == 2 * 2 * 2
+    for details, turns in rows:
+        results = [t for t in json.loads(turns) if t["role"] == "tool"]
+        assert results and all(t["content"] == "13" for t in results)  # the instance's own offset (args)
+        assert json.loads(details)["Counter"] == float(len(results))  # one instance per rollout: its calls alone
