@@ -32,6 +32,9 @@ STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
 )
 
 JSON_STEP_COLUMNS = ("rewards", "extra_metrics", "ranks")
+# The tables whose rows belong to a step of a run: a resume from step N (and a fork at N) drops their
+# rows after N (tool_calls and the search index follow generations by cascade and triggers).
+STEP_TABLES = ("generations", "steps", "logs", "evals", "setting_changes", "findings")
 # Version 1's steps columns, frozen: a field added to ``Step`` later arrives by a migration.
 _LATER_STEP_COLUMNS = ("extra_metrics", "ranks", "slowest_rank", "all_reduce_bytes", "perplexity", "token_accuracy")
 _V1_STEP_COLUMNS = tuple(c for c in STEP_METRIC_COLUMNS if c not in _LATER_STEP_COLUMNS)

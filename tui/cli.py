@@ -161,19 +161,15 @@ def no_screen() -> str | None:
 
 def _run_detached(config_path: str, config: Config, worker_args: list[str]) -> int:
     """``run --detach``: start the run's supervisor in its own session and return at once."""
-    import asyncio
-
-    from grpo_tui.common.blas import child_env
-    from grpo_tui.tui.launcher import RunLive, launch, supervisor_failure, wait_ready
+    from grpo_tui.tui.launcher import DidNotStart, RunLive, start_in_background
 
     out = str(Path(config.checkpoint.output_dir).resolve())
-    argv = [sys.executable, "-m", "grpo_tui.worker", config_path, *worker_args]
     try:
-        proc = launch(out, argv, config_path=config_path, display=config.display, env=child_env(config.runtime.blas))
+        proc = start_in_background(config_path, config, worker_args)
     except (RunLive, OSError) as exc:
         return _fail(f"{exc}.")
-    if not asyncio.run(wait_ready(out, proc)):
-        return _fail(f"the run did not start: {supervisor_failure(out)}", 1)
+    except DidNotStart as exc:
+        return _fail(f"the run did not start: {exc}", 1)
     print(f"Training in the background (supervisor pid {proc.pid}). Run folder: {out}")
     print(f"Attach: grpo-tui attach {shlex.quote(out)}")
     return 0

@@ -66,6 +66,8 @@ def open_run(folder: Path, style: str) -> ComparedRun:
         raise CompareError(str(exc)) from None
     try:
         run = ComparedRun(folder, config.run_name, style, store, run_of_output_dir(conn, folder))
+        if config.fork is not None:  # a fork starts at its branch point (its store holds its parent's steps before)
+            run.last_step = config.fork.step
         _read(conn, run)
     except (StoreError, sqlite3.Error) as exc:
         raise CompareError(f"{store}: {exc}") from None

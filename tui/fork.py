@@ -25,6 +25,7 @@ from grpo_tui.common.resume_check import latest_whole, resumable
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.protocol.config import Config, ConfigError, apply_override, parse_config
 from grpo_tui.protocol.layout import STATE_FILE, TrainingState, encode_state, list_checkpoints
+from grpo_tui.protocol.schema import STEP_TABLES
 
 
 class ForkError(Exception):
@@ -99,7 +100,7 @@ def make_fork(parent_dir: str, where: str, sets: list[str], name: str | None, ne
     child.mkdir(parents=True, exist_ok=True)
     _link_checkpoint(path, child / f"checkpoint-{state.step}", state)
     if (store := store_of(parent)).is_file():
-        _copy_store(store, child / "outputs.db", state.run_id, raw)
+        _copy_store(store, child / "outputs.db", state.run_id, state.step, raw)
     (child / "config.toml").write_text(text, encoding="utf-8")
     return child / "config.toml"
 
@@ -125,9 +126,10 @@ def _fields(state: TrainingState) -> dict[str, Any]:
     return {f: getattr(state, f) for f in state.__struct_fields__}
 
 
-def _copy_store(source: Path, dest: Path, run_id: int, raw: dict[str, Any]) -> None:
-    """The parent's store, read-only, cut to its run (the fork resumes it: the steps after the branch
-    point go when it starts), named and configured as the fork."""
+def _copy_store(source: Path, dest: Path, run_id: int, step: int, raw: dict[str, Any]) -> None:
+    """The parent's store, read-only, cut to its run up to the branch point (the fork resumes it from
+    there; a viewer comparing the fork sees none of the parent's later steps), named and configured
+    as the fork."""
     # A closed store (no -wal beside it) is read as immutable: SQLite then writes no -shm or -wal of
     # its own beside the parent's file. A live one is read as any viewer reads it.
     live = source.with_name(source.name + "-wal").exists()
@@ -137,5 +139,7 @@ def _copy_store(source: Path, dest: Path, run_id: int, raw: dict[str, Any]) -> N
         src.backup(out)
         out.execute("PRAGMA foreign_keys=ON")
         out.execute("DELETE FROM runs WHERE id != ?", (run_id,))
+        for table in STEP_TABLES:
+            out.execute(f"DELETE FROM {table} WHERE run_id = ? AND step > ?", (run_id, step))
         out.execute("UPDATE runs SET name=?, config=? WHERE id=?", (raw["name"], json.dumps(raw), run_id))
         out.commit()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from grpo_tui.common.disk_space import MIN_FREE_BYTES, free_bytes, full_sentence
 from grpo_tui.protocol import control as c
-from grpo_tui.protocol.config import DisplayConfig
+from grpo_tui.protocol.config import Config, DisplayConfig
 from grpo_tui.tui.supervisor_worker import kill_group
 
 _started: list[int] = []  # the supervisors this process started (or adopted): what end_started ends
@@ -29,6 +29,23 @@ _started: list[int] = []  # the supervisors this process started (or adopted): w
 
 class RunLive(Exception):
     """Another supervisor already runs in this folder."""
+
+
+class DidNotStart(Exception):
+    """The supervisor exited before its socket answered: its last words."""
+
+
+def start_in_background(config_path: str, config: Config, worker_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``run --detach`` and a fork from the dashboard: the run's supervisor in its own session, up and
+    answering. Raises ``RunLive``, ``OSError``, or ``DidNotStart``."""
+    from grpo_tui.common.blas import child_env
+
+    out = str(Path(config.checkpoint.output_dir).resolve())
+    argv = [sys.executable, "-m", "grpo_tui.worker", config_path, *worker_args]
+    proc = launch(out, argv, config_path=config_path, display=config.display, env=child_env(config.runtime.blas))
+    if not asyncio.run(wait_ready(out, proc)):
+        raise DidNotStart(supervisor_failure(out))
+    return proc
 
 
 def launch_argv(

@@ -22,7 +22,7 @@ import msgspec
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import STORE_FILE
 from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
-from grpo_tui.protocol.schema import migrate, step_row
+from grpo_tui.protocol.schema import STEP_TABLES, migrate, step_row
 from grpo_tui.worker.records import Generation, StepOutput
 
 _HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
@@ -134,8 +134,7 @@ class Store:
             )
             if cur.rowcount == 0:
                 return False
-            # tool_calls and the FTS index follow generations through ON DELETE CASCADE / triggers.
-            for table in ("generations", "steps", "logs", "evals", "setting_changes", "findings"):
+            for table in STEP_TABLES:
                 await db.execute(f"DELETE FROM {table} WHERE run_id=? AND step>?", (run_id, step))
         return True
 

@@ -267,3 +267,36 @@ class DashboardScreen(Screen[None]):
     def _compared_moved(self) -> None:
         self.compared.touched()
         self.query_one(RewardChart).compared_changed()
+
+    # ------------------------------------------------------------ fork (f on the Config tab's checkpoints)
+
+    def on_config_panel_fork(self, message: ConfigPanel.Fork) -> None:
+        from grpo_tui.tui.screens.fork_dialog import ForkScreen
+
+        step = message.checkpoint.step or 0
+        here = self._run_folder()
+
+        def answered(answer: tuple[list[str], str] | None) -> None:
+            if answer is not None:
+                self._fork(step, *answer)
+
+        self.app.push_screen(ForkScreen(step, str(here.with_name(f"{here.name}-fork-{step}"))), answered)
+
+    @work(thread=True, exclusive=True, group="fork")
+    def _fork(self, step: int, items: list[str], folder: str) -> None:
+        """Make the fork (tui/fork.py), start it in the background, and compare it with this run."""
+        from grpo_tui.protocol.config import load_config
+        from grpo_tui.tui.fork import ForkError, make_fork
+        from grpo_tui.tui.launcher import DidNotStart, RunLive, start_in_background
+
+        try:
+            config_path = make_fork(str(self._run_folder()), str(step), items, None, folder or None)
+            # its --set items win over the parent's live changes its checkpoint carries (as grpo-tui fork)
+            start_in_background(str(config_path), load_config(config_path), [a for i in items for a in ("--set", i)])
+        except (ForkError, RunLive, OSError, DidNotStart) as exc:
+            self.app.call_from_thread(self.notify, f"fork: {exc}", severity="error", timeout=15, markup=False)
+            return
+        child = config_path.parent
+        said = f"forked at step {step} into {child}: its first step is {step + 1}; it trains in the background"
+        self.app.call_from_thread(self.notify, said, timeout=8, markup=False)
+        self.app.call_from_thread(self.compare_with, [*self.compared.folders(), child])

@@ -1,5 +1,6 @@
 """The run's config as it trains (the worker's, with the live changes since), the history of those
-changes, and the run's checkpoints on disk."""
+changes, and the run's checkpoints on disk; ``f`` on a checkpoint asks to fork the run from it
+(the dashboard screen asks for the changes and makes the fork: docs/steering.md, "Fork a run")."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from grpo_tui.common.live_settings import toml_value
@@ -19,6 +22,19 @@ from grpo_tui.tui.inert import inert
 
 
 class ConfigPanel(VerticalScroll):
+    BINDINGS = [Binding("f", "fork", "fork from this checkpoint")]
+
+    class Fork(Message):
+        """``f`` on a checkpoint: fork the run from it."""
+
+        def __init__(self, checkpoint: CheckpointInfo) -> None:
+            super().__init__()
+            self.checkpoint = checkpoint
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.checkpoints: list[CheckpointInfo] = []  # the table's rows, in order
+
     def compose(self) -> ComposeResult:
         yield Static(Text("checkpoints", "bold"))
         table: DataTable[object] = DataTable(id="checkpoints-table", cursor_type="row")
@@ -49,7 +65,17 @@ class ConfigPanel(VerticalScroll):
         for part in ("#changes-title", "#changes-text"):
             self.query_one(part).display = bool(changes)
 
+    def action_fork(self) -> None:
+        table = self.query_one("#checkpoints-table", DataTable)
+        if self.checkpoints and 0 <= table.cursor_row < len(self.checkpoints):
+            chosen = self.checkpoints[table.cursor_row]
+            if chosen.step is not None:
+                self.post_message(self.Fork(chosen))
+                return
+        self.notify("no checkpoint to fork from here yet (s saves one)", timeout=4)
+
     def show_checkpoints(self, infos: list[CheckpointInfo]) -> None:
+        self.checkpoints = list(infos)
         table = self.query_one("#checkpoints-table", DataTable)
         table.clear()
         for i in infos:
