@@ -17,7 +17,7 @@ from grpo_tui.tui.widgets.database_runs_table import DatabaseRunsTable
 from grpo_tui.tui.widgets.database_steps_table import DatabaseStepsTable
 from grpo_tui.tui.widgets.database_view import DatabaseView
 
-from tests.helpers.pilot import settle
+from tests.helpers.pilot import screen_text, settle
 
 from .make_store import RunSpec, add_steps, build_store
 
@@ -69,6 +69,20 @@ async def test_runs_steps_generations_and_back(store_path):
         assert view(app).level == "steps"
         await pilot.press("escape")
         assert view(app).level == "runs"
+
+
+async def test_a_steps_cell_at_120_columns_shows_every_digit_that_makes_its_value(tmp_path):
+    """A loss of 6.24e-08 read as 6.24, or -9.88e-09 as -9.8, is another number: never shown so."""
+    import sqlite3
+
+    path = build_store(tmp_path / "tiny.db")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE steps SET loss = 6.24e-08, kl = -9.88e-09")
+    app = BrowseApp(str(path), run_id=1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert text.count("6.24e-08") >= 4 and text.count("-9.88e-09") >= 4, text
 
 
 async def test_steps_sort_by_metric(store_path):
