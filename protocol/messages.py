@@ -188,9 +188,10 @@ class ToolCall(msgspec.Struct, kw_only=True):
 
 
 class Turn(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One turn of an agent completion (``[[tools]]``): what the model wrote, or a tool's result."""
+    """One turn of an agent completion (``[[tools]]``, ``[environment]``): what the model wrote, a
+    tool's result, or an environment's reply (``respond``: a ``user`` turn)."""
 
-    role: Literal["assistant", "tool"]
+    role: Literal["assistant", "tool", "user"]
     content: str  # the model's text; a tool's result, or the error text the model was shown
     name: str | None = None  # tool turns: the function called
     arguments: Any = None  # tool turns: the arguments as parsed

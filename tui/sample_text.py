@@ -51,6 +51,10 @@ def turns_text(turns: list[m.Turn]) -> Text:
             text.append_text(inert(t.content))
             text.append("\n")
             continue
+        if t.role == "user":  # an environment's reply (respond), masked from the loss
+            text.append("environment\n", "bold magenta").append_text(inert(t.content, "magenta"))
+            text.append("\n")
+            continue
         text.append("  ⮑ tool ", "bold cyan").append_text(inert(t.name or "(no name)", "bold cyan", single_line=True))
         if t.arguments is not None:
             text.append(" ").append_text(inert(json.dumps(t.arguments, ensure_ascii=False), "cyan", single_line=True,

@@ -207,3 +207,75 @@ output_dir = "out"
         results = [t for t in json.loads(turns) if t["role"] == "tool"]
         assert results and all(t["content"] == "13" for t in results)  # the instance's own offset (args)
         assert json.loads(details)["Counter"] == float(len(results))  # one instance per rollout: its calls alone
+
+
+GUESS = '''
+import random
+
+
+class Guess:
+    def __init__(self, mode="ok"):
+        self.mode = mode
+
+    def reset(self, prompt, **row):
+        self.secret, self.turns, self.won = random.randint(1, 9), 0, False
+        return " Guess my number (1-9)."
+
+    def respond(self, message):
+        self.turns += 1
+        if self.mode == "raise" and self.turns == 1:
+            raise RuntimeError("the judge fell over")
+        digits = [int(c) for c in message if c.isdigit()]
+        if digits and digits[-1] == self.secret:
+            self.won = True
+            return None
+        if self.turns >= 3:
+            return None
+        return "higher" if not digits or digits[-1] < self.secret else "lower"
+
+    def get_reward(self):
+        return float(self.won)
+'''
+
+
+def test_a_text_episode_replies_to_each_turn_until_respond_says_none(tmp_path):
+    for mode in ("ok", "raise"):
+        folder = tmp_path / mode
+        folder.mkdir()
+        (folder / "guess.py").write_text(GUESS)
+        (folder / "data.jsonl").write_text('{"prompt": "Play."}\n{"prompt": "Again."}\n')
+        (folder / "config.toml").write_text(f"""
+[model]
+path = "{AGENT}"
+[data]
+path = "data.jsonl"
+[environment]
+class = "guess.py:Guess"
+args = {{ mode = "{mode}" }}
+[grpo]
+group_size = 2
+[generation]
+max_completion_length = 96
+[training]
+batch_size = 2
+max_steps = 2
+silent_patience = 0
+[checkpoint]
+output_dir = "out"
+""")
+        out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(folder / "config.toml"), "--plain"],
+                             capture_output=True, text=True, timeout=300, cwd=folder)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        rows = query(folder / "out" / "outputs.db", "SELECT reward_details, turns, finish_reason FROM generations")
+        assert len(rows) == 8
+        replies: list[str] = []
+        errors: list[str] = []
+        for details, turns, finish in rows:
+            said = [t["content"] for t in json.loads(turns) if t["role"] == "user"]
+            assert len(said) <= 2 and json.loads(details)["Guess"] in (0.0, 1.0)
+            if mode == "raise" and said:  # the exception is what the model reads, and the episode goes on
+                assert said[0] == "Error: Guess.respond raised RuntimeError: the judge fell over"
+                errors.append(said.pop(0))
+            assert set(said) <= {"higher", "lower"}
+            replies += said
+        assert replies if mode == "ok" else errors  # some turns ended in time to be replied to

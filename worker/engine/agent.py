@@ -66,7 +66,7 @@ from grpo_tui.worker.engine.plan import EnginePlan
 from grpo_tui.worker.engine.rewards import describe_error
 from grpo_tui.worker.engine.sampling import KeyedSampler
 from grpo_tui.worker.engine.stopping import cut_at_stop, make_row_stops
-from grpo_tui.worker.engine.tools import Tool, ToolError, run_call
+from grpo_tui.worker.engine.tools import RowTools, Tool, ToolError, run_call
 
 CLOSE = "</tool_call>"
 _MARK = "GRPOTUIASSISTANTTURNEND"  # stands for the model's turn when the template renders a tool message
@@ -78,7 +78,8 @@ def tool_message_ids(tokenizer: Any, turns: list[Turn], enable_thinking: bool) -
     if getattr(tokenizer, "chat_template", None) is None:  # data.render joins messages with blank lines
         return list(tokenizer.encode("".join(f"\n\n{t.content}" for t in turns) + "\n\n"))
     messages = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}]
-    messages += [{"role": "tool", "name": t.name or "", "content": t.content} for t in turns]
+    messages += [{"role": "tool", "name": t.name or "", "content": t.content} if t.role == "tool"
+                 else {"role": t.role, "content": t.content} for t in turns]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                          enable_thinking=enable_thinking)
     glue = text[text.rindex(_MARK) + len(_MARK):]
@@ -168,12 +169,15 @@ def generate(
     decode: fastgen.DecodeStep | None = None,
     keys: list[int] | None = None,
     rows_decoder: Any = None,
-    row_tools: list[dict[str, Tool]] | None = None,
+    row_tools: list[RowTools] | None = None,
 ) -> list[rollout.Completion]:
     """``n`` multi-turn completions per prompt, ordered as ``rollout.generate``'s, each with its
     ``mask`` and ``turns``. ``keys``: one ``sampling.row_key`` per row. ``rows_decoder``: a
     decoder already built (tests count its steps), else ``decoder(...)``. ``row_tools``: each
-    row's own tool table (an ``[environment]``'s episode: ``environments.row_tools``), else ``tools``."""
+    row's own tools and ``respond`` (an ``[environment]``'s episode: ``environments.row_tools``), else
+    ``tools``; a row whose turn ended on its end-of-turn token without a call and that has a
+    ``respond`` pauses while it runs, then reads the reply as a ``user`` message (masked, as tool
+    results are) and goes on; ``None`` from it ends the row."""
     by_name = {t.name: t for t in tools}
     stop_ids = set(tokenizer.eos_token_ids)
     rows = [_Row() for _ in range(len(prompts) * n)]
@@ -185,7 +189,12 @@ def generate(
         try:
             while True:
                 for i in [i for i, f in running.items() if f.done()]:
-                    _resume(i, rows[i], running.pop(i).result(), tokenizer, gen, rows_decoder)
+                    results = running.pop(i).result()
+                    if not results:  # the environment ended the episode
+                        rows_decoder.end(i)
+                        continue
+                    rows[i].finish_reason, rows[i].ended_on_eos = None, False
+                    _resume(i, rows[i], results, tokenizer, gen, rows_decoder)
                 if not rows_decoder.active:
                     if not running:
                         break
@@ -193,8 +202,13 @@ def generate(
                     continue
                 for i, token in rows_decoder.step():
                     calls = _take(i, rows[i], token, tokenizer, gen, stop_ids, rules)
+                    reply = row_tools[i].respond if row_tools is not None else None
                     if calls:
-                        running[i] = pool.submit(run_calls, row_tools[i] if row_tools is not None else by_name, calls)
+                        running[i] = pool.submit(run_calls, row_tools[i].tools if row_tools is not None else by_name, calls)
+                        rows_decoder.pause(i)
+                    elif (reply is not None and rows[i].finish_reason == "stop" and rows[i].ended_on_eos
+                          and not closed_calls(rows[i].turns[-1].content)):  # not a turn past max_tool_calls
+                        running[i] = pool.submit(_reply, reply, rows[i].turns[-1].content)
                         rows_decoder.pause(i)
                     elif rows[i].finish_reason is not None:
                         rows_decoder.end(i)
@@ -226,6 +240,12 @@ def _take(i: int, row: _Row, token: int, tokenizer: Any, gen: GenerationConfig, 
     return []
 
 
+def _reply(respond: Any, text: str) -> list[Turn]:
+    """The environment's reply to a turn without a call: ``[user turn]``, or ``[]`` to end."""
+    turn = respond(text)
+    return [] if turn is None else [turn]
+
+
 def _resume(i: int, row: _Row, results: list[Turn], tokenizer: Any, gen: GenerationConfig, rows_decoder: Any) -> None:
     """A paused row's tool results are back: feed them as tool messages, or end the row when they
     leave no room for one more token (the calls ran, but the model never reads their results)."""
@@ -233,14 +253,14 @@ def _resume(i: int, row: _Row, results: list[Turn], tokenizer: Any, gen: Generat
     if len(row.tokens) + len(glue) >= gen.max_completion_length:
         # the calls ran (their errors belong in the store), but no token of them is in the completion
         row.turns += [msgspec.structs.replace(t, unread=True) for t in results]
-        row.calls += len(results)
+        row.calls += sum(t.role == "tool" for t in results)
         row.finish_reason = "length"
         rows_decoder.end(i)
         return
     row.tokens += glue
     row.mask += [0] * len(glue)
     row.turns += results
-    row.calls += len(results)
+    row.calls += sum(t.role == "tool" for t in results)  # an environment's replies are no calls
     row.turn_start = len(row.tokens)
     rows_decoder.resume(i, glue)
 

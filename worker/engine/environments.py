@@ -28,14 +28,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from grpo_tui.protocol.config_environments import EnvironmentConfig
+from grpo_tui.protocol.messages import Turn
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker.engine import data
 from grpo_tui.worker.engine.rewards import RewardError, call_with_timeout, describe_error, load_function
 from grpo_tui.worker.engine.timed_calls import StillHung
 from grpo_tui.worker.engine.tool_schema import SchemaError, function_schema
-from grpo_tui.worker.engine.tools import Tool, cap
+from grpo_tui.worker.engine.tools import RowTools, Tool, cap
 
-RESERVED = ("reset", "get_reward")
+RESERVED = ("reset", "get_reward", "respond")
 
 
 class EnvironmentMistake(Mistake, RuntimeError):
@@ -105,6 +106,28 @@ class Environment:
         return [Tool(s["function"]["name"], m, self.config.timeout_s, s)
                 for m, s in zip(_methods(instance), self.schemas)]
 
+    def _call(self, method: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` bounded by ``timeout_s``; what went wrong as the ``Error: ...`` text the model reads."""
+        try:
+            return call_with_timeout(fn, {}, self.config.timeout_s, f"{self.name}.{method}")
+        except StillHung as exc:
+            return f"Error: {exc}"
+        except TimeoutError:
+            return f"Error: {self.name}.{method} timed out after {self.config.timeout_s:g}s"
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
+            return f"Error: {self.name}.{method} raised {describe_error(exc)}"
+
+    def responder(self, instance: Any) -> Callable[[str], Turn | None] | None:
+        """An episode's ``respond(message)`` as the agent rollout calls it (None: the class has none)."""
+        if instance is None or not callable(getattr(instance, "respond", None)):
+            return None
+
+        def respond(message: str) -> Turn | None:
+            said = self._call("respond", lambda: instance.respond(message))
+            return None if said is None else Turn(role="user", content=cap(_text(said)))
+
+        return respond
+
     def _reset(self, instance: Any, row: dict[str, Any], key: int) -> str | None:
         random.seed(key)
         try:
@@ -113,14 +136,7 @@ class Environment:
             np.random.seed(key % 2**32)
         except ImportError:  # pragma: no cover — numpy is a dependency of MLX
             pass
-        try:
-            said = call_with_timeout(instance.reset, dict(row), self.config.timeout_s, f"{self.name}.reset")
-        except StillHung as exc:
-            return f"Error: {exc}"
-        except TimeoutError:
-            return f"Error: {self.name}.reset timed out after {self.config.timeout_s:g}s"
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
-            return f"Error: {self.name}.reset raised {describe_error(exc)}"
+        said = self._call("reset", lambda: instance.reset(**row))
         return None if said is None else cap(_text(said))
 
     def begin(self, examples: list[data.Example], group_size: int, keys: list[int],
@@ -186,12 +202,14 @@ def start(environment: Environment | None, examples: list[data.Example], step: i
     return environment.begin(examples, group_size, keys, render)
 
 
-def row_tools(episodes: list[Episode] | None, tools: list[Tool], rows: range, group_size: int,
-              ) -> list[dict[str, Tool]] | None:
-    """Each rollout's tool table (the ``[[tools]]`` and its episode's methods), for ``rows``' rollouts."""
-    if episodes is None:
+def row_tools(environment: Environment | None, episodes: list[Episode] | None, tools: list[Tool], rows: range,
+              group_size: int) -> list[RowTools] | None:
+    """Each rollout's tools (the ``[[tools]]`` and its episode's methods) and its ``respond``, for
+    ``rows``' rollouts."""
+    if environment is None or episodes is None:
         return None
-    return [{t.name: t for t in [*tools, *episodes[i * group_size + g].tools]} for i in rows for g in range(group_size)]
+    chosen = [episodes[i * group_size + g] for i in rows for g in range(group_size)]
+    return [RowTools({t.name: t for t in [*tools, *e.tools]}, environment.responder(e.instance)) for e in chosen]
 
 
 def add_rewards(environment: Environment | None, episodes: list[Episode] | None, first: int,

@@ -66,8 +66,8 @@ def tool_conversation(turns: Sequence[Any]) -> list[dict[str, Any]]:
     one) and ``tool`` messages with the results."""
     messages: list[dict[str, Any]] = []
     for turn in turns:
-        if turn.role == "assistant":
-            messages.append({"role": "assistant", "content": turn.content})
+        if turn.role in ("assistant", "user"):  # user: an environment's reply (respond)
+            messages.append({"role": turn.role, "content": turn.content})
             continue
         call = {"type": "function", "function": {"name": turn.name, "arguments": turn.arguments}}
         if messages and messages[-1]["role"] == "assistant":

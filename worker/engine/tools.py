@@ -50,6 +50,16 @@ class Tool:
     sandboxed: str | None = None  # with sandbox = true: the function's spec, called in a child process
 
 
+@dataclass
+class RowTools:
+    """One rollout's own tools (an ``[environment]`` episode's methods and the ``[[tools]]``) and its
+    environment's ``respond``: a reply to a turn that called no tool, as a ``user`` turn (None: the
+    episode is over)."""
+
+    tools: dict[str, Tool]
+    respond: Callable[[str], Turn | None] | None = None
+
+
 def load_tools(configs: list[ToolConfig]) -> list[Tool]:
     """Import every ``[[tools]]`` function and derive its schema."""
     tools = []

@@ -232,7 +232,7 @@ class Trainer:
         examples, episodes = environments.start(self.environment, examples, step, round_, cfg.training.seed, cfg.training.batch_size,
                                                 cfg.grpo.group_size, lambda e: data.render(e, self.tokenizer, cfg.generation.enable_thinking))
         completions = self.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
-                                    environments.row_tools(episodes, self.tools, mine, cfg.grpo.group_size))
+                                    environments.row_tools(self.environment, episodes, self.tools, mine, cfg.grpo.group_size))
         generation_s = time.perf_counter() - t0
         self._report_hung()
 
