@@ -72,6 +72,7 @@ from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, LogEntry, RunState, group
 from grpo_tui.tui.steering import Steering
 from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS, Part, View, as_view
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
+from grpo_tui.tui.widgets.doctor_panel import DoctorPanel
 from grpo_tui.tui.widgets.key_bar import KeyBar
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.metric_tile import MetricTile
@@ -143,12 +144,12 @@ class GrpoApp(App[int]):
             run_dir=str(Path(run_dir or config.checkpoint.output_dir).resolve()),
             launch=launch, stop_timeout_s=stop_timeout_s,
         )
-        self.dashboard = DashboardScreen(self.state, config, id="_default")
+        self.steering = Steering(self.state, config, self.run_link.send, self.push_screen, self.notify)
+        self.dashboard = DashboardScreen(self.state, config, self.steering, self.make_lazy_tab, id="_default")
         self._greeted = False
         self._pending: list[RunItem] = []
         self._prompt: Timer | None = None  # a flush soon: an answer to a key came
         self._last_tab: View | None = VIEWS[0]
-        self.steering = Steering(self.state, config, self.run_link.send, self.push_screen, self.notify)
         # No animations: the tab underline's slide alone repainted the tab bar ~10 times per switch.
         self.animation_level = "none"
 
@@ -203,11 +204,11 @@ class GrpoApp(App[int]):
             return view
 
         return {
-            "samples": lambda app: SamplesPanel(id="samples-panel"),
-            "logs": lambda app: LogsPanel(id="logs-panel"),
+            "samples": lambda app: SamplesPanel(id="samples-panel"), "logs": lambda app: LogsPanel(id="logs-panel"),
             "config": lambda app: ConfigPanel(id="config-panel"),
             "database": database,
             "charts": charts,
+            "doctor": lambda app: DoctorPanel(id="doctor-panel"),
         }
 
     async def make_lazy_tab(self, view: View | None) -> None:

@@ -81,4 +81,5 @@ PALETTE: tuple[tuple[str, str, str], ...] = (
 )
 # The widget each tab focuses when it is shown (keys act on what you see); the Database and Charts
 # tabs pick their own (the table of the level shown, the first chart).
-TAB_FOCUS: dict[View, str] = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table"}
+TAB_FOCUS: dict[View, str] = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table",
+                              "doctor": "#doctor-table"}

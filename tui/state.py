@@ -293,12 +293,12 @@ class RunState:
                 return {"header", "progress", "config"}
             case m.SettingRefused():  # said in the log (``log_entry_for``); nothing in the run changed
                 return set()
-            case m.Finding():  # the run doctor's word: the header's health badge, and the log
+            case m.Finding():  # the run doctor's word: the header's health badge, the Doctor tab, the log
                 if event.cleared:
                     self.findings.pop(event.name, None)
                 else:
                     self.findings[event.name] = event
-                return {"header"}
+                return {"header", "doctor"}
             case m.Complete():
                 return self._on_complete(event)
             case m.Error():

@@ -1,6 +1,7 @@
 """The dashboard's side of live changes (docs/steering.md): ``t`` opens the live settings and sends
-what was edited; each ``setting_changed`` is said to this viewer (every viewer gets the frame), a
-``setting_refused`` only to the viewer that asked. The state folds both (tui/state.py)."""
+what was edited, the Doctor tab's ``a`` a finding's suggested change (source "doctor"); each
+``setting_changed`` is said to this viewer (every viewer gets the frame), a ``setting_refused`` only
+to the viewer that asked. The state folds both (tui/state.py)."""
 
 from __future__ import annotations
 
@@ -28,12 +29,23 @@ class Steering:
     def open(self) -> None:
         self.push(SettingsScreen(self.state.live_settings(self.config)), self.apply)
 
-    async def apply(self, items: list[str] | None) -> None:
+    async def apply(self, items: list[str] | None, source: m.SettingSource = "dashboard") -> None:
         for item in items or []:
             key, _, value = item.partition("=")
             ident = f"{id(self):x}-{len(self.asked)}"
             self.asked.add(ident)
-            await self.send(m.SetSetting(key=key, value=value, source="dashboard", id=ident))
+            await self.send(m.SetSetting(key=key, value=value, source=source, id=ident))
+
+    async def suggest(self, finding: m.Finding) -> None:
+        """The Doctor tab's ``a``: the finding's suggested change, recorded as the doctor's."""
+        if finding.suggestion is None:
+            self.notify(f"the {finding.name} finding suggests no live change", severity="warning", markup=False)
+            return
+        if self.state.status not in ("running", "paused"):
+            self.notify("no live run to change", severity="warning", markup=False)
+            return
+        self.notify(f"asked: {finding.suggestion} (the doctor's {finding.name} finding), from the next step", markup=False)
+        await self.apply([finding.suggestion], source="doctor")
 
     def tell(self, event: m.Event) -> None:
         if isinstance(event, m.SettingChanged) and event.time >= self.opened_at:

@@ -45,6 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--garbage", action="store_true", help="send a line that is not a frame after init")
     p.add_argument("--eval-every", type=int, default=0, help="send eval frames at step 0 and every N steps")
     p.add_argument("--agent", action="store_true", help="samples are agent conversations (turns with tool calls)")
+    p.add_argument("--findings-at", type=int, default=0, help="the run doctor's findings from this step on")
     return p.parse_args(argv)
 
 
@@ -180,6 +181,21 @@ def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
     )
 
 
+def findings(step: int) -> list[m.Finding]:
+    """A critical truncation with its evidence and suggested change, and a warning without one."""
+    return [
+        m.Finding(name="truncation", severity="critical", step=step, since=step - 4, numbers={
+            "truncated_share": 0.62, "finished_p95_tokens": 21.0, "limit": 24.0},
+            message="62 % of the last 10 steps' completions are cut at max_completion_length = 24 (finish reason "
+                    "'length'); set generation.max_completion_length to at least 48",
+            evidence=m.Evidence(steps=[step - 1, step], generations=[(step, 0, 2), (step, 1, 1)], finish_reason="length"),
+            suggestion="generation.max_completion_length=48"),
+        m.Finding(name="pass_rate", severity="warning", step=step, since=step - 2, numbers={"pass_0": 0.1, "pass_100": 0.7},
+                  message="80 % of the prompts of the last 10 steps are at a 0 % or 100 % pass rate: most are too easy",
+                  evidence=m.Evidence(steps=[step - 2, step - 1, step])),
+    ]
+
+
 def eval_frame(step: int) -> m.Eval:
     """A held-out accuracy that climbs with the step."""
     accuracy = round(0.4 + 0.35 * (1 - math.exp(-step / 10)), 4)
@@ -239,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
         fake.send(m.Log(level="debug" if step % 2 else "info", message=f"step {step} done"))
         if args.eval_every and step % args.eval_every == 0:
             fake.send(eval_frame(step))
+        if args.findings_at and step == args.findings_at:
+            for finding in findings(step):
+                fake.send(finding)
         if args.save_every and step % args.save_every == 0:
             fake.checkpoint(step, "periodic")
         if args.mistake_at and step == args.mistake_at:

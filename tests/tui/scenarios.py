@@ -67,6 +67,13 @@ async def crash_countdown(pilot) -> None:  # type: ignore[no-untyped-def]
                      and samples.up_to_date)
 
 
+async def doctor(pilot) -> None:  # type: ignore[no-untyped-def]
+    await running(pilot)
+    await pilot.press("6")
+    await wait_until(pilot, lambda: pilot.app.query_one("#doctor-panel").findings)
+    await pilot.pause(0.2)
+
+
 async def zero_std(pilot) -> None:  # type: ignore[no-untyped-def]
     await running(pilot)
 
@@ -95,4 +102,5 @@ SCENARIOS: dict[str, Scenario] = {
     "zero_std": Scenario(RUN + ("--zero-std-from", "20"), zero_std),
     "eval_curve": Scenario(RUN + ("--eval-every", "6"), running, {"eval_every": 6}),
     "compared": Scenario(RUN, compared),
+    "doctor": Scenario(RUN + ("--findings-at", "20"), doctor),  # the Doctor tab: findings, a chart
 }

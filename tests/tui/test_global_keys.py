@@ -31,7 +31,7 @@ __all__ = ["tiny_model"]  # the fixture, imported for pytest
 SIZE = (200, 50)
 # The run is paused between the cells that steer it (r resumes, p pauses again, s saves while
 # paused): the table runs against a quiet app, and no cell waits for a step but p's.
-KEYS = ("1", "2", "3", "4", "5", "tab", "z", "escape", "question_mark", "m", "t", "C", "r", "p", "s", "q")
+KEYS = ("1", "2", "3", "4", "5", "6", "tab", "z", "escape", "question_mark", "m", "t", "C", "r", "p", "s", "q")
 PRINTABLE = {"question_mark": "?"}
 
 
@@ -156,7 +156,7 @@ class Table:
             return
         view = place.view
         kept = zoomed if zoomed is self.tabs else None  # a tab shown full screen stays so on another tab
-        if key in "12345":
+        if key in "123456":
             await pilot.press(key)
             await until(pilot, lambda: self.tabs.active == VIEWS[int(key) - 1], f"tab {key}")
             await pilot.pause()

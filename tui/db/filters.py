@@ -44,6 +44,8 @@ class GenFilter:
     text: str = ""
     prompt_index: int | None = None  # with step_min == step_max: one group (the G completions of a prompt)
     dropped: bool | None = None  # dynamic sampling: True = dropped groups only, False = trained only
+    # the run doctor's evidence (docs/doctor.md): only these (step, prompt_index, group_index) generations
+    keys: tuple[tuple[int, int, int], ...] = ()
     sort: Sort = "step"
     descending: bool = True
 
@@ -69,6 +71,8 @@ class GenFilter:
             parts.append(f"steps {_bound(self.step_min)}–{_bound(self.step_max)}")
         if self.prompt_index is not None:
             parts.append(f"group of prompt {self.prompt_index}")
+        if self.keys:
+            parts.append(f"the doctor's evidence ({len(self.keys)} generations)")
         if self.reward_min is not None and self.reward_max is not None:
             parts.append(f"reward {self.reward_min:g}–{self.reward_max:g}")
         elif self.reward_min is not None:
@@ -114,6 +118,10 @@ def where(f: GenFilter, alias: str = "g", match: bool = True) -> tuple[str, list
             plus = "+" if f.sort == "step" and column in ("reward", "finish_reason") else ""
             clauses.append(f"{plus}{a}.{column} {op} ?")
             params.append(value)
+    if f.keys:  # row values: (step, prompt, completion) IN (VALUES (?, ?, ?), ...)
+        rows = ", ".join(["(?, ?, ?)"] * len(f.keys))
+        clauses.append(f"({a}.step, {a}.prompt_index, {a}.group_index) IN (VALUES {rows})")
+        params += [value for key in f.keys for value in key]
     if f.has_thinking is True:
         clauses.append(f"({a}.thinking IS NOT NULL AND {a}.thinking != '')")
     elif f.has_thinking is False:
@@ -176,3 +184,14 @@ def _parse(value: Any, kind: type, name: str, errors: list[str]) -> Any:
     except ValueError:
         errors.append(name)
         return None
+
+
+def evidence_filter(run_id: int | None, steps: list[int], generations: list[tuple[int, int, int]],
+                    finish_reason: str | None = None) -> GenFilter:
+    """The generations a run doctor's finding points at (its ``Evidence``): those it names, within
+    its steps; a finding of the step metrics names steps only, so every generation of those steps
+    (with ``finish_reason``, those that share it)."""
+    named = sorted({step for step, _, _ in generations}) or sorted(steps)
+    return GenFilter(run_id=run_id, step_min=named[0] if named else None, step_max=named[-1] if named else None,
+                     finish_reason=None if generations else finish_reason,
+                     keys=tuple((s, p, g) for s, p, g in generations))

@@ -16,7 +16,7 @@ themselves when their :focus styles change, so nothing else needs redrawing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,11 +34,14 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.tui.checkpoints import CheckpointInfo, describe_checkpoints
 from grpo_tui.tui.compare import CompareError
 from grpo_tui.tui.compared_runs import RUN_STYLES, ComparedRun, ComparedRuns, candidates, open_run, read_new
+from grpo_tui.tui.db.filters import evidence_filter
 from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.keys import DASHBOARD_KEYS, TAB_FOCUS, VIEW_ACTIONS
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, RunState
+from grpo_tui.tui.steering import Steering
 from grpo_tui.tui.views import VIEWS, Part, View, as_view
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
+from grpo_tui.tui.widgets.doctor_panel import DoctorPanel
 from grpo_tui.tui.widgets.logs_panel import LogsPanel
 from grpo_tui.tui.widgets.metric_tile import MetricTile
 from grpo_tui.tui.widgets.progress_panel import ProgressPanel
@@ -60,9 +63,11 @@ class DashboardScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [*DASHBOARD_KEYS]
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
 
-    def __init__(self, state: RunState, config: Config, *, id: str | None = None) -> None:
+    def __init__(self, state: RunState, config: Config, steering: Steering,
+                 make_tab: Callable[[View | None], Awaitable[None]], *, id: str | None = None) -> None:
+        """``steering``: the app's live changes; ``make_tab``: mounts a lazy tab (``GrpoApp.make_lazy_tab``)."""
         super().__init__(id=id)
-        self.state, self.config = state, config
+        self.state, self.config, self.steering, self.make_tab = state, config, steering, make_tab
         self._banner_note: str | None = ZERO_STD_NOTE
         self._footer_status = ""
         self.compared = ComparedRuns()  # C: other runs over the charts, shared by the main chart and the Charts tab
@@ -97,6 +102,8 @@ class DashboardScreen(Screen[None]):
         if "database" in dirty and s.database:
             for view in self.query("#database-view"):  # none until the tab is first shown (it reads the store then)
                 view.set_store(s.database.path, s.database.run_id)  # type: ignore[attr-defined]
+        if "doctor" in dirty or "metrics" in dirty:  # the findings, and their signal's chart
+            self.query_one(DoctorPanel).show(s.findings, s.book)
         if "bindings" in dirty or s.status != self._footer_status:
             self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
             self.app.refresh_bindings()  # the keys of the screen shown (a sample's too)
@@ -124,6 +131,21 @@ class DashboardScreen(Screen[None]):
         kinds = {c.path: c.kind for c in self.state.checkpoints}
         folder = self.state.output_dir or self.config.checkpoint.output_dir
         self.post_message(CheckpointsScanned(describe_checkpoints(folder, kinds)))
+
+    async def on_doctor_panel_show_evidence(self, message: DoctorPanel.ShowEvidence) -> None:
+        """enter on a finding: the Database tab, its run's generations filtered to the finding's evidence."""
+        evidence, store = message.finding.evidence, self.state.database
+        if store is None:
+            self.notify("no run store yet: the evidence is in it once the worker has started", severity="warning")
+            return
+        await self.make_tab("database")
+        self._switch_tab(self.query_one(TabbedContent), "database")
+        f = evidence_filter(store.run_id, evidence.steps, evidence.generations, evidence.finish_reason)
+        for database in self.query("#database-view"):
+            database.open_filtered(f)  # type: ignore[attr-defined]
+
+    async def on_doctor_panel_apply_suggestion(self, message: DoctorPanel.ApplySuggestion) -> None:
+        await self.steering.suggest(message.finding)  # a: through the live settings, as the doctor's
 
     def on_checkpoints_scanned(self, message: CheckpointsScanned) -> None:
         for panel in self.query(ConfigPanel):  # none while the app tears down

@@ -75,6 +75,7 @@ class DatabaseView(Vertical):
         self.last_refresh = 0.0
         self._connect_when_shown = False  # set_store while hidden: connect on the first showing
         self._ignored = ""  # what the filter form could not read: said until the form is read again
+        self._wanted: GenFilter | None = None  # ``open_filtered``'s, until its run is read
 
     def compose(self) -> ComposeResult:
         yield DatabaseCrumbs(id="db-crumbs")
@@ -126,6 +127,9 @@ class DatabaseView(Vertical):
         run = next((r for r in runs if r.id == wanted), None)
         if run is not None:
             self.open_run(run)
+            if self._wanted is not None and self._wanted.run_id == run.id:
+                evidence, self._wanted = self._wanted, None
+                self.open_generations(evidence)
         else:
             self._set_level("runs")
 
@@ -181,6 +185,17 @@ class DatabaseView(Vertical):
             self._set_level("generations")
         self._crumbs()
         self.generations.open(f)
+
+    def open_filtered(self, f: GenFilter) -> None:
+        """The generations of ``f`` in its run (the Doctor tab's evidence): now, or once the run is read."""
+        if self.run_row is not None and self.run_row.id == f.run_id:
+            self.before_group = None
+            self.open_generations(replace(f, sort=self.filter.sort, descending=self.filter.descending))
+            return
+        self._wanted = f
+        if self.reader.store is not None:  # another run is open: read the runs again, then open f's
+            self.initial_run_id = f.run_id
+            self.reader.query(q.runs, then=self._first_runs)
 
     @on(DatabaseTable.Chosen, "#db-runs")
     def _run_chosen(self, event: DatabaseTable.Chosen) -> None:
