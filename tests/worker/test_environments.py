@@ -279,3 +279,21 @@ output_dir = "out"
             assert set(said) <= {"higher", "lower"}
             replies += said
         assert replies if mode == "ok" else errors  # some turns ended in time to be replied to
+
+
+def test_an_environment_run_resumed_mid_way_equals_one_run_straight(tmp_path):
+    from tests.helpers.environments import write_game_run
+
+    def run(config: Path, *args: str) -> None:
+        out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain", *args],
+                             capture_output=True, text=True, timeout=300, cwd=config.parent)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+    run(write_game_run(tmp_path / "straight", 4))
+    run(write_game_run(tmp_path / "split", 2))
+    run(write_game_run(tmp_path / "split", 4))  # resume = "latest": from final/ of step 2
+    sql = "SELECT step, prompt, completion, reward, turns FROM generations ORDER BY step, id"
+    straight, split = (query(tmp_path / f / "out" / "outputs.db", sql) for f in ("straight", "split"))
+    assert [r[0] for r in split] == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
+    assert straight == split  # the same episodes: resets seeded per (seed, step, row), draws keyed
+    assert any('"role":"user"' in (r[4] or "") for r in straight)  # respond replied somewhere
