@@ -62,6 +62,18 @@ class LiveLink:
         assert isinstance(answer[0], m.SettingChanged)
         return answer[0].step
 
+    def send(self, command: m.Command) -> bool:
+        """Write one command to the running worker (False: it is not running, or its stdin closed)."""
+        with self._lock:
+            if self._stdin is None:
+                return False
+            try:
+                self._stdin.write(encode(command))
+                self._stdin.flush()
+            except (OSError, ValueError):
+                return False
+        return True
+
     def on_event(self, event: m.SettingChanged | m.SettingRefused) -> None:
         with self._lock:
             waiting = self._waiting.get(event.id)

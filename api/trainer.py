@@ -1,8 +1,9 @@
 """``GRPOTrainer``: TRL's trainer interface over grpo-tui's worker.
 
 ``train()`` writes the run's inputs into ``args.output_dir`` (``config.toml``, the datasets as
-JSONL, the reward functions and tools pickled with cloudpickle), then runs the same worker process
-as ``grpo-tui worker`` (or ``grpo-tui run``, with ``dashboard=True``) and follows its frames.
+JSONL or Parquet, the reward functions and tools pickled with cloudpickle: ``inputs.py``), then runs
+the same worker process as ``grpo-tui worker`` (or ``grpo-tui run``, with ``dashboard=True``) and
+follows its frames (``follow.py``; the callbacks' events: ``callbacks.py``).
 """
 
 from __future__ import annotations
@@ -13,22 +14,22 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple
 
+from grpo_tui.callbacks import CallbackHandler
 from grpo_tui.common.last_words import silent_death
 from grpo_tui.common.tomlout import dumps
-from grpo_tui.common.trl_names import StepWindow, eval_metrics
 from grpo_tui.config import GRPOConfig, trl_name
 from grpo_tui.errors import TrainingError
+from grpo_tui.follow import Follower, replay, run_worker, worker_env
+from grpo_tui.inputs import (Dataset, check_processing_class, dataset_file, environment_table, local_or_hub, lora_table,
+                             reward_table, with_pickles)
 from grpo_tui.live import LiveLink
-from grpo_tui.protocol import messages as m
-from grpo_tui.protocol.codec import ProtocolError, decode_event, encode
-from grpo_tui.protocol.config import BUILTIN_REWARDS, Config, ConfigError, load_config
-from grpo_tui.protocol.layout import FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, parse_checkpoint_dir_name
+from grpo_tui.protocol.config import Config, ConfigError, load_config
+from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, STORE_FILE,
+                                      parse_checkpoint_dir_name)
 from grpo_tui.protocol.outcome import Exit
 
 CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
@@ -38,10 +39,11 @@ TOOLS_FILE = "tools.pkl"
 
 @dataclasses.dataclass
 class TrainerState:
-    """What TRL's ``trainer.state`` offers: ``global_step``, ``max_steps``, ``epoch`` and
+    """What transformers' ``TrainerState`` offers: ``global_step``, ``max_steps``, ``epoch`` and
     ``log_history``, a list of dicts under TRL's metric names (``loss``, ``reward``,
     ``rewards/<name>/mean``, ``kl``, ``completions/mean_length``, ..., ``eval_reward``, with
-    ``step`` and ``epoch``), one every ``logging_steps`` steps."""
+    ``step`` and ``epoch``), one every ``logging_steps`` steps; it goes on across a resume, in a
+    new process too (read back from the run's ``run.jsonl``)."""
 
     global_step: int = 0
     max_steps: int = 0
@@ -49,6 +51,21 @@ class TrainerState:
     num_train_epochs: int = 0
     log_history: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # metrics; a live change: its key and values
     last_checkpoint: str | None = None  # the newest checkpoint folder the run saved
+    logging_steps: float = 500
+    eval_steps: float = 500
+    save_steps: float = 500
+    train_batch_size: int | None = None
+    num_input_tokens_seen: int = 0
+    total_flos: float = 0.0
+    best_metric: float | None = None
+    best_global_step: int | None = None
+    best_model_checkpoint: str | None = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+    is_hyper_param_search: bool = False
+    trial_name: str | None = None
+    trial_params: dict[str, Any] | None = None
+    stateful_callbacks: list[Any] = dataclasses.field(default_factory=list)
 
 
 class TrainOutput(NamedTuple):
@@ -59,11 +76,23 @@ class TrainOutput(NamedTuple):
     metrics: dict[str, float]
 
 
-Dataset = Any  # a datasets.Dataset, a list of dicts, or a path / hub id
+class _Accelerator:
+    """``trainer.accelerator`` as TRL's scripts use it: one process, the main one."""
+
+    is_main_process = is_local_main_process = True
+    num_processes = 1
+    process_index = 0
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        pass
 
 
 class GRPOTrainer:
-    """Train a model with GRPO on MLX, the way TRL's ``GRPOTrainer`` is called.
+    """Train a model with GRPO on MLX, the way TRL's ``GRPOTrainer`` is called (its arguments, in
+    its order).
 
     Args:
         model: a local mlx-lm model folder or a Hugging Face id (``"Qwen/Qwen3-0.6B"``); None takes
@@ -75,12 +104,16 @@ class GRPOTrainer:
             ``"json_schema"``, ``"soft_overlong"``); ``"file.py:func"``; or a ``[[rewards]]`` table as a dict
             (``{"name": "json_schema", "params": {"schema": ...}}``). None keeps the ``[[rewards]]``
             of a config read with ``GRPOConfig.from_toml``.
-        args: a ``GRPOConfig`` (its defaults when omitted).
-        train_dataset: a ``datasets.Dataset``, a list of dicts (``prompt`` and any columns the
-            rewards read), or a path / hub dataset id as ``data.path`` takes it.
-        eval_dataset: the same kinds, evaluated every ``args.eval_steps`` steps (and at start and end).
+        args: a ``GRPOConfig`` (TRL's defaults when omitted).
+        train_dataset: a ``datasets.Dataset``, a pandas ``DataFrame``, a list of dicts (``prompt``
+            and any columns the rewards read), or a path / hub dataset id as ``data.path`` takes it.
+        eval_dataset: the same kinds, evaluated every ``args.eval_steps`` steps and by ``evaluate()``.
+        processing_class: the model's tokenizer (or its path): the worker uses the model folder's.
+        reward_processing_classes: for reward models, which are not run here: accepted, unused.
+        callbacks: ``transformers.TrainerCallback`` subclasses or instances (``callbacks.py``).
+        optimizers: ``(None, None)`` only: the worker builds AdamW from ``args``.
         peft_config: LoRA instead of full fine-tuning: a ``peft.LoraConfig`` or a dict with its names
-            (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``) or ``[model.lora]``'s.
+            (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``, ``task_type``) or ``[model.lora]``'s.
         tools: functions the model may call during its rollouts (typed, with a Google-style
             docstring: they make the tool's JSON schema), or ``"file.py:func"`` strings.
         environment_factory: TRL's: a class (or ``"env.py:Name"``) built once per rollout, reset
@@ -108,10 +141,14 @@ class GRPOTrainer:
         args: GRPOConfig | None = None,
         train_dataset: Dataset = None,
         eval_dataset: Dataset = None,
+        processing_class: Any = None,
+        reward_processing_classes: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        optimizers: tuple[Any, Any] = (None, None),
         peft_config: Any = None,
         tools: Sequence[Callable[..., Any] | str] | None = None,
-        callbacks: Sequence[Any] | None = None,
         environment_factory: Any = None,
+        quantization_config: Any = None,
     ) -> None:
         self.args = args if args is not None else GRPOConfig()
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
@@ -125,19 +162,30 @@ class GRPOTrainer:
                              else [reward_funcs])
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
+        self.processing_class = processing_class
+        check_processing_class(processing_class, local_or_hub(self.model))
+        self.reward_processing_classes = reward_processing_classes  # only reward models read them
+        if any(o is not None for o in optimizers):
+            raise TrainingError("optimizers: the worker builds its AdamW and schedule from args (optim, learning_rate, "
+                                "lr_scheduler_type, ...); pass (None, None)")
+        if quantization_config is not None:
+            raise TrainingError("quantization_config: give a quantized mlx-community model instead (LoRA on it is QLoRA)")
         self.peft_config = peft_config
         self.tools = list(tools or [])
         self.environment_factory = environment_factory
-        self.callbacks = list(callbacks or [])  # TRL's: each one's on_step_end(args, state, control, trainer=...)
+        self.callbacks = list(callbacks or [])
+        self.accelerator = _Accelerator()
         self._live = LiveLink()
         self.state = TrainerState()
         self.output_dir = Path(self.args.output_dir or "trainer_output").expanduser().resolve()
-        self._rewards = [_reward_table(r, i) for i, r in enumerate(self.reward_funcs)]
+        self._rewards = [reward_table(r, i) for i, r in enumerate(self.reward_funcs)]
         if not self._rewards and not self.args.extra.get("rewards") and environment_factory is None:
             raise TrainingError("reward_funcs: give at least one reward function or built-in name")
         for i, tool in enumerate(self.tools):
             if not (callable(tool) or isinstance(tool, str)):
                 raise TrainingError(f"tools[{i}]: {type(tool).__name__} is not a function or a 'file.py:func' string")
+        self.callback_handler = CallbackHandler(self.callbacks, self)
+        self.callback_handler.call("on_init_end")
 
     # ------------------------------------------------------------ the run's files
 
@@ -148,28 +196,28 @@ class GRPOTrainer:
         out.mkdir(parents=True, exist_ok=True)
         raw = self.args.to_dict()
         raw["checkpoint"] = {**raw.get("checkpoint", {}), "output_dir": str(out), "resume": resume}
-        raw["model"] = {**raw.get("model", {}), "path": _local_or_hub(self.model)}
+        raw["model"] = {**raw.get("model", {}), "path": local_or_hub(self.model)}
         if self.peft_config is not None:
-            raw["model"]["lora"] = _lora_table(self.peft_config)
+            raw["model"]["lora"] = {**raw["model"].get("lora", {}), **lora_table(self.peft_config, raw["model"]["path"])}
         data = dict(raw.get("data", {}))
         if self.train_dataset is not None:
-            data["path"] = _dataset_file(self.train_dataset, out / "train.jsonl", "train_dataset")
+            data["path"] = dataset_file(self.train_dataset, out / "train.jsonl", "train_dataset")
         if self.eval_dataset is not None:
-            data["eval_path"] = _dataset_file(self.eval_dataset, out / "eval.jsonl", "eval_dataset")
+            data["eval_path"] = dataset_file(self.eval_dataset, out / "eval.jsonl", "eval_dataset")
             if self.args.evaluates_while_training():
                 raw.setdefault("eval", {})
             else:  # eval_strategy="no": as TRL, only evaluate() evaluates
                 raw.pop("eval", None)
         if self.environment_factory is not None:
-            raw["environment"] = _environment_table(self.environment_factory, out)
+            raw["environment"] = environment_table(self.environment_factory, out)
             if "path" not in data:  # TRL's environment-owned data: reset() writes each prompt
-                data["path"] = _dataset_file([{"prompt": [{"role": "user", "content": ""}]}] * 64, out / "train.jsonl",
-                                             "train_dataset")
+                data["path"] = dataset_file([{"prompt": [{"role": "user", "content": ""}]}] * 64, out / "train.jsonl",
+                                            "train_dataset")
         if "path" not in data:
-            raise TrainingError("train_dataset: give a datasets.Dataset, a list of dicts or a path")
+            raise TrainingError("train_dataset: give a datasets.Dataset, a pandas DataFrame, a list of dicts or a path")
         raw["data"] = data
         if self._rewards:
-            raw["rewards"] = _with_pickles(self._rewards, out / REWARDS_FILE, "reward_funcs")
+            raw["rewards"] = with_pickles(self._rewards, out / REWARDS_FILE, "reward_funcs")
         if self.args.reward_weights is not None:
             if len(self.args.reward_weights) != len(raw["rewards"]):
                 raise TrainingError(
@@ -178,8 +226,8 @@ class GRPOTrainer:
             for table, weight in zip(raw["rewards"], self.args.reward_weights):
                 table["weight"] = float(weight)
         if self.tools:
-            tables = [{"function": t} if isinstance(t, str) else {"function": t} for t in self.tools]
-            raw["tools"] = _with_pickles(tables, out / TOOLS_FILE, "tools", keep_names=True)
+            tables = [{"function": t} for t in self.tools]
+            raw["tools"] = with_pickles(tables, out / TOOLS_FILE, "tools", keep_names=True)
         path = out / CONFIG_FILE
         text = "# Written by grpo_tui.GRPOTrainer; `grpo-tui run` and `grpo-tui check` take it as it is.\n" + dumps(raw)
         path.write_text(text, encoding="utf-8")
@@ -198,15 +246,15 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------ training
 
-    def train(
-        self, resume_from_checkpoint: str | bool | None = None, *, dashboard: bool = False
-    ) -> TrainOutput:
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: Any = None, *, dashboard: bool = False) -> TrainOutput:
         """Train in the worker process, as ``grpo-tui worker`` does; returns ``TrainOutput``.
 
         Args:
             resume_from_checkpoint: as in TRL: ``None`` starts fresh (earlier checkpoints in
                 ``output_dir`` are moved aside into ``previous-<time>/``, never deleted), ``True``
-                continues from the newest checkpoint in ``output_dir``, a path from that checkpoint.
+                continues from the newest checkpoint in ``output_dir`` (none there: a
+                ``TrainingError``), a path from that checkpoint.
             dashboard: open the full-screen dashboard in this terminal (``grpo-tui run``) instead
                 of the progress bar; without a terminal (a notebook) the progress bar is used.
 
@@ -214,51 +262,106 @@ class GRPOTrainer:
         mistake names the key, file or function). Ctrl-C stops the run after a checkpoint that
         ``train(resume_from_checkpoint=True)`` continues from, then raises ``KeyboardInterrupt``.
         """
+        if trial is not None:
+            raise TrainingError("trial: hyperparameter search is not supported here")
+        if resume_from_checkpoint is True and self._newest_checkpoint() is None:
+            raise TrainingError(f"resume_from_checkpoint=True: no checkpoint in {self.output_dir} to resume from")
         resume: str | bool = (
             False if resume_from_checkpoint in (None, False)
             else "latest" if resume_from_checkpoint is True
             else str(Path(str(resume_from_checkpoint)).expanduser().resolve())
         )  # fmt: skip
         config_path = self.write_config(resume)
-        for warning in self.args.warnings():  # the ignored TRL options, once per run
+        for warning in self._warnings():  # the ignored TRL options, once per run
             print(f"grpo-tui: [warning] {warning}", file=sys.stderr)
         log_file = self.output_dir / RUN_LOG_FILE
         offset = log_file.stat().st_size if log_file.exists() else 0
-        follower = _Follower(self.state, int(self.args.logging_steps), self._live, self._step_ended)
+        self.state.logging_steps = self.args.logging_steps
+        self.state.save_steps, self.state.eval_steps = self.args.save_steps, self.args.eval_steps or self.args.logging_steps
+        if resume and offset:  # the history so far, from this run's own record (a new process knows none)
+            self.state.log_history.clear()
+            replay(self.state, int(self.args.logging_steps), log_file, offset)
         if dashboard and not (sys.stdin.isatty() and sys.stdout.isatty()):
             print("grpo-tui: dashboard=True needs a terminal; showing a progress bar instead", file=sys.stderr)
             dashboard = False
+        handler = self.callback_handler if self.callbacks else None
+        follower = Follower(self.state, int(self.args.logging_steps), self._live, handler,
+                            barrier=handler is not None and not dashboard, completions=self._completions_printer())
+        if handler is not None:
+            handler.control._new_training()
         if dashboard:
             code = subprocess.call(
-                [sys.executable, "-m", "grpo_tui.tui.cli", "run", str(config_path)], env=_worker_env()
+                [sys.executable, "-m", "grpo_tui.tui.cli", "run", str(config_path)], env=worker_env()
             )
             with open(log_file, "rb") as f:
                 f.seek(offset)
                 for line in f:
                     follower.feed(line)
         else:
-            code = _run_worker(config_path, follower, self._live)
+            code = run_worker(config_path, follower, self._live)
         follower.close()
+        if follower.callback_error is not None:
+            raise follower.callback_error
         if not dashboard and follower.complete is None and follower.error is None:
             # its exit code is believed only with its last frame (common/last_words.py)
             raise TrainingError(silent_death(code, [], log_file, offset), Exit.CRASH)
+        if code == Exit.STOPPED and follower.stop_requested and follower.complete is not None:
+            code = 0  # control.should_training_stop: ended as asked, after its checkpoint
         if code != 0 and not (dashboard and follower.complete is not None):
             raise TrainingError(follower.error or f"the worker exited with status {code}", code)
         metrics = follower.summary()
+        if handler is not None:
+            handler.call("on_train_end")
         return TrainOutput(self.state.global_step, metrics.get("train_loss", float("nan")), metrics)
+
+    def _warnings(self) -> list[str]:
+        lines = self.args.warnings()
+        if self.reward_processing_classes is not None:
+            lines.append("reward_processing_classes is ignored: it serves reward models, which do not run here")
+        return lines
+
+    def _completions_printer(self) -> Callable[[int], None] | None:
+        """log_completions: the step's table, from the store whose path the worker's frames name."""
+        if not self.args.log_completions:
+            return None
+        from grpo_tui.completions_table import print_completions
+
+        def show(step: int) -> None:
+            run_id = _latest_run(self.output_dir / STORE_FILE)
+            if run_id is not None:
+                print_completions(self.output_dir / STORE_FILE, run_id, step, self.args.num_completions_to_print)
+
+        return show
+
+    def evaluate(self, eval_dataset: Dataset = None, ignore_keys: Any = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Evaluate the trained model (its newest checkpoint; the base model before ``train()``) on
+        ``eval_dataset`` (default: the trainer's), as the run's ``[eval]`` evaluates, in a worker
+        process; returns TRL's ``eval_*`` metrics, also appended to ``log_history``."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            raise TrainingError("evaluate: give an eval_dataset (here or to GRPOTrainer)")
+        saved = self.eval_dataset
+        self.eval_dataset = dataset
+        try:
+            config_path = self.write_config(False)
+        finally:
+            self.eval_dataset = saved
+        checkpoint = self._newest_checkpoint()
+        metrics = _evaluate_in_worker(config_path, checkpoint, metric_key_prefix)
+        entry = {**metrics, "epoch": round(self.state.epoch, 4), "step": self.state.global_step}
+        self.state.log_history.append(entry)
+        if self.callbacks:
+            self.callback_handler.call("on_evaluate", metrics=entry)
+        return metrics
 
     def set(self, key: str, value: Any) -> int | None:
         """Change a setting of the running run from its next step on (docs/steering.md), as
         ``grpo-tui set`` does: ``trainer.set("training.learning_rate", 5e-6)`` from another thread
         while ``train()`` runs returns the step it applies from, or raises ``ValueError`` with the
         sentence (a bad value, a key that cannot change live); from a callback it returns None at
-        once and the change applies after the running step."""
+        once and the change applies from the next step."""
         return self._live.set(key, value)
-
-    def _step_ended(self) -> None:
-        for callback in self.callbacks:
-            if (on_step_end := getattr(callback, "on_step_end", None)) is not None:
-                on_step_end(self.args, self.state, None, trainer=self)
 
     def save_model(self, output_dir: str | os.PathLike[str] | None = None) -> Path:
         """Save the trained model (weights, config, tokenizer; adapters with LoRA) to
@@ -279,6 +382,11 @@ class GRPOTrainer:
                 shutil.copy2(item, target)
         return dest
 
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        """grpo-tui is offline: says how to upload instead."""
+        print(f"grpo-tui: [warning] push_to_hub uploads nothing (offline); upload {self.output_dir} with "
+              f"`hf upload <repo-id> {self.output_dir}`", file=sys.stderr)
+
     def _newest_checkpoint(self) -> Path | None:
         if (self.output_dir / FINAL_DIR / STATE_FILE).exists():
             return self.output_dir / FINAL_DIR
@@ -290,286 +398,40 @@ class GRPOTrainer:
         return max(found)[1] if found else None
 
 
-# ---------------------------------------------------------------- following the worker
+def _latest_run(db: Path) -> int | None:
+    import sqlite3
+
+    if not db.exists():
+        return None
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+        row = conn.execute("SELECT max(id) FROM runs").fetchone()
+    return row[0] if row else None
 
 
-class _Follower:
-    """Turns the worker's frames into ``state``, ``log_history`` and the progress bar."""
-
-    def __init__(self, state: TrainerState, logging_steps: int, live: LiveLink | None = None,
-                 step_ended: Callable[[], None] = lambda: None) -> None:
-        self.state = state
-        self.live = live or LiveLink()
-        self.step_ended = step_ended
-        self.window = StepWindow(logging_steps)
-        self.steps_per_epoch = 0
-        self.error: str | None = None
-        self.complete: m.Complete | None = None
-        self.losses: list[float] = []
-        self.bar: Any = None
-        self.show = False
-        self._greedy_eval_step: int | None = None  # the step of the last eval frame when it was greedy
-
-    def feed(self, line: bytes) -> None:
-        try:
-            event = decode_event(line)
-        except ProtocolError:
-            return
-        self.on_event(event)
-
-    def on_event(self, event: m.Event) -> None:
-        state = self.state
-        if isinstance(event, m.Init):
-            self.steps_per_epoch = max(event.steps_per_epoch, 1)
-            state.max_steps, state.num_train_epochs = event.total_steps, event.num_epochs
-            self.window.total = event.total_steps
-            if self.show:
-                from tqdm.auto import tqdm
-
-                self.bar = tqdm(total=event.total_steps, initial=state.global_step, desc="GRPO", unit="step")
-        elif isinstance(event, m.ResumeState):
-            state.global_step = event.step
-            if self.bar is not None:
-                self.bar.n = event.step
-                self.bar.refresh()
-        elif isinstance(event, m.Step):
-            state.global_step, state.epoch = event.step, event.step / (self.steps_per_epoch or 1)
-            if event.loss is not None:
-                self.losses.append(event.loss)
-            entry = self.window.add(event)
-            if entry is not None:
-                state.log_history.append({**entry, "epoch": round(state.epoch, 4), "step": event.step})
-            if self.bar is not None:
-                self.bar.set_postfix(reward=_short(event.reward), loss=_short(event.loss), refresh=False)
-                self.bar.update(event.step - self.bar.n)
-            self.step_ended()
-        elif isinstance(event, m.SettingChanged):
-            state.log_history.append({"live_change": event.key, "old": event.old, "new": event.new,
-                                      "source": event.source, "step": event.step})
-            self.live.on_event(event)
-        elif isinstance(event, m.SettingRefused):
-            self._say(f"[warning] not changed: {event.message}")
-            self.live.on_event(event)
-        elif isinstance(event, m.Eval):
-            # eval.also_sampled: the sampled pass follows the greedy one of its step; TRL's names stay the greedy's
-            second = not event.greedy and self._greedy_eval_step == event.step
-            self._greedy_eval_step = event.step if event.greedy else None
-            prefix = "eval_sampled_" if second else "eval_"
-            entry = {f"{prefix}{k}": v for k, v in eval_metrics(event).items()}
-            state.log_history.append({**entry, "epoch": round(event.step / (self.steps_per_epoch or 1), 4),
-                                      "step": event.step})
-            self._say(f"eval at step {event.step}: reward {_short(event.reward)}"
-                      + (f", accuracy {_short(event.accuracy)}" if event.accuracy is not None else ""))
-        elif isinstance(event, m.Checkpoint):
-            state.last_checkpoint = event.path
-        elif isinstance(event, m.Log) and event.level in ("warning", "error"):
-            self._say(f"[{event.level}] {event.message}")
-        elif isinstance(event, m.Error):
-            if event.fatal:
-                self.error = event.message
-            self._say(f"[{'fatal' if event.fatal else 'error'}] {event.message}")
-        elif isinstance(event, m.Complete):
-            self.complete = event
-
-    def _say(self, text: str) -> None:
-        if not self.show:
-            return
-        if self.bar is not None:
-            self.bar.write(text, file=sys.stderr)
-        else:
-            print(text, file=sys.stderr)
-
-    def summary(self) -> dict[str, float]:
-        done = self.complete
-        metrics: dict[str, float] = {}
-        if done is not None:
-            metrics["train_runtime"] = round(done.seconds, 4)
-            metrics["train_steps_per_second"] = round(done.total_steps / done.seconds, 3) if done.seconds else 0.0
-        if self.losses:
-            metrics["train_loss"] = sum(self.losses) / len(self.losses)
-        if metrics:
-            self.state.log_history.append({**metrics, "epoch": round(self.state.epoch, 4), "step": self.state.global_step})
-        return metrics
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+_EVALUATE = """
+import json, sys
+from grpo_tui import Engine
+from grpo_tui.common.trl_names import eval_metrics
+config, checkpoint = sys.argv[1], sys.argv[2]
+with Engine(config) as engine:
+    if checkpoint:
+        engine.load(checkpoint)
+    e = engine.config.eval
+    result = engine.evaluate(limit=e.limit if e else 0, greedy=e.greedy if e else True,
+                             num_samples=e.num_samples if e else 1)
+print("GRPO_TUI_EVAL " + json.dumps(eval_metrics(result)))
+"""
 
 
-def _short(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _worker_env() -> dict[str, str]:
-    """The worker imports what the caller could: pickled functions that live in the caller's own
-    modules (not in ``__main__``) are pickled by reference and imported again there."""
-    env = dict(os.environ)
-    paths = [p or os.getcwd() for p in sys.path if not p or os.path.isdir(p)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths + env.get("PYTHONPATH", "").split(os.pathsep)))
-    return env
-
-
-def _run_worker(config_path: Path, follower: _Follower, live: LiveLink) -> int:
-    follower.show = True
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grpo_tui.worker", str(config_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_worker_env(),
-    )  # fmt: skip
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    threading.Thread(target=_copy_stderr, args=(proc.stderr,), daemon=True).start()
-    live.follower_thread = threading.current_thread()
-    live.attach(proc.stdin)
-    try:
-        return _follow(proc, follower)
-    finally:
-        live.attach(None)
-
-
-def _follow(proc: subprocess.Popen[bytes], follower: _Follower) -> int:
-    assert proc.stdin is not None and proc.stdout is not None
-    interrupted = False
-    while True:
-        try:
-            for line in proc.stdout:
-                follower.feed(line)
-            break
-        except KeyboardInterrupt:
-            if interrupted:  # the second Ctrl-C: do not wait for the checkpoint
-                proc.kill()
-                proc.wait()
-                follower.close()
-                raise
-            interrupted = True
-            follower._say("stopping after a checkpoint (Ctrl-C again to kill the worker)")
-            try:
-                proc.stdin.write(encode(m.Stop()))
-                proc.stdin.flush()
-            except OSError:
-                pass
-    code = proc.wait()
-    proc.stdin.close()
-    if interrupted:
-        follower.close()
-        raise KeyboardInterrupt
-    return code
-
-
-def _copy_stderr(stream: IO[bytes]) -> None:
-    """The worker's stderr (tracebacks, what rewards print) into this process's, which a notebook shows."""
-    for line in stream:
-        sys.stderr.write(line.decode("utf-8", errors="replace"))
-        sys.stderr.flush()
-
-
-# ---------------------------------------------------------------- inputs
-
-
-def _local_or_hub(value: str) -> str:
-    path = Path(value).expanduser()
-    return str(path.resolve()) if path.exists() else value
-
-
-def _reward_table(reward: Any, index: int) -> dict[str, Any]:
-    if isinstance(reward, dict):
-        return dict(reward)
-    if isinstance(reward, str):
-        if reward in BUILTIN_REWARDS:
-            return {"name": reward}
-        if ":" in reward:
-            return {"function": reward}
-        raise TrainingError(
-            f"reward_funcs[{index}]: {reward!r} is not a built-in ({', '.join(BUILTIN_REWARDS)}); pass a function "
-            "or 'file.py:func' (reward models are not supported)"
-        )
-    if callable(reward):
-        return {"function": reward}
-    raise TrainingError(f"reward_funcs[{index}]: {type(reward).__name__} is not a function, a built-in name or a table")
-
-
-def _environment_table(factory: Any, out: Path) -> dict[str, Any]:
-    """``[environment]`` for TRL's ``environment_factory``: a ``"file.py:Name"`` as it is, a class
-    pickled into ``environment.pkl`` (cloudpickle: by value for ``__main__`` and notebook cells)."""
-    if isinstance(factory, str):
-        return {"class": _with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory")[0]["function"]}
-    if not callable(factory) or isinstance(factory, dict):
-        raise TrainingError(f"environment_factory: {type(factory).__name__} is not a class (dicts of factories are not supported yet)")
-    [table] = _with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory", keep_names=True)
-    return {"class": table["function"]}
-
-
-def _with_pickles(tables: list[dict[str, Any]], file: Path, what: str, keep_names: bool = False) -> list[dict[str, Any]]:
-    """Tables whose ``function`` is a Python function get ``"<file>:<name>"``, the functions pickled
-    into ``file`` (cloudpickle: by value for ``__main__``, notebook cells and closures)."""
-    import cloudpickle
-
-    functions: dict[str, Any] = {}
-    out = []
-    for i, table in enumerate(tables):
-        fn = table.get("function")
-        if fn is None or isinstance(fn, str):
-            if isinstance(fn, str):
-                target, _, name = fn.rpartition(":")
-                if target.endswith((".py", ".pkl")):
-                    table = {**table, "function": f"{Path(target).expanduser().resolve()}:{name}"}
-            out.append(table)
-            continue
-        name = getattr(fn, "__name__", "")
-        if not name.isidentifier():
-            if keep_names:
-                raise TrainingError(f"{what}[{i}]: a tool needs a named function (def ...): the model calls it by name")
-            name = f"reward_{i}"
-        base, n = name, 2
-        while name in functions:
-            if keep_names:
-                raise TrainingError(f"{what}[{i}]: a second function named {name!r}")
-            name, n = f"{base}_{n}", n + 1
-        functions[name] = fn
-        out.append({**table, "function": f"{file}:{name}"})
-    if functions:
-        try:
-            data = cloudpickle.dumps(functions)
-        except Exception as exc:  # noqa: BLE001 — e.g. a closure over a lock or an open file
-            raise TrainingError(f"{what}: cannot send these functions to the worker ({type(exc).__name__}: {exc})") from None
-        file.write_bytes(data)
-    return out
-
-
-def _dataset_file(dataset: Dataset, file: Path, what: str) -> str:
-    """A path or hub id as it is; rows (a ``datasets.Dataset`` or a list of dicts) into ``file``."""
-    if isinstance(dataset, (str, os.PathLike)):
-        return _local_or_hub(str(dataset))
-    if isinstance(dataset, dict) or not isinstance(dataset, Iterable):
-        raise TrainingError(
-            f"{what}: {type(dataset).__name__} — pass a datasets.Dataset (one split), a list of dicts or a path"
-        )
-    lines = []
-    for i, row in enumerate(dataset):
-        if not isinstance(row, dict):
-            raise TrainingError(f"{what}[{i}]: {type(row).__name__} is not a dict (a row with a 'prompt')")
-        lines.append(json.dumps(row, ensure_ascii=False, default=_plain))
-    text = "\n".join(lines) + "\n"
-    if not file.exists() or file.read_text(encoding="utf-8") != text:
-        file.write_text(text, encoding="utf-8")
-    return str(file)
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars and arrays (a datasets row can hold them) as JSON values."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-def _lora_table(peft: Any) -> dict[str, Any]:
-    """``peft.LoraConfig`` (or a dict of its names) as ``[model.lora]``."""
-    items = dict(peft) if isinstance(peft, dict) else {k: getattr(peft, k) for k in ("r", "lora_alpha", "lora_dropout",
-                                                                                      "target_modules") if hasattr(peft, k)}
-    names = {"r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout", "target_modules": "keys"}
-    table = {names.get(k, k): v for k, v in items.items() if v is not None}
-    if isinstance(table.get("keys"), (set, tuple)):
-        table["keys"] = sorted(table["keys"])
-    return table
+def _evaluate_in_worker(config_path: Path, checkpoint: Path | None, prefix: str) -> dict[str, float]:
+    """``Engine.evaluate`` in a child process (MLX stays out of this one)."""
+    done = subprocess.run([sys.executable, "-c", _EVALUATE, str(config_path), str(checkpoint or "")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=worker_env(), text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("GRPO_TUI_EVAL "):
+            return {f"{prefix}_{k}": v for k, v in json.loads(line.split(" ", 1)[1]).items()}
+    tail = done.stderr.strip().splitlines()[-1:] or [f"status {done.returncode}"]
+    raise TrainingError(f"evaluate: the evaluation failed ({tail[0]})", done.returncode or Exit.CRASH)
 
 
 __all__ = ["GRPOTrainer", "TrainerState", "TrainOutput", "TrainingError", "Config"]

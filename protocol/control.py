@@ -158,3 +158,9 @@ def status_of_exit(code: int, completed: m.Complete | None) -> RunStatus:
     kinds: dict[int, RunStatus] = {Exit.MISTAKE: "mistake", Exit.NAN_STOP: "nan_stop", Exit.STOPPED: "stopped",
                                    Exit.UNREWARDED: "unrewarded"}
     return kinds.get(code, "crashed")
+
+
+# A worker started with this variable set to "1" (GRPOTrainer does, when it has callbacks) waits
+# after each step, as if paused and without saying so, until its follower answers the step's frame
+# with ``resume`` (or ``stop``): a callback's verdict then lands before the next step begins.
+STEP_BARRIER_ENV = "GRPO_TUI_STEP_BARRIER"

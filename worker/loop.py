@@ -13,6 +13,7 @@ is imported here: the engine comes in on the MLX thread, where the trainer is bu
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 import threading
@@ -24,6 +25,7 @@ from typing import Literal
 from grpo_tui.common import disk_space
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.control import STEP_BARRIER_ENV
 from grpo_tui.protocol.messages import mean_of
 from grpo_tui.protocol.outcome import Exit, Mistake
 from grpo_tui.worker import ranks
@@ -67,6 +69,9 @@ class TrainingLoop:
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
         self.epoch_started = time.time()
         self.trackers: Trackers | None = None  # [logging] report_to, rank 0 only
+        # GRPOTrainer with callbacks: after each step the run waits for resume (or stop) from its
+        # follower, so a callback's verdict (should_training_stop, trainer.set) lands before the next step
+        self.step_barrier = self.leader and os.environ.get(STEP_BARRIER_ENV) == "1"
 
     # ------------------------------------------------------------ what main.Inputs uses
 
@@ -213,6 +218,8 @@ class TrainingLoop:
             self.control.stepping = False
         self.control.step = step
         run.phase = "idle"
+        if self.step_barrier:  # silently, before the step's frame: its answer may come at once
+            self.control.paused = True
         if run.store is not None:
             await run.store.write_step(run.run_id, output)
         self.emit(output.metrics)

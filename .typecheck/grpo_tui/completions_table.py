@@ -1,0 +1,1 @@
+../../api/completions_table.py
