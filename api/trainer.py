@@ -286,7 +286,7 @@ class GRPOTrainer:
             dashboard = False
         handler = self.callback_handler if self.callbacks else None
         follower = Follower(self.state, int(self.args.logging_steps), self._live, handler,
-                            barrier=handler is not None and not dashboard, completions=self._completions_printer())
+                            barrier=handler is not None and not dashboard, completions=_completions_printer(self.args, self.output_dir))
         if handler is not None:
             handler.control._new_training()
         if dashboard:
@@ -319,19 +319,6 @@ class GRPOTrainer:
         if self.reward_processing_classes is not None:
             lines.append("reward_processing_classes is ignored: it serves reward models, which do not run here")
         return lines
-
-    def _completions_printer(self) -> Callable[[int], None] | None:
-        """log_completions: the step's table, from the store whose path the worker's frames name."""
-        if not self.args.log_completions:
-            return None
-        from grpo_tui.completions_table import print_completions
-
-        def show(step: int) -> None:
-            run_id = _latest_run(self.output_dir / STORE_FILE)
-            if run_id is not None:
-                print_completions(self.output_dir / STORE_FILE, run_id, step, self.args.num_completions_to_print)
-
-        return show
 
     def evaluate(self, eval_dataset: Dataset = None, ignore_keys: Any = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -396,6 +383,20 @@ class GRPOTrainer:
             if kind is not None and kind[1] is not None and (path / STATE_FILE).exists():
                 found.append((kind[1], path))
         return max(found)[1] if found else None
+
+
+def _completions_printer(args: GRPOConfig, output_dir: Path) -> Callable[[int], None] | None:
+    """log_completions: the step's table, from the run's store."""
+    if not args.log_completions:
+        return None
+    from grpo_tui.completions_table import print_completions
+
+    def show(step: int) -> None:
+        run_id = _latest_run(output_dir / STORE_FILE)
+        if run_id is not None:
+            print_completions(output_dir / STORE_FILE, run_id, step, args.num_completions_to_print)
+
+    return show
 
 
 def _latest_run(db: Path) -> int | None:
