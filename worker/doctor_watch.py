@@ -10,6 +10,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.outcome import Exit
 from grpo_tui.worker.context import RunContext
 from grpo_tui.worker.records import StepOutput
+from grpo_tui.worker.trackers import Trackers
 
 
 def step_facts(output: StepOutput, eval_accuracy: float | None = None) -> StepFacts:
@@ -31,8 +32,9 @@ class DoctorWatch:
         if result.accuracy is not None:
             self.eval_accuracy = result.accuracy
 
-    async def after_step(self, output: StepOutput) -> bool:
-        """Feed the step; True when ``doctor.stop_on`` ends the run here."""
+    async def after_step(self, output: StepOutput, trackers: Trackers | None = None) -> bool:
+        """Feed the step; each finding to the trackers too (alerts, docs/trackers.md); True when
+        ``doctor.stop_on`` ends the run here."""
         if self.doctor is None:
             return False
         facts = step_facts(output, self.eval_accuracy)
@@ -44,6 +46,8 @@ class DoctorWatch:
             run.emit(finding)
             if run.store is not None:
                 await run.store.write_finding(run.run_id, finding)
+            if trackers is not None:
+                trackers.finding(finding)
             if not finding.cleared and stop_at != "off" and SEVERITIES.index(finding.severity) >= SEVERITIES.index(stop_at):
                 stop = stop or finding
         if stop is None:

@@ -234,7 +234,7 @@ class TrainingLoop:
             self.exit_code = Exit.NAN_STOP
         elif self.leader and self.silent.after_step(output.metrics):
             self.exit_code = self.silent.exit_code
-        if self.leader and await self.doctor.after_step(output) and self.exit_code == Exit.DONE:
+        if self.leader and await self.doctor.after_step(output, self.trackers) and self.exit_code == Exit.DONE:
             self.exit_code = Exit.DOCTOR
         await self.checkpoints.after_step()
         if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:

@@ -45,6 +45,8 @@ class Tracker(Protocol):
 
     def changed(self, change: m.SettingChanged) -> None: ...
 
+    def alert(self, finding: m.Finding) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -70,6 +72,14 @@ class WandbTracker:
         self.run.log({"live_change": f"{change.key}: {change.old} -> {change.new} ({change.source})",
                       **_numeric(change)}, step=change.step)
 
+    def alert(self, finding: m.Finding) -> None:
+        """A warning or critical finding as a W&B alert (``run.alert``: W&B's e-mail or Slack)."""
+        if _alerted(finding):
+            levels = {"info": self.wandb.AlertLevel.INFO, "warning": self.wandb.AlertLevel.WARN,
+                      "critical": self.wandb.AlertLevel.ERROR}
+            self.run.alert(title=_alert_title(finding), text=_alert_text(finding), level=levels[finding.severity],
+                           wait_duration=0)
+
     def close(self) -> None:
         self.run.finish()
 
@@ -92,6 +102,12 @@ class TrackioTracker:
     def changed(self, change: m.SettingChanged) -> None:
         if numeric := _numeric(change):
             self.trackio.log(numeric, step=change.step)
+
+    def alert(self, finding: m.Finding) -> None:
+        """A warning or critical finding as a Trackio alert (its dashboard, its database, a webhook)."""
+        if _alerted(finding):
+            level = self.trackio.AlertLevel.ERROR if finding.severity == "critical" else self.trackio.AlertLevel.WARN
+            self.trackio.alert(title=_alert_title(finding), text=_alert_text(finding), level=level)
 
     def close(self) -> None:
         self.trackio.finish()
@@ -130,6 +146,11 @@ class TensorBoardTracker:
     def changed(self, change: m.SettingChanged) -> None:
         self._text("live_changes", f"from step {change.step}: {change.key} {change.old} -> {change.new} "
                                    f"({change.source})", change.step)
+        self.writer.flush()
+
+    def alert(self, finding: m.Finding) -> None:
+        """Every finding, and its clearing, as a text entry under ``doctor`` at its step (no alerts in TensorBoard)."""
+        self._text("doctor", _alert_title(finding) + ": " + _alert_text(finding), finding.step)
         self.writer.flush()
 
     def _text(self, tag: str, text: str, step: int) -> None:
@@ -193,6 +214,10 @@ class Trackers:
     def setting_changed(self, change: m.SettingChanged) -> None:
         self._each(lambda t: t.changed(change))
 
+    def finding(self, finding: m.Finding) -> None:
+        """The run doctor's word (docs/doctor.md): W&B and Trackio alerts, TensorBoard text."""
+        self._each(lambda t: t.alert(finding))
+
     def close(self) -> None:
         for name, tracker in list(self.trackers.items()):
             try:
@@ -214,6 +239,21 @@ def _numeric(change: m.SettingChanged) -> dict[str, float]:
     """A live change of a number as a series (``live/<key>``) a chart can mark."""
     value = change.new
     return {f"live/{change.key}": float(value)} if isinstance(value, (int, float)) and not isinstance(value, bool) else {}
+
+
+def _alerted(finding: m.Finding) -> bool:
+    """What becomes an alert: a finding that begins or worsens to warning or critical (not info, not its clearing)."""
+    return not finding.cleared and finding.severity != "info"
+
+
+def _alert_title(finding: m.Finding) -> str:
+    what = "cleared" if finding.cleared else finding.severity
+    return f"grpo-tui doctor: {finding.name} ({what}) at step {finding.step}"
+
+
+def _alert_text(finding: m.Finding) -> str:
+    text = finding.message if finding.cleared else f"since step {finding.since}: {finding.message}"
+    return text + (f" | suggested live change: {finding.suggestion}" if finding.suggestion else "")
 
 
 def completions_table(step: int, generations: list[Generation]) -> tuple[list[str], list[list[Any]]]:

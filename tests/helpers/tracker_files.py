@@ -30,6 +30,15 @@ def trackio_logs(trackio_dir: Path, project: str, run: str) -> list[dict[str, An
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def trackio_alerts(trackio_dir: Path, project: str, run: str) -> list[dict[str, Any]]:
+    """``SQLiteStorage.get_alerts`` in a process of its own (as ``trackio_logs``)."""
+    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; "
+            "print(json.dumps(S.get_alerts(sys.argv[1], run_name=sys.argv[2]), default=str))")
+    out = subprocess.run([sys.executable, "-c", code, project, run], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TRACKIO_DIR": str(trackio_dir)}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def wandb_records(path: Path) -> Iterator[Any]:
     """Every record of a ``run-<id>.wandb`` file, as ``wandb_internal_pb2.Record``."""
     from wandb.proto import wandb_internal_pb2 as pb

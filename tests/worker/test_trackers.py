@@ -16,7 +16,7 @@ from grpo_tui.protocol.config import load_config
 from grpo_tui.common.install_hint import pip_install
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker import trackers
-from tests.helpers.tracker_files import tensorboard_scalars, trackio_logs, wandb_history
+from tests.helpers.tracker_files import tensorboard_scalars, trackio_alerts, trackio_logs, wandb_history, wandb_records
 
 ALL = '["wandb", "trackio", "tensorboard"]'
 
@@ -175,3 +175,38 @@ def test_a_live_change_reaches_every_tracker(root, tmp_path):
     assert config["training.learning_rate"] == 2e-5
     [event] = [h for h in history if "live_change" in h]
     assert event["_step"] == n + 1 and event["live_change"] == "training.learning_rate: 5e-05 -> 2e-05 (cli)"
+
+
+def test_a_doctor_finding_is_an_alert_in_wandb_and_trackio_and_text_in_tensorboard(root, tmp_path):
+    """Completions cut at 4 tokens: the truncation finding (critical) reaches every tracker the way
+    each says such a thing: W&B's run.alert, Trackio's alert, TensorBoard's text under doctor."""
+    import os
+
+    from tests.helpers.worker_harness import WorkerProcess
+
+    out, tk = tmp_path / "out", tmp_path / "trackio"
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "TRACKIO_DIR": str(tk)}
+    worker = WorkerProcess(root / "examples" / "quickstart.toml", "--set", f"checkpoint.output_dir='{out}'",
+                           "--set", f"logging.report_to={ALL}", "--set", "training.max_steps=3", "--set", "eval.every=0",
+                           "--set", "training.batch_size=2", "--set", "grpo.group_size=2",
+                           "--set", "generation.max_completion_length=4", "--set", "doctor.window=4",
+                           env={**os.environ, **env})
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 0, worker.stderr.decode()[-3000:]
+    [finding] = [f for f in worker.of(m.Finding) if f.name == "truncation"]
+    assert finding.severity == "critical"
+    title = f"grpo-tui doctor: truncation (critical) at step {finding.step}"
+    identity = json.loads((out / "trackers.json").read_text())
+
+    acc, _ = tensorboard_scalars(out / "tensorboard")
+    [entry] = [e for e in acc.Tensors("doctor") if title in e.tensor_proto.string_val[0].decode()]
+    assert entry.step == finding.step
+    assert "suggested live change: generation.max_completion_length=8" in entry.tensor_proto.string_val[0].decode()
+
+    [alert] = [a for a in trackio_alerts(tk, "grpo-tui", identity["name"]) if a["title"] == title]
+    assert alert["level"] == "error" and "max_completion_length" in alert["text"]
+
+    (run_dir,) = (out / "wandb").glob(f"offline-run-*-{identity['id']}")
+    [record] = [r for r in wandb_records(next(run_dir.glob("*.wandb"))) if r.WhichOneof("record_type") == "alert"
+                and r.alert.title == title]
+    assert record.alert.level == "ERROR" and "max_completion_length" in record.alert.text
