@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import ClassVar
 
-from textual import work
+from textual import events, work
 from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.message import Message
@@ -72,6 +72,12 @@ class DashboardScreen(Screen[None]):
         self._footer_status = ""
         self.compared = ComparedRuns()  # C: other runs over the charts, shared by the main chart and the Charts tab
         self.compare_at_start: list[Path] = []  # grpo-tui attach --compare
+
+    def on_resize(self, event: events.Resize) -> None:
+        from grpo_tui.tui.screens.too_small import TooSmallScreen, too_small
+
+        if too_small(event.size) and not any(isinstance(s, TooSmallScreen) for s in self.app.screen_stack):
+            self.app.push_screen(TooSmallScreen())
 
     def on_mount(self) -> None:
         self.query_one(RewardChart).compared = self.compared
