@@ -41,5 +41,5 @@ class TooSmallScreen(Screen[None]):
     def _say(self, size: Size) -> None:
         text = Text(f"The terminal is {size.width}×{size.height}: the dashboard needs "
                     f"{MIN_SIZE.width}×{MIN_SIZE.height}.\n", "bold")
-        text.append("Make the window larger. The run goes on; d detaches, q quits.", "dim")
+        text.append("Make the window larger; the run's keys still work (d detach, q quit).", "dim")
         self.query_one("#too-small-text", Static).update(text)
