@@ -83,13 +83,27 @@ def environment_table(factory: Any, out: Path) -> dict[str, Any]:
     pickled into ``environment.pkl`` (cloudpickle: by value for ``__main__`` and notebook cells)."""
     if isinstance(factory, str):
         return {"class": with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory")[0]["function"]}
-    if not callable(factory) or isinstance(factory, dict):
-        raise TrainingError(f"environment_factory: {type(factory).__name__} is not a class (dicts of factories are not supported yet)")
+    if isinstance(factory, dict):  # TRL's dict of factories: each row's `environment` column picks one
+        if not factory or not all(isinstance(k, str) and (callable(f) or isinstance(f, str)) for k, f in factory.items()):
+            raise TrainingError("environment_factory: a dict maps each environment's name to its class")
+        tables = with_pickles([{"function": f} for f in factory.values()], out / "environment.pkl", "environment_factory")
+        return {"classes": {k: t["function"] for k, t in zip(factory, tables)}}
+    if not callable(factory):
+        raise TrainingError(f"environment_factory: {type(factory).__name__} is not a class")
     [table] = with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory", keep_names=True)
     return {"class": table["function"]}
 
 
 # ---------------------------------------------------------------- datasets
+
+
+def with_prompts(dataset: Dataset) -> Dataset:
+    """Rows without a ``prompt`` get TRL's empty user message, which ``reset`` fills (an
+    environment's own data: TRL's multi-environment rows hold only their ``environment``)."""
+    if isinstance(dataset, (str, os.PathLike)) or not isinstance(dataset, Iterable):
+        return dataset
+    empty = [{"role": "user", "content": ""}]
+    return [row if not isinstance(row, dict) or "prompt" in row else {"prompt": empty, **row} for row in dataset]
 
 
 def dataset_file(dataset: Dataset, file: Path, what: str) -> str:
@@ -286,4 +300,5 @@ def check_processing_class(tokenizer: Any, model_path: str) -> None:
                                 "uses the folder's — save the tokenizer into the model folder (save_pretrained)")
 
 
-__all__ = ["check_processing_class", "dataset_file", "environment_table", "local_or_hub", "lora_table", "reward_table", "with_pickles"]
+__all__ = ["check_processing_class", "dataset_file", "environment_table", "local_or_hub", "lora_table", "reward_table",
+           "with_pickles", "with_prompts"]

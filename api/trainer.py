@@ -25,7 +25,7 @@ from grpo_tui.config import GRPOConfig, trl_name
 from grpo_tui.errors import TrainingError
 from grpo_tui.follow import Follower, replay, run_worker, worker_env
 from grpo_tui.inputs import (Dataset, check_processing_class, dataset_file, environment_table, local_or_hub, lora_table,
-                             reward_table, with_pickles)
+                             reward_table, with_pickles, with_prompts)
 from grpo_tui.live import LiveLink
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, STORE_FILE,
@@ -201,7 +201,8 @@ class GRPOTrainer:
             raw["model"]["lora"] = {**raw["model"].get("lora", {}), **lora_table(self.peft_config, raw["model"]["path"])}
         data = dict(raw.get("data", {}))
         if self.train_dataset is not None:
-            data["path"] = dataset_file(self.train_dataset, out / "train.jsonl", "train_dataset")
+            data["path"] = dataset_file(with_prompts(self.train_dataset) if self.environment_factory is not None
+                                        else self.train_dataset, out / "train.jsonl", "train_dataset")
         if self.eval_dataset is not None:
             data["eval_path"] = dataset_file(self.eval_dataset, out / "eval.jsonl", "eval_dataset")
             if self.args.evaluates_while_training():

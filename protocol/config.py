@@ -612,10 +612,14 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
         target, func = tool.function.rsplit(":", 1)
         if target.endswith((".py", ".pkl")):
             tool.function = must_exist(f"tools[{i}].function", target) + ":" + func
-    if config.environment is not None:
-        target, name = config.environment.class_.rsplit(":", 1)
-        if target.endswith((".py", ".pkl")):
-            config.environment.class_ = must_exist("environment.class", target) + ":" + name
+    if (env := config.environment) is not None:
+        def env_class(key: str, spec: str) -> str:
+            target, name = spec.rsplit(":", 1)
+            return must_exist(key, target) + ":" + name if target.endswith((".py", ".pkl")) else spec
+
+        if env.class_ is not None:
+            env.class_ = env_class("environment.class", env.class_)
+        env.classes = {n: env_class(f"environment.classes.{n}", s) for n, s in env.classes.items()}
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     if config.store.path is not None:
         config.store.path = str(local(config.store.path, "store.path"))

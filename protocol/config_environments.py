@@ -72,12 +72,20 @@ class EnvironmentConfig(Section):
     """``[environment] class = "env.py:Name"``: TRL's ``environment_factory``, one instance per
     rollout (docs/environments.md, "Environments as classes")."""
 
-    class_: str = msgspec.field(name="class")  # "file.py:Name" or "module:Name" (a .pkl from the Python API)
-    args: dict[str, Any] = {}  # keyword arguments of each instance's constructor
+    class_: str | None = msgspec.field(default=None, name="class")  # "file.py:Name" or "module:Name" (.pkl: the API's)
+    classes: dict[str, str] = {}  # TRL's dict of factories: name -> class; each row's `environment` column picks one
+    args: dict[str, Any] = {}  # keyword arguments of each instance's constructor (with classes: name -> its table)
     timeout_s: float = 10.0  # per call of reset, get_reward and each tool method
 
     def __post_init__(self) -> None:
-        if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", self.class_):
-            raise invalid("class", self.class_, "is not of the form file.py:Name or module:Name")
+        if (self.class_ is None) == (not self.classes):
+            raise invalid("class", self.class_, "— give exactly one of environment.class or environment.classes")
+        for key, spec in ([("class", self.class_)] if self.class_ is not None else
+                          [(f"classes.{n}", s) for n, s in self.classes.items()]):
+            if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", spec):
+                raise invalid(key, spec, "is not of the form file.py:Name or module:Name")
+        if self.classes and not all(n in self.classes and isinstance(a, dict) for n, a in self.args.items()):
+            raise invalid("args", self.args, "— with environment.classes, args maps a class's name to its table, "
+                                             "e.g. { game = { size = 3 } }")
         if self.timeout_s <= 0:
             raise invalid("timeout_s", self.timeout_s, "must be > 0")

@@ -297,3 +297,75 @@ def test_an_environment_run_resumed_mid_way_equals_one_run_straight(tmp_path):
     assert [r[0] for r in split] == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
     assert straight == split  # the same episodes: resets seeded per (seed, step, row), draws keyed
     assert any('"role":"user"' in (r[4] or "") for r in straight)  # respond replied somewhere
+
+
+class CodingEnv:  # TRL's docs/source/grpo_trainer.md, "Multiple environments", as written there
+    def reset(self, **kwargs) -> str:
+        n = random.randint(1, 20)
+        return f"Compute the {n}th Fibonacci number."
+
+    def run_code(self, code: str) -> str:  # exposed as a tool only for "coding" examples
+        """Run the given Python code and return its stdout.
+
+        Args:
+            code: The Python source to execute.
+
+        Returns:
+            The captured standard output.
+        """
+        ...
+
+
+class GameEnv:
+    def reset(self, **kwargs) -> str:
+        return "Reach the goal tile."
+
+    def move(self, action: str) -> str:  # exposed as a tool only for "game" examples
+        """Apply an action to the game and return the new observation.
+
+        Args:
+            action: One of "up", "down", "left", "right".
+
+        Returns:
+            The observation after the move.
+        """
+        ...
+
+
+def reward_func(completions, **kwargs):  # TRL's example leaves it to the reader
+    return [float(len(c[0]["content"] if isinstance(c, list) else c) % 3) for c in completions]
+
+
+def test_trls_documented_dict_of_environments_routes_each_row_by_its_environment_column(tmp_path):
+    from grpo_tui import GRPOConfig, GRPOTrainer
+    from tests.helpers.worker_harness import build_tool_calling_model
+
+    model = build_tool_calling_model(tmp_path / "model")  # every turn calls add(a=1, b=2): no tool of either
+    dataset = [{"environment": e} for e in ["coding", "game"] * 4]  # TRL's Dataset.from_dict({...} * 500), shorter
+    trainer = GRPOTrainer(
+        model=str(model),
+        args=GRPOConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
+                        max_completion_length=32, chat_template_kwargs={"enable_thinking": False}),
+        train_dataset=dataset,
+        reward_funcs=reward_func,
+        environment_factory={"coding": CodingEnv, "game": GameEnv},
+    )
+    trainer.train()
+    rows = query(tmp_path / "out" / "outputs.db", "SELECT prompt, turns FROM generations")
+    assert len(rows) == 2 * 2 * 2
+    seen = set()
+    for prompt, turns in rows:  # the error the model reads names the tools its rollout has: its environment's only
+        errors = {t["error"] for t in json.loads(turns) if t["role"] == "tool"}
+        if "th Fibonacci number." in prompt:
+            seen.add("coding")
+            assert errors == {"unknown tool 'add' (available: run_code)"}
+        else:
+            seen.add("game")
+            assert "Reach the goal tile." in prompt and errors == {"unknown tool 'add' (available: move)"}
+    assert seen == {"coding", "game"}
+
+
+def test_with_a_dict_of_classes_a_row_naming_none_of_them_is_one_sentence_and_exit_2(tmp_path):
+    out = _run(tmp_path, '[environment]\nclasses = { board = "env.py:Faulty" }\nargs = { board = { mode = "text" } }')
+    assert out.returncode == Exit.MISTAKE, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "data.jsonl row 1: environment = None is not one of environment.classes ('board')" in out.stdout + out.stderr

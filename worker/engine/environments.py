@@ -42,8 +42,8 @@ RESERVED = ("reset", "get_reward", "respond")
 class EnvironmentMistake(Mistake, RuntimeError):
     """An ``[environment]`` class that cannot be used, a fixable mistake naming ``environment.class``."""
 
-    def __init__(self, sentence: str) -> None:
-        super().__init__("tool", f"environment.class: {sentence}")
+    def __init__(self, sentence: str, key: str = "environment.class") -> None:
+        super().__init__("tool", f"{key}: {sentence}")
 
 
 def _text(value: Any) -> str:
@@ -62,58 +62,59 @@ def _methods(instance: Any) -> list[Callable[..., Any]]:
 
 @dataclass
 class Episode:
-    """One rollout's environment instance and its tools."""
+    """One rollout's environment instance, its tools and its class."""
 
     instance: Any
     tools: list[Tool]
+    env: "Environment"
 
 
 class Environment:
-    """The configured class, checked at load; ``begin`` starts a round's episodes."""
+    """One configured class, checked at load; ``begin`` starts a row's episodes."""
 
-    def __init__(self, config: EnvironmentConfig) -> None:
-        self.config = config
-        spec = config.class_
+    def __init__(self, spec: str, args: dict[str, Any], timeout_s: float, key: str = "environment.class") -> None:
+        self.spec, self.args, self.timeout_s, self.key = spec, args, timeout_s, key
         try:
             self.factory = load_function(spec)  # a class is callable
         except RewardError as exc:
-            raise EnvironmentMistake(str(exc).removeprefix("reward ").removeprefix(f"{spec}: ")) from None
-        self.name = getattr(self.factory, "__name__", spec.rsplit(":", 1)[1])
-        if not callable(getattr(self.factory, "reset", None)):
-            raise EnvironmentMistake(f"{self.name} ({spec}) has no reset method; TRL's environments define "
-                                    f"reset(self, **kwargs) -> str | None, called at the start of each rollout")
+            raise EnvironmentMistake(str(exc).removeprefix("reward ").removeprefix(f"{spec}: "), key) from None
+        self.name = getattr(self.factory, "__name__", spec.rsplit(":", 1)[1])  # how messages name it
         probe = self._build()
+        if not callable(getattr(probe, "reset", None)):
+            raise EnvironmentMistake(f"{self.name} ({spec}) has no reset method; TRL's environments define "
+                                     f"reset(self, **kwargs) -> str | None, called at the start of each rollout", key)
         self.has_reward = callable(getattr(probe, "get_reward", None))
+        self.kind = type(probe)  # get_reward's column scores the episodes of this type (TRL: exact type)
         self.probe_tools: list[Tool] = []  # the tools by name, for the log (each rollout gets its own)
         self.schemas = []
         for method in _methods(probe):
             try:
                 self.schemas.append(function_schema(method))
             except SchemaError as exc:
-                raise EnvironmentMistake(f"{self.name}.{method.__name__}: {exc}") from None
+                raise EnvironmentMistake(f"{self.name}.{method.__name__}: {exc}", key) from None
             if not (inspect.getdoc(method) or "").strip():
                 raise EnvironmentMistake(f"{self.name}.{method.__name__} has no docstring; a tool method needs one "
-                                        f"(it is the tool's description the model reads)")
+                                         f"(it is the tool's description the model reads)", key)
         self.probe_tools = self._tools(probe)
 
     def _build(self) -> Any:
         try:
-            return self.factory(**self.config.args)
+            return self.factory(**self.args)
         except Exception as exc:  # noqa: BLE001 — the user's constructor: say what it raised
-            raise EnvironmentMistake(f"{self.name}(**environment.args) raised {describe_error(exc)}") from None
+            raise EnvironmentMistake(f"{self.name}(**environment.args) raised {describe_error(exc)}", self.key) from None
 
     def _tools(self, instance: Any) -> list[Tool]:
-        return [Tool(s["function"]["name"], m, self.config.timeout_s, s)
+        return [Tool(s["function"]["name"], m, self.timeout_s, s)
                 for m, s in zip(_methods(instance), self.schemas)]
 
     def _call(self, method: str, fn: Callable[[], Any]) -> Any:
         """``fn()`` bounded by ``timeout_s``; what went wrong as the ``Error: ...`` text the model reads."""
         try:
-            return call_with_timeout(fn, {}, self.config.timeout_s, f"{self.name}.{method}")
+            return call_with_timeout(fn, {}, self.timeout_s, f"{self.name}.{method}")
         except StillHung as exc:
             return f"Error: {exc}"
         except TimeoutError:
-            return f"Error: {self.name}.{method} timed out after {self.config.timeout_s:g}s"
+            return f"Error: {self.name}.{method} timed out after {self.timeout_s:g}s"
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
             return f"Error: {self.name}.{method} raised {describe_error(exc)}"
 
@@ -139,49 +140,45 @@ class Environment:
         said = self._call("reset", lambda: instance.reset(**row))
         return None if said is None else cap(_text(said))
 
-    def begin(self, examples: list[data.Example], group_size: int, keys: list[int],
-              render: Callable[[list[data.Example]], None]) -> tuple[list[data.Example], list[Episode]]:
-        """The round's examples with each one's reset text in its prompt (rendered by ``render``),
-        and ``group_size`` episodes per example, in rollout order. ``keys``: one per example."""
+    def begin(self, example: data.Example, row: dict[str, Any], group_size: int,
+              key: int) -> tuple[data.Example, list[Episode]]:
+        """``example`` with its reset text in its prompt (not rendered yet), and its ``group_size``
+        episodes, each reset with ``row`` after seeding ``random`` with ``key``."""
         episodes: list[Episode] = []
-        started: list[data.Example] = []
-        for example, key in zip(examples, keys):
-            row = {"prompt": example.prompt, **example.columns}
-            said = None
-            for _ in range(group_size):
-                instance = self._build_quietly()
-                text = self._reset(instance, row, key) if instance is not None else f"Error: {self._broken}"
-                said = text if said is None else said
-                episodes.append(Episode(instance, self._tools(instance) if instance is not None else []))
-            messages = [dict(m) for m in example.messages]
-            if said is not None:
-                last = max(i for i, m in enumerate(messages) if m["role"] == "user") if any(
-                    m["role"] == "user" for m in messages) else len(messages) - 1
-                messages[last] = {**messages[last], "content": str(messages[last].get("content") or "") + said}
-            started.append(replace(example, messages=messages, tools=[*(example.tools or []), *self.schemas] or None,
-                                   prompt_ids=[], prompt_text=""))
-        render(started)
-        return started, episodes
+        said = None
+        for _ in range(group_size):
+            instance = self._build_quietly()
+            text = self._reset(instance, row, key) if instance is not None else f"Error: {self._broken}"
+            said = text if said is None else said
+            episodes.append(Episode(instance, self._tools(instance) if instance is not None else [], self))
+        messages = [dict(m) for m in example.messages]
+        if said is not None:
+            users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+            last = users[-1] if users else len(messages) - 1
+            messages[last] = {**messages[last], "content": str(messages[last].get("content") or "") + said}
+        return replace(example, messages=messages, tools=[*(example.tools or []), *self.schemas] or None,
+                       prompt_ids=[], prompt_text=""), episodes
 
     _broken = ""
 
     def _build_quietly(self) -> Any:
         """An instance, or None when the constructor raised mid-run (the model reads why)."""
         try:
-            return self.factory(**self.config.args)
+            return self.factory(**self.args)
         except Exception as exc:  # noqa: BLE001
             self._broken = f"{self.name}(**environment.args) raised {describe_error(exc)}"
             return None
 
     def rewards(self, episodes: list[Episode], warn: Callable[[str], None]) -> list[float | None]:
-        """Each episode's ``get_reward()``; None where it raised, hung or gave no number."""
+        """Each episode's ``get_reward()``; None where it raised, hung or gave no number, and for the
+        episodes of another class."""
         scores: list[float | None] = []
         for episode in episodes:
-            if episode.instance is None:
+            if episode.instance is None or type(episode.instance) is not self.kind:
                 scores.append(None)
                 continue
             try:
-                value = call_with_timeout(episode.instance.get_reward, {}, self.config.timeout_s, f"{self.name}.get_reward")
+                value = call_with_timeout(episode.instance.get_reward, {}, self.timeout_s, f"{self.name}.get_reward")
                 scores.append(None if value is None else float(value))
             except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001
                 warn(f"{self.name}.get_reward failed: {describe_error(exc)} (scored None)")
@@ -189,10 +186,56 @@ class Environment:
         return scores
 
 
+class Environments:
+    """``[environment]``: one class, or TRL's dict of them (``classes``), each row choosing its own
+    by its ``environment`` column (not passed to ``reset``); only that class's methods are its tools."""
+
+    def __init__(self, config: EnvironmentConfig) -> None:
+        self.multi = bool(config.classes)
+        if self.multi:
+            self.by_name: dict[str | None, Environment] = {
+                name: Environment(spec, config.args.get(name, {}), config.timeout_s, f"environment.classes.{name}")
+                for name, spec in config.classes.items()}
+        else:
+            self.by_name = {None: Environment(str(config.class_), config.args, config.timeout_s)}
+        self.probe_tools = [t for e in self.by_name.values() for t in e.probe_tools]
+        self.scorers = list({e.kind: e for e in self.by_name.values() if e.has_reward}.values())  # one column per class
+
+    def check_rows(self, examples: list[data.Example], label: str) -> None:
+        """With ``classes``: every row names one of them in its ``environment`` column (a mistake before step 1)."""
+        if not self.multi:
+            return
+        for i, example in enumerate(examples):
+            name = example.columns.get("environment")
+            if name not in self.by_name:
+                raise Mistake("data", f"{label} row {i + 1}: environment = {name!r} is not one of environment.classes "
+                                      f"({', '.join(map(repr, self.by_name))}); give every row an environment column naming one")
+
+    def begin(self, examples: list[data.Example], group_size: int, keys: list[int],
+              render: Callable[[list[data.Example]], None]) -> tuple[list[data.Example], list[Episode]]:
+        """The round's examples with each one's reset text in its prompt (rendered by ``render``),
+        and ``group_size`` episodes per example, in rollout order. ``keys``: one per example."""
+        started: list[data.Example] = []
+        episodes: list[Episode] = []
+        for example, key in zip(examples, keys):
+            name = example.columns.get("environment") if self.multi else None
+            row = {"prompt": example.prompt, **{k: v for k, v in example.columns.items()
+                                                if not (self.multi and k == "environment")}}
+            one, its = self.by_name[name].begin(example, row, group_size, key)
+            started.append(one)
+            episodes += its
+        render(started)
+        return started, episodes
+
+    def rewards(self, episodes: list[Episode], warn: Callable[[str], None]) -> dict[str, list[float | None]]:
+        """``get_reward``'s columns, one per class that has it (named after the class)."""
+        return {env.kind.__name__: env.rewards(episodes, warn) for env in self.scorers}
+
+
 # ---------------------------------------------------------------- the trainer's three calls
 
 
-def start(environment: Environment | None, examples: list[data.Example], step: int, round_: int, seed: int,
+def start(environment: Environments | None, examples: list[data.Example], step: int, round_: int, seed: int,
           batch_size: int, group_size: int, render: Callable[[list[data.Example]], None],
           ) -> tuple[list[data.Example], list[Episode] | None]:
     """A round's examples as its episodes see them (unchanged without an environment), and the episodes."""
@@ -202,23 +245,24 @@ def start(environment: Environment | None, examples: list[data.Example], step: i
     return environment.begin(examples, group_size, keys, render)
 
 
-def row_tools(environment: Environment | None, episodes: list[Episode] | None, tools: list[Tool], rows: range,
+def row_tools(environment: Environments | None, episodes: list[Episode] | None, tools: list[Tool], rows: range,
               group_size: int) -> list[RowTools] | None:
     """Each rollout's tools (the ``[[tools]]`` and its episode's methods) and its ``respond``, for
     ``rows``' rollouts."""
     if environment is None or episodes is None:
         return None
     chosen = [episodes[i * group_size + g] for i in rows for g in range(group_size)]
-    return [RowTools({t.name: t for t in [*tools, *e.tools]}, environment.responder(e.instance)) for e in chosen]
+    return [RowTools({t.name: t for t in [*tools, *e.tools]}, e.env.responder(e.instance)) for e in chosen]
 
 
-def add_rewards(environment: Environment | None, episodes: list[Episode] | None, first: int,
+def add_rewards(environment: Environments | None, episodes: list[Episode] | None, first: int,
                 totals: list[float | None], per_fn: dict[str, list[float | None]], warn: Callable[[str], None],
                 ) -> tuple[list[float | None], dict[str, list[float | None]]]:
-    """``get_reward``'s column (weight 1, named after the class) added to the scores of the
+    """``get_reward``'s columns (weight 1, each named after its class) added to the scores of the
     completions of ``episodes[first:]``."""
-    if environment is None or episodes is None or not environment.has_reward:
+    if environment is None or episodes is None or not environment.scorers:
         return totals, per_fn
-    scores = environment.rewards(episodes[first:first + len(totals)], warn)
-    summed = [t if s is None else (s if t is None else t + s) for t, s in zip(totals, scores)]
-    return summed, {**per_fn, environment.name: scores}
+    columns = environment.rewards(episodes[first:first + len(totals)], warn)
+    for scores in columns.values():
+        totals = [t if s is None else (s if t is None else t + s) for t, s in zip(totals, scores)]
+    return totals, {**per_fn, **columns}

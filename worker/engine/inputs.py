@@ -11,7 +11,7 @@ from typing import Any
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.worker.engine import data, reasoning_gym_source, tools as agent_tools
-from grpo_tui.worker.engine.environments import Environment
+from grpo_tui.worker.engine.environments import Environments
 from grpo_tui.worker.engine.rewards import Reward, check_arguments, load_rewards
 
 
@@ -29,7 +29,7 @@ class Inputs:
 def load_inputs(config: Config) -> Inputs:
     tools = agent_tools.load_tools(config.tools)
     schemas = [t.schema for t in tools] or None
-    environment = Environment(config.environment) if config.environment is not None else None
+    environment = Environments(config.environment) if config.environment is not None else None
     d = config.data
     for i, reward in enumerate(config.rewards):  # before any data is read, as grpo-tui check says it
         if reward.name == "reasoning_gym" and d.reasoning_gym is None:
@@ -47,6 +47,8 @@ def load_inputs(config: Config) -> Inputs:
         return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)
     dataset, dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
     data.check_columns(dataset, d, config.rewards, d.path)
+    if environment is not None:
+        environment.check_rows(dataset, d.path)
     eval_dataset = None
     eval_label = d.eval_path or f"{d.path} ({d.eval_split})"
     if d.eval_path or d.eval_split:
