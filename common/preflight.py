@@ -22,6 +22,7 @@ from typing import Any
 from grpo_tui.common.data_check import ALL_ROWS, data_problems, first_rows
 from grpo_tui.common.disk_space import too_little_space
 from grpo_tui.common.distributed import rank_count, undealt
+from grpo_tui.common.gguf_check import cut_short_sentence, gguf_damage
 from grpo_tui.common.install_hint import not_installed
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
 from grpo_tui.common.reward_names import argument_problem
@@ -204,7 +205,11 @@ def model_problems(config: Config) -> list[str]:
     """A local model folder without config.json or weights, its quantization and LoRA keys, from
     config.json and the weight headers (a GGUF file or a hub id: the worker checks them)."""
     folder = Path(config.model.path)
-    if folder.is_dir() and not any(folder.glob("*.gguf")):
+    ggufs = [folder] if folder.is_file() and folder.suffix == ".gguf" else sorted(folder.glob("*.gguf")) if folder.is_dir() else []
+    for file in ggufs:
+        if (why := gguf_damage(file)) is not None:
+            return [cut_short_sentence(file, why)]
+    if folder.is_dir() and not ggufs:
         if not (folder / "config.json").is_file():
             return [no_config_json(folder)]
         if not any(folder.glob("*.safetensors")):

@@ -198,6 +198,20 @@ def _damaged_checkpoint(f: Path) -> Setup:
     return Setup(write_run(f, checkpoint={"resume": str(weights.parent)}))
 
 
+def _cut_short_gguf(f: Path) -> Path:
+    """A GGUF file whose one tensor (1,024 float32 values) stops after 100 of its 4,096 bytes."""
+    import struct
+
+    def text(value: bytes) -> bytes:
+        return struct.pack("<Q", len(value)) + value
+
+    header = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + text(b"general.architecture") + struct.pack("<I", 8) + text(b"llama")
+    header += text(b"token_embd.weight") + struct.pack("<IQIQ", 1, 1024, 0, 0)
+    header += b"\0" * (-len(header) % 32)
+    (path := f / "model.gguf").write_bytes(header + b"\0" * 100)
+    return path
+
+
 def _resume_flag_not_a_folder(f: Path) -> Setup:
     return Setup(write_run(f), args=["--resume", str(f / "nowhere")])
 
@@ -225,6 +239,10 @@ CASES: list[Case] = [
     Case("model-weights-truncated", "model", lambda f: Setup(write_run(f, model={"path": str(_truncated(model_copy(f)))})),
          lambda f: f"model folder '{f / 'model'}' is damaged: model.safetensors is {4096:,} bytes where its header says "
                    f"{(TINY / 'model.safetensors').stat().st_size:,}; copy or download the model's weight files again (a copy "
+                   "that was cut short, or a full disk while it was written)", check=True),
+    Case("model-gguf-truncated", "model", lambda f: Setup(write_run(f, model={"path": str(_cut_short_gguf(f))})),
+         lambda f: f"GGUF file '{f / 'model.gguf'}' is cut short ({(f / 'model.gguf').stat().st_size:,} bytes where its "
+                   f"header says {(f / 'model.gguf').stat().st_size - 100 + 4096:,}); copy or download it again (a copy "
                    "that was cut short, or a full disk while it was written)", check=True),
     Case("unsupported-architecture", "model",
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, model_type="zebra_lm"))})),

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from grpo_tui.common.gguf_check import cut_short_sentence, gguf_damage
 from grpo_tui.protocol.layout import cache_dir
 from grpo_tui.protocol.outcome import Mistake
 
@@ -142,6 +143,8 @@ def read(gguf_file: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         weights, metadata = mx.load(str(gguf_file), return_metadata=True)
     except Exception as exc:  # noqa: BLE001 — MLX raises plain runtime errors for what it cannot read
+        if (why := gguf_damage(gguf_file)) is not None:  # a copy cut short: not a quantization to change
+            raise Mistake("model", cut_short_sentence(gguf_file, why)) from None
         detail = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise Mistake("model", f"GGUF file {str(gguf_file)!r} cannot be read by MLX ({detail}); MLX reads "
                                "F32, F16, BF16, Q4_0, Q4_1 and Q8_0 tensors, so re-quantize the model to "
