@@ -73,6 +73,15 @@ def test_flat_groups_are_no_signal_and_say_which_side(value, kind):
         assert names(doctor.findings()) == {"converged"}
 
 
+def test_flat_groups_in_the_first_half_window_are_info_and_grow_once_the_window_is_full():
+    """A run that learns from scratch starts with many all-0 groups: not a warning before a window of steps."""
+    doctor = Doctor(config())
+    said = feed(doctor, [step(n, [[0.0] * 4] * 2 + [[0.0, 1.0, 0.0, 0.5]] * 2) for n in range(1, 10)])  # 50 % flat
+    assert [(f.name, f.severity, f.since) for f in said if f.name == "no_signal"] == [("no_signal", "info", 5)]
+    said = feed(doctor, [step(10, [[0.0] * 4] * 2 + [[0.0, 1.0, 0.0, 0.5]] * 2)])
+    assert [(f.severity, f.since) for f in said if f.name == "no_signal"] == [("warning", 5)]
+
+
 def test_truncation_names_the_cut_completions_and_a_length_that_holds_them():
     doctor = Doctor(config())
     cut = lambda p, g: "length" if g < 2 else "stop"  # half the completions cut
