@@ -12,6 +12,7 @@ import errno
 import shutil
 from pathlib import Path
 
+from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.outcome import Mistake
 
 MIN_FREE_BYTES = 1 << 20  # below this a run cannot even write its lock, log and first frames
@@ -77,3 +78,37 @@ class DiskFull(Mistake):
 
     def __init__(self, sentence: str) -> None:
         super().__init__("output", sentence)
+
+
+def checkpoint_bytes(config: Config) -> int | None:
+    """About one checkpoint of a full fine-tuning run: its weights, AdamW's two moments as large, and
+    the synced reference (``grpo.sync_ref_model``), from the model folder's safetensors files. None
+    for LoRA (its adapters are small) or a model that is not a local safetensors folder."""
+    folder = Path(config.model.path)
+    if config.model.lora is not None or not folder.is_dir():
+        return None
+    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    if not weights:
+        return None
+    return weights * (4 if config.grpo.sync_ref_model else 3)
+
+
+def checkpoint_space_note(config: Config) -> str | None:
+    """``grpo-tui check``'s note when the run's checkpoints would not fit on the output folder's disk:
+    ``keep_last`` periodic ones (all of them with keep_last = 0), the final one, and the next one
+    written before the oldest goes."""
+    each, ckpt = checkpoint_bytes(config), config.checkpoint
+    free = free_bytes(ckpt.output_dir)
+    if each is None or free is None:
+        return None
+    steps = config.training.max_steps
+    # a run as long as its epochs: at least keep_last saves (the data's size is the worker's to read)
+    periodic = (steps // ckpt.save_every if steps > 0 else ckpt.keep_last or 1) if ckpt.save_every else 0
+    kept = min(periodic, ckpt.keep_last) if ckpt.keep_last else periodic
+    count = kept + 1 + (1 if periodic > kept else 0)
+    if count * each <= free:
+        return None
+    return (f"the run's checkpoints may need about {human(count * each)} ({count} of about {human(each)}: the weights "
+            f"and AdamW's two moments{', and the synced reference' if config.grpo.sync_ref_model else ''}) and the disk "
+            f"of {ckpt.output_dir} has {human(free)} free; lower checkpoint.keep_last, save less often "
+            "(checkpoint.save_every) or free some space")

@@ -77,6 +77,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     rows = first_rows(config.data.path, config.data.split)
     if rows and (note := small_data_note(len(rows), config.training.batch_size, config.data.path)) is not None:
         print(f"# note: {note}")
+    from grpo_tui.common.disk_space import checkpoint_space_note
+
+    if (note := checkpoint_space_note(config)) is not None:
+        print(f"# note: {note}")
     for line in report(Path(args.config).read_text(encoding="utf-8-sig")):
         print(f"# {line}")
     if note := _live_changes_at_resume(config, args.set):  # and the config printed is the one it resumes with

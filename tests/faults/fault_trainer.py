@@ -12,7 +12,8 @@ there it creates the file ``FAULT_MARK`` and sleeps, and the test kills it durin
 - ``install``: the temp dir is complete, not yet renamed into place.
 
 ``FAULT_ENOSPC=<step>`` instead makes the checkpoint of that step fail the way a full disk does:
-the model files are written, then ``OSError(ENOSPC)``. Without either it is the real Trainer.
+the model files are written, then ``OSError(ENOSPC)`` (``FAULT_ERRNO=EDQUOT``: a quota that is full
+instead). Without either it is the real Trainer.
 """
 
 from __future__ import annotations
@@ -97,4 +98,5 @@ class FaultTrainer(Trainer):
         super().save_model(directory)
         _hold("model_saved", self._step)
         if os.environ.get("FAULT_ENOSPC") == str(self._step):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(directory) / "optimizer.safetensors"))
+            code = getattr(errno, os.environ.get("FAULT_ERRNO", "ENOSPC"))
+            raise OSError(code, os.strerror(code), str(Path(directory) / "optimizer.safetensors"))

@@ -56,10 +56,11 @@ def assert_clean_failure(worker: WorkerProcess, out: Path, words: tuple[str, ...
 
 
 @pytest.mark.slow
-def test_a_full_disk_at_checkpoint_time_is_one_clear_error(tmp_path, tiny_model):
+@pytest.mark.parametrize("code", ["ENOSPC", "EDQUOT"])  # a full disk, a full quota: the same sentence
+def test_a_full_disk_at_checkpoint_time_is_one_clear_error(tmp_path, tiny_model, code):
     config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"), **SETTINGS)
     out = tmp_path / "out"
-    worker = WorkerProcess(config, env={**fake_trainer_env(FAULT_TRAINER), "FAULT_ENOSPC": "4"})
+    worker = WorkerProcess(config, env={**fake_trainer_env(FAULT_TRAINER), "FAULT_ENOSPC": "4", "FAULT_ERRNO": code})
     error = assert_clean_failure(worker, out, ("the disk is full",), code=2)  # a mistake: never restarted
     assert error.kind == "output" and error.message.startswith(
         f"the disk is full: the checkpoint checkpoint-4 could not be written to {out / '.tmp-checkpoint-4' / 'optimizer.safetensors'} (")
@@ -175,3 +176,30 @@ def test_a_run_started_on_a_full_disk_is_one_sentence(tmp_path):
             done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", *args], capture_output=True, text=True,
                                   timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
             assert done.returncode == 2 and done.stdout + done.stderr == said, (args, done.stdout + done.stderr)
+
+
+def test_check_says_when_the_runs_checkpoints_would_not_fit_on_the_disk(tmp_path):
+    """keep_last = 0 and a checkpoint every step on a small disk: check says how much the checkpoints
+    need and what to change, before the run fills the disk at step N."""
+    import sys
+
+    from tests.helpers.mistake_cases import ROOT, TINY, write_run
+
+    with tmpfs(tmp_path / "disk", "64m") as disk:
+        config = write_run(tmp_path, training={"max_steps": 1000}, checkpoint={
+            "output_dir": str(disk / "out"), "save_every": 1, "keep_last": 0})
+        done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "check", str(config)], capture_output=True,
+                              text=True, timeout=60, cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        [note] = [line for line in done.stdout.splitlines() if "checkpoints may need" in line]
+        each = 3 * sum(f.stat().st_size for f in TINY.glob("*.safetensors"))
+        from grpo_tui.common.disk_space import human
+
+        assert note.startswith(f"# note: the run's checkpoints may need about {human(1001 * each)} (1001 of about "
+                               f"{human(each)}: the weights and AdamW's two moments) and the disk of {disk / 'out'} has ")
+        assert note.endswith(" free; lower checkpoint.keep_last, save less often (checkpoint.save_every) or free some space")
+        kept = write_run(tmp_path, training={"max_steps": 1000}, checkpoint={
+            "output_dir": str(disk / "out"), "save_every": 1, "keep_last": 2})  # 4 fit: no note
+        done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "check", str(kept)], capture_output=True,
+                              text=True, timeout=60, cwd=ROOT)
+        assert done.returncode == 0 and "checkpoints may need" not in done.stdout, done.stdout
