@@ -488,8 +488,6 @@ class Config(_Section):
     def __post_init__(self) -> None:
         if not self.rewards and self.environment is None:
             raise _invalid("rewards", self.rewards, "— at least one [[rewards]] table is needed")
-        if self.environment is not None and self.eval is not None:
-            raise _invalid("eval", "[eval]", "does not run with [environment] yet (its episodes run in training only)")
 
     @property
     def accuracy_label(self) -> str | None:

@@ -369,3 +369,15 @@ def test_with_a_dict_of_classes_a_row_naming_none_of_them_is_one_sentence_and_ex
     out = _run(tmp_path, '[environment]\nclasses = { board = "env.py:Faulty" }\nargs = { board = { mode = "text" } }')
     assert out.returncode == Exit.MISTAKE, out.stdout[-2000:] + out.stderr[-2000:]
     assert "data.jsonl row 1: environment = None is not one of environment.classes ('board')" in out.stdout + out.stderr
+
+
+def test_eval_runs_the_environments_episodes_and_reports_get_rewards_column(tmp_path):
+    from tests.helpers.environments import write_game_run
+
+    config = write_game_run(tmp_path / "run", 2)
+    config.write_text(config.read_text() + "[eval]\nevery = 0\ngreedy = true\n")
+    out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
+                         capture_output=True, text=True, timeout=300, cwd=config.parent)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    evals = [line for line in out.stdout.splitlines() if line.startswith("eval at step")]
+    assert len(evals) == 2 and all("| Game " in line and "4 prompts" in line for line in evals), evals

@@ -190,7 +190,8 @@ class Environments:
     """``[environment]``: one class, or TRL's dict of them (``classes``), each row choosing its own
     by its ``environment`` column (not passed to ``reset``); only that class's methods are its tools."""
 
-    def __init__(self, config: EnvironmentConfig) -> None:
+    def __init__(self, config: EnvironmentConfig, enable_thinking: bool = False) -> None:
+        self.thinking = enable_thinking  # the chat template's, when the prompts are rendered
         self.multi = bool(config.classes)
         if self.multi:
             self.by_name: dict[str | None, Environment] = {
@@ -235,14 +236,17 @@ class Environments:
 # ---------------------------------------------------------------- the trainer's three calls
 
 
-def start(environment: Environments | None, examples: list[data.Example], step: int, round_: int, seed: int,
-          batch_size: int, group_size: int, render: Callable[[list[data.Example]], None],
-          ) -> tuple[list[data.Example], list[Episode] | None]:
-    """A round's examples as its episodes see them (unchanged without an environment), and the episodes."""
+def start(environment: Environments | None, examples: list[data.Example], where: tuple[int, int, int], group_size: int,
+          tokenizer: Any) -> tuple[list[data.Example], list[Episode] | None]:
+    """A round's examples as its episodes see them (unchanged without an environment), rendered
+    with ``tokenizer``, and the episodes. ``where``: (seed, step, the first example's place in the
+    step), which key the resets (an evaluation: step -1 and the eval index, the same episodes at
+    every evaluation)."""
     if environment is None:
         return examples, None
-    keys = [((seed * 1_000_003 + step) * 10_007 + round_ * batch_size + i) % 2**63 for i in range(len(examples))]
-    return environment.begin(examples, group_size, keys, render)
+    seed, step, first = where
+    keys = [((seed * 1_000_003 + step) * 10_007 + first + i) % 2**63 for i in range(len(examples))]
+    return environment.begin(examples, group_size, keys, lambda e: data.render(e, tokenizer, environment.thinking))
 
 
 def row_tools(environment: Environments | None, episodes: list[Episode] | None, tools: list[Tool], rows: range,

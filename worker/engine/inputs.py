@@ -29,7 +29,7 @@ class Inputs:
 def load_inputs(config: Config) -> Inputs:
     tools = agent_tools.load_tools(config.tools)
     schemas = [t.schema for t in tools] or None
-    environment = Environments(config.environment) if config.environment is not None else None
+    environment = Environments(config.environment, config.generation.enable_thinking) if config.environment is not None else None
     d = config.data
     for i, reward in enumerate(config.rewards):  # before any data is read, as grpo-tui check says it
         if reward.name == "reasoning_gym" and d.reasoning_gym is None:

@@ -229,8 +229,8 @@ class Trainer:
         mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
         on_phase("generating")
         t0 = time.perf_counter()
-        examples, episodes = environments.start(self.environment, examples, step, round_, cfg.training.seed, cfg.training.batch_size,
-                                                cfg.grpo.group_size, lambda e: data.render(e, self.tokenizer, cfg.generation.enable_thinking))
+        examples, episodes = environments.start(self.environment, examples, (cfg.training.seed, step, round_ * cfg.training.batch_size),
+                                                cfg.grpo.group_size, self.tokenizer)
         completions = self.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
                                     environments.row_tools(self.environment, episodes, self.tools, mine, cfg.grpo.group_size))
         generation_s = time.perf_counter() - t0
@@ -311,8 +311,11 @@ class Trainer:
         if seed is not None:
             mx.random.seed(seed % 2**32)
         self.model.eval()
-        completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy)
+        examples, episodes = environments.start(self.environment, examples, (seed or 0, -1, indices[0]), num_samples, self.tokenizer)
+        completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy,
+                                    row_tools=environments.row_tools(self.environment, episodes, self.tools, range(len(examples)), num_samples))
         totals, per_fn, _ = self.score([examples[c.prompt_index] for c in completions], completions)
+        totals, per_fn = environments.add_rewards(self.environment, episodes, 0, totals, per_fn, lambda s: self.log("warning", s))
         return EvalBatch(per_fn, totals, [c.model_tokens for c in completions], [c.finish_reason for c in completions])
 
     # ------------------------------------------------------------ several ranks (distributed.py)
