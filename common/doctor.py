@@ -589,6 +589,26 @@ def probe_verdict(found: dict[str, Any], memory_limit_gb: float, machine_gb: flo
             f"nor never rewarded), about {_duration(found['run_seconds'])} for {found['total_steps']} steps")
 
 
+PROBE_NUMBERS = ("pass_0", "pass_between", "pass_100", "flat_groups", "truncated", "step_seconds", "run_seconds",
+                 "peak_memory_gb")
+
+
+def probe_finding(found: dict[str, Any], memory_limit_gb: float, machine_gb: float) -> m.Finding:
+    """``[doctor] probe = true``: what the probe measured before step 1 as the finding ``probe``
+    (info when the run looks trainable, else a warning with the verdict's change)."""
+    sentence = probe_verdict(found, memory_limit_gb, machine_gb)
+    limit, suggestion = found["max_completion_length"], None
+    if found["truncated"] >= 0.5:
+        wanted = max(2 * limit, int(math.ceil(1.25 * (found["finished_p95_tokens"] or limit) / 16.0)) * 16)
+        suggestion = f"generation.max_completion_length={wanted}"
+    message = (f"before step 1, {found['prompts']} prompts × {found['group_size']} completions: {_pct(found['pass_0'])} "
+               f"of the prompts never rewarded, {_pct(found['pass_100'])} always, {_pct(found['truncated'])} of the "
+               f"completions cut; verdict: {sentence}")
+    numbers = {k: round(float(found[k]), 6) for k in PROBE_NUMBERS if found.get(k) is not None}
+    return m.Finding(name="probe", severity="info" if sentence.startswith("looks trainable") else "warning", step=0,
+                     since=0, message=message, numbers=numbers, suggestion=suggestion)
+
+
 def _duration(seconds: float) -> str:
     minutes = seconds / 60
     return f"{seconds:.0f} s" if seconds < 120 else f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"

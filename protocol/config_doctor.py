@@ -15,7 +15,8 @@ def _marks(*values: float) -> Any:
     return msgspec.field(default_factory=lambda: list(values))
 
 FINDINGS = ("no_signal", "truncation", "pass_rate", "entropy_collapse", "kl", "clipping", "length_hacking",
-            "repetition", "reward_dominance", "reward_up_eval_down", "flat_reward", "grad_spike", "slowdown", "converged")
+            "repetition", "reward_dominance", "reward_up_eval_down", "flat_reward", "grad_spike", "slowdown", "converged",
+            "probe")
 
 
 class DoctorConfig(Section):
@@ -25,6 +26,8 @@ class DoctorConfig(Section):
     window: int = 10  # steps a finding looks back over
     stop_on: Literal["off", "warning", "critical"] = "off"  # end the run on a finding this severe
     silence: list[str] = []  # findings not to raise in this run
+    probe: bool = False  # before step 1 of a fresh run: `check --probe`'s measurement, said as the finding "probe"
+    probe_prompts: int = 16  # the prompts it samples (× group_size)
     no_signal: Marks = _marks(0.30, 0.50, 0.75)  # share of groups whose rewards all match
     truncation: Marks = _marks(0.05, 0.15, 0.40)  # share of completions cut at max_completion_length
     pass_rate: Marks = _marks(0.50, 0.75, 0.90)  # share of prompts whose group passes 0 % or 100 % (accuracy reward)
@@ -42,12 +45,14 @@ class DoctorConfig(Section):
     def __post_init__(self) -> None:
         if self.window < 2:
             raise invalid("window", self.window, "must be at least 2 steps")
+        if self.probe_prompts < 1:
+            raise invalid("probe_prompts", self.probe_prompts, "must be at least 1")
         for name in self.silence:
             if name not in FINDINGS:
                 raise invalid("silence", name, f"is not a finding ({', '.join(FINDINGS)})")
         for name in FINDINGS:
             marks = getattr(self, name, None)
-            if marks is None:
+            if not isinstance(marks, list):  # converged has no marks; probe is the switch
                 continue
             descending = name == "entropy_collapse"
             ordered = marks == sorted(marks, reverse=descending)

@@ -24,6 +24,7 @@ from grpo_tui.worker import checkpoint as ckpt
 from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.context import RunContext
+from grpo_tui.worker.doctor_probe import probe_before_step_1
 from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory
 from grpo_tui.worker.store import Store, StoreDamaged, set_damaged_aside
@@ -71,6 +72,8 @@ class Start:
         if resume is not None:  # before the model loads: a change of the length or the sampler counts from the start
             for line in self.live.resume(resume[1], later):
                 run.log("info", line)
+        if cfg.doctor.probe and resume is None and "probe" not in cfg.doctor.silence:  # before step 1 (docs/doctor.md)
+            await probe_before_step_1(run)
         run.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))
         main_loop = asyncio.get_running_loop()
 

@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=0, help="send eval frames at step 0 and every N steps")
     p.add_argument("--agent", action="store_true", help="samples are agent conversations (turns with tool calls)")
     p.add_argument("--findings-at", type=int, default=0, help="the run doctor's findings from this step on")
+    p.add_argument("--probe", action="store_true", help="[doctor] probe = true: the probe's finding before step 1")
     return p.parse_args(argv)
 
 
@@ -219,6 +220,12 @@ def run(args: argparse.Namespace) -> int:
         num_epochs=2, output_dir=args.output_dir, sample_display=fake.mode,
     ))
     fake.send(m.DatabasePath(path=os.path.join(args.output_dir or "/tmp", "outputs.db"), run_id=1, run_name="fake-run"))
+    if args.probe:
+        fake.send(m.Finding(name="probe", severity="warning", step=0, since=0, numbers={"pass_0": 0.0, "truncated": 0.94},
+                            message="before step 1, 16 prompts × 4 completions: 0 % of the prompts never rewarded, 6 % "
+                                    "always, 94 % of the completions cut; verdict: 94 % of completions are cut at "
+                                    "max_completion_length = 24: set it to at least 64",
+                            suggestion="generation.max_completion_length=64"))
     if args.garbage:
         fake.out.write(b"this is not a frame {\n")
         fake.out.flush()

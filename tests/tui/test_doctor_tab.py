@@ -69,6 +69,21 @@ async def test_a_without_a_suggestion_says_so_and_sends_nothing(make_app):
         app.exit()
 
 
+async def test_the_probe_shows_on_the_doctor_tab_before_step_1(make_app):
+    """[doctor] probe = true: the worker's probe finding (step 0) is on the Doctor tab and in the
+    header's badge before any step; its numbers instead of a chart."""
+    app = make_app("--steps", "0", "--hold", "--probe")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "probe" in app.state.findings, "the probe", 30)
+        assert app.state.step == 0
+        await pilot.press("6")
+        await until(pilot, lambda: "verdict: 94 % of completions are cut" in screen_text(app), "its sentence")
+        text = screen_text(app)
+        assert "1 warning" in text and "suggested change: generation.max_completion_length=64" in text
+        assert "the probe's numbers (before step 1): pass_0 0  truncated 0.94" in text
+        app.exit()
+
+
 @pytest.mark.slow
 async def test_a_applies_the_suggested_change_and_the_run_changes(tmp_path, tiny_model):
     """The real worker, completions cut at 4 tokens: the doctor's truncation finding suggests a longer
@@ -94,3 +109,15 @@ async def test_a_applies_the_suggested_change_and_the_run_changes(tmp_path, tiny
         [(longest,)] = query(db, "SELECT max(num_tokens) FROM generations WHERE step >= ?", change.step)
         assert longest > 4  # completions may now run past the old limit
         app.exit()
+
+
+def test_the_probe_counts_in_the_header_badge_until_step_1():
+    from grpo_tui.protocol import messages as m
+    from grpo_tui.tui.state import RunState
+    from grpo_tui.tui.widgets.run_header import health_badge
+
+    state = RunState(clock=lambda: 0.0)
+    state.apply(m.Finding(name="probe", severity="warning", step=0, since=0, message="cut"))
+    assert health_badge(state)[0] == "⚕ 1 warning"
+    state.step = 1  # the run's own findings from here on; the probe stays on the Doctor tab
+    assert health_badge(state)[0] == "✓ ok (doctor)"

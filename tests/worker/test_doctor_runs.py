@@ -117,3 +117,25 @@ def test_check_probe_says_in_one_sentence_whether_a_run_will_learn(tmp_path, tin
     config.write_text(dumps(quick.to_dict()))
     never = check_probe(config)
     assert never.returncode == 10 and "never earn a reward" in never.stdout.splitlines()[-1]
+
+
+def test_doctor_probe_true_says_the_probe_before_step_1(tmp_path, tiny_model):
+    """[doctor] probe = true: the probe's measurement, as the finding "probe" at step 0, before the
+    first step (run.jsonl, the store); completions cut at 3 tokens: a warning and the change."""
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                          generation={"max_completion_length": 3}, training={"max_steps": 1, "silent_patience": 0},
+                          doctor={"probe": True, "probe_prompts": 4})
+    worker, code = run(config)
+    assert code == 0, worker.stderr.decode()[-2000:]
+    lines = (tmp_path / "out" / "run.jsonl").read_bytes().splitlines()
+    from grpo_tui.protocol.codec import decode_event
+
+    frames = [decode_event(line) for line in lines]
+    [probe] = [f for f in frames if isinstance(f, m.Finding) and f.name == "probe"]
+    first_step = next(i for i, f in enumerate(frames) if isinstance(f, m.Step))
+    assert frames.index(probe) < first_step and (probe.step, probe.since, probe.severity) == (0, 0, "warning")
+    assert "100 % of completions are cut at max_completion_length = 3: set it to at least" in probe.message
+    assert probe.suggestion is not None and probe.suggestion.startswith("generation.max_completion_length=")
+    assert probe.numbers["truncated"] == 1.0 and "step_seconds" in probe.numbers
+    db = tmp_path / "out" / "outputs.db"
+    assert query(db, "SELECT name, severity, since FROM findings WHERE name = 'probe'") == [("probe", "warning", 0)]

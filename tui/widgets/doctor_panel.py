@@ -136,6 +136,8 @@ class DoctorPanel(Vertical):
         chart.update(self._chart(finding))
 
     def _chart(self, finding: m.Finding) -> Group | Text:
+        if finding.name == "probe":  # measured before step 1: numbers, no curve
+            return Text("the probe's numbers (before step 1): " + numbers_text(finding), "dim")
         column, title = SIGNALS.get(finding.name, ("reward", "reward"))
         width = max(self.size.width - 2, 20)
         if self.book is None or not len(self.book):

@@ -13,7 +13,8 @@ from grpo_tui.tui.tidy import tidy
 
 def health_badge(state: RunState) -> tuple[str, str]:
     """"2 warnings · 1 critical" (what holds now) and its style, from the run doctor's findings."""
-    counts = {level: sum(f.severity == level for f in state.findings.values()) for level in ("critical", "warning", "info")}
+    held = [f for f in state.findings.values() if f.name != "probe" or state.step == 0]  # the probe: until step 1
+    counts = {level: sum(f.severity == level for f in held) for level in ("critical", "warning", "info")}
     if not counts["critical"] and not counts["warning"]:
         return "✓ ok (doctor)", "green"
     parts = [f"{n} {level}" + ("s" if n > 1 and level == "warning" else "") for level, n in counts.items() if n and level != "info"]
