@@ -27,6 +27,7 @@ EXTRAS = (
     "prompt_tokens",  # rendered prompt token counts
     "num_tool_calls",  # with [[tools]]: tool calls run during the completion
     "failed_tool_calls",  # with [[tools]]: those that returned an error (bad call, exception, timeout)
+    "environments",  # with [environment]: each completion's environment instance (TRL's)
     "log_metric",  # log_metric(name, value): a scalar averaged per step into the step metrics
     "log_extra",  # log_extra(name, values): one text per completion, kept with the generations
 )

@@ -176,6 +176,8 @@ def test_each_rollout_calls_its_own_instance_and_reads_the_result_as_a_tool_mess
 
     model = build_tool_calling_model(tmp_path / "model")  # every turn calls add(a=1, b=2)
     (tmp_path / "counter.py").write_text(COUNTER)
+    (tmp_path / "rewards.py").write_text("def calls(completions, environments, **kwargs):\n"
+                                         "    return [float(e.calls) for e in environments]\n")  # TRL's environments argument
     (tmp_path / "data.jsonl").write_text('{"prompt": "Add. "}\n{"prompt": "More. "}\n')
     (tmp_path / "config.toml").write_text(f"""
 [model]
@@ -185,6 +187,8 @@ path = "data.jsonl"
 [environment]
 class = "counter.py:Counter"
 args = {{ offset = 10 }}
+[[rewards]]
+function = "rewards.py:calls"
 [grpo]
 group_size = 2
 [generation]
@@ -207,6 +211,7 @@ output_dir = "out"
         results = [t for t in json.loads(turns) if t["role"] == "tool"]
         assert results and all(t["content"] == "13" for t in results)  # the instance's own offset (args)
         assert json.loads(details)["Counter"] == float(len(results))  # one instance per rollout: its calls alone
+        assert json.loads(details)["calls"] == float(len(results))  # the reward function read the same instance
 
 
 GUESS = '''

@@ -259,6 +259,12 @@ def row_tools(environment: Environments | None, episodes: list[Episode] | None, 
     return [RowTools({t.name: t for t in [*tools, *e.tools]}, e.env.responder(e.instance)) for e in chosen]
 
 
+def instances(episodes: list[Episode] | None, first: int) -> list[Any] | None:
+    """The environment instances of the rollouts from ``first`` on: reward functions' ``environments``
+    argument (TRL's), one per completion."""
+    return None if episodes is None else [e.instance for e in episodes[first:]]
+
+
 def add_rewards(environment: Environments | None, episodes: list[Episode] | None, first: int,
                 totals: list[float | None], per_fn: dict[str, list[float | None]], warn: Callable[[str], None],
                 ) -> tuple[list[float | None], dict[str, list[float | None]]]:

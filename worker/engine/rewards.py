@@ -564,6 +564,7 @@ def score(
 
 def score_completions(rewards: list[Reward], owners: list[Example], completions: list[Completion],
                       state: TrainerState, max_completion_length: int, *, with_tools: bool,
+                      environments: list[Any] | None = None,
                       warn: Callable[[str], None]) -> tuple[list[float | None], dict[str, list[float | None]], StepLog]:
     """Score rollout completions (each of prompt ``owners[i]``) as TRL's trainer does: (weighted
     sums, per-function scores, what the functions logged). The extras are worked out here from the
@@ -580,6 +581,8 @@ def score_completions(rewards: list[Reward], owners: list[Example], completions:
     }
     logged = StepLog(len(completions), warn)
     conversations = None
+    if environments is not None:  # [environment]: each completion's instance (TRL's `environments`)
+        extras["environments"] = environments[:len(completions)]
     if with_tools:
         extras["num_tool_calls"] = [sum(t.role == "tool" for t in c.turns) for c in completions]
         extras["failed_tool_calls"] = [sum(t.role == "tool" and t.error is not None for t in c.turns)

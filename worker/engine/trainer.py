@@ -239,7 +239,7 @@ class Trainer:
         on_phase("scoring")
         t0 = time.perf_counter()
         owners = [examples[mine.start + c.prompt_index] for c in completions]
-        totals, per_fn, logged = self.score(owners, completions, step)
+        totals, per_fn, logged = self.score(owners, completions, step, environments.instances(episodes, mine.start * cfg.grpo.group_size))
         totals, per_fn = environments.add_rewards(self.environment, episodes, mine.start * cfg.grpo.group_size, totals, per_fn,
                                                   lambda message: self.log("warning", message))
         # Every rank's scored completions (and what its reward functions logged), so what follows
@@ -291,10 +291,10 @@ class Trainer:
         for sentence in timed_calls.take_reports():
             self.log("warning", sentence)
 
-    def score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1):
-        """(weighted sums, per-function scores, what the functions logged) for TRL-style calls."""
+    def score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1, envs: list | None = None):
+        """(weighted sums, per-function scores, what the functions logged) for TRL-style calls; ``envs``: each one's episode."""
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
-        return score_completions(self.rewards, owners, completions, state, self.config.generation.max_completion_length,
+        return score_completions(self.rewards, owners, completions, state, self.config.generation.max_completion_length, environments=envs,
                                  with_tools=bool(self.tools or self.environment), warn=lambda message: self.log("warning", message))
 
     # ------------------------------------------------------------ evaluation
@@ -314,7 +314,7 @@ class Trainer:
         examples, episodes = environments.start(self.environment, examples, (seed or 0, -1, indices[0]), num_samples, self.tokenizer)
         completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy,
                                     row_tools=environments.row_tools(self.environment, episodes, self.tools, range(len(examples)), num_samples))
-        totals, per_fn, _ = self.score([examples[c.prompt_index] for c in completions], completions)
+        totals, per_fn, _ = self.score([examples[c.prompt_index] for c in completions], completions, 1, environments.instances(episodes, 0))
         totals, per_fn = environments.add_rewards(self.environment, episodes, 0, totals, per_fn, lambda s: self.log("warning", s))
         return EvalBatch(per_fn, totals, [c.model_tokens for c in completions], [c.finish_reason for c in completions])
 
