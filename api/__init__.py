@@ -11,6 +11,8 @@ The Python API is shaped like TRL's (docs/python-api.md)::
 It writes a TOML config and runs the same worker process as ``grpo-tui run`` / ``grpo-tui worker``.
 ``Engine(config)`` runs the same trainer in this process instead, one phase at a time (``generate``,
 ``score``, ``train_step``).
+TRL's script helpers (``ScriptArguments``, ``ModelConfig``, ``TrlParser``, ``get_peft_config``, ...)
+are here too, and TRL's reward functions in ``grpo_tui.rewards``.
 ``grpo_tui.protocol``, ``grpo_tui.worker`` and ``grpo_tui.tui`` are the packages underneath.
 """
 
@@ -18,12 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_tui.protocol import __version__
 
+_SCRIPTS = ("DatasetConfig", "DatasetMixtureConfig", "ModelConfig", "ScriptArguments", "TrlParser", "get_dataset",
+            "get_kbit_device_map", "get_peft_config", "get_quantization_config")
+
 if TYPE_CHECKING:
+    from grpo_tui.callbacks import TrainerControl
     from grpo_tui.config import GRPOConfig
+    from grpo_tui.scripts import (DatasetConfig, DatasetMixtureConfig, ModelConfig, ScriptArguments, TrlParser,
+                                  get_dataset, get_kbit_device_map, get_peft_config, get_quantization_config)
     from grpo_tui.trainer import GRPOTrainer, TrainerState, TrainingError
     from grpo_tui.worker.engine.stepwise import Engine
 
-__all__ = ["Engine", "GRPOConfig", "GRPOTrainer", "TrainerState", "TrainingError", "__version__"]
+__all__ = ["Engine", "GRPOConfig", "GRPOTrainer", "TrainerControl", "TrainerState", "TrainingError", "__version__",
+           *_SCRIPTS]
 
 
 def __getattr__(name: str) -> Any:
@@ -37,6 +46,14 @@ def __getattr__(name: str) -> Any:
         from grpo_tui import trainer
 
         return getattr(trainer, name)
+    if name in _SCRIPTS:  # TRL's script helpers (trl/scripts/grpo.py's skeleton)
+        from grpo_tui import scripts
+
+        return getattr(scripts, name)
+    if name == "TrainerControl":
+        from grpo_tui.callbacks import TrainerControl
+
+        return TrainerControl
     if name == "Engine":  # the engine in this process, step by step: MLX comes in here
         from grpo_tui.worker.engine.stepwise import Engine
 

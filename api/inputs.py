@@ -168,7 +168,8 @@ def _is_dataframe(value: Any) -> bool:
 
 
 _PEFT_REFUSED: dict[str, Any] = {"use_dora": False, "use_rslora": False, "modules_to_save": None, "bias": "none",
-                 "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {}}
+                                 "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {},
+                                 "target_parameters": None}
 _PEFT_TASKS = (None, "CAUSAL_LM")
 
 
@@ -221,6 +222,8 @@ def _match_modules(targets: Any, model_path: str) -> list[str] | None:
             return None  # another architecture: mlx-lm's own default
     if modules is None:  # not a local folder (a hub id not yet downloaded): names as given
         return sorted(targets) if not isinstance(targets, str) else None if targets == "all-linear" else [targets]
+    if isinstance(targets, str) and re.fullmatch(r"[A-Za-z_][\w.]*", targets) and targets != "all-linear":
+        targets = [targets]  # one module name (TRL's ModelConfig makes a one-name list a string)
     if isinstance(targets, str):
         if targets == "all-linear":
             return sorted(modules)

@@ -46,3 +46,24 @@ def test_open_r1_len_reward_verbatim(tmp_path):
     trainer.train()
     entries = [e for e in trainer.state.log_history if "reward" in e]
     assert [e["step"] for e in entries] == [1, 2] and all("rewards/len_reward/mean" in e for e in entries)
+
+
+def test_grpo_tui_rewards_give_trl_s_documented_results(monkeypatch):
+    """The examples of TRL's docstrings (trl/rewards), and the math_verify-free fallback."""
+    import grpo_tui.rewards as rewards
+
+    boxed = [[{"role": "assistant", "content": r"My answer is \boxed{\frac{1}{3}}"}],
+             [{"role": "assistant", "content": r"My answer is \boxed{\frac{1}{2}}"}]]
+    if "math_verify" in __import__("sys").modules or rewards._has_math_verify():
+        assert rewards.accuracy_reward(boxed, [r"\frac{1}{3}", r"\frac{1}{3}"]) == [1.0, 0.0]
+    assert rewards.think_format_reward([[{"content": "<think>\nThis is my reasoning.\n</think>\nThis is my answer."}],
+                                        [{"content": "<think>\nThis is my reasoning.\nThis is my answer."}]]) == [1.0, 0.0]
+    assert rewards.get_soft_overlong_punishment(max_completion_len=100, soft_punish_cache=20)([[1] * 90]) == [-0.5]
+    assert rewards.get_repetition_penalty_reward(ngram_size=2)([[1, 2, 3, 4], [5, 5, 5, 5, 5]]) == [0.0, -0.75]
+    cosine = rewards.get_cosine_scaled_reward(max_len=100)
+    assert cosine(boxed, [r"\frac{1}{3}"] * 2, [[1] * 50] * 2) == pytest.approx([0.75, -0.75])
+    monkeypatch.setattr(rewards, "_has_math_verify", lambda: False)
+    if rewards.accuracy_reward is rewards._own_accuracy_reward:  # ours (TRL not installed): without math_verify too
+        assert rewards.accuracy_reward(boxed, [r"\frac{1}{3}", r"\frac{1}{3}"]) == [1.0, 0.0]
+        assert rewards.accuracy_reward(["so 4", "5"], ["4", "4"]) == [1.0, 0.0]
+        assert rewards.accuracy_reward.__name__ == "accuracy_reward"
