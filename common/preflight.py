@@ -324,8 +324,12 @@ def import_problem(spec: str) -> str | None:
 
 
 def import_problems(config: Config, *, tools: bool) -> list[str]:
-    """The tool files (``tools``) or the reward files that do not import, or lack their function."""
-    specs = ([(f"tools[{i}].function: ", t.function) for i, t in enumerate(config.tools)] if tools
+    """The tool and ``[environment]`` files (``tools``) or the reward files that do not import, or
+    lack their function (a class)."""
+    env = config.environment
+    classes = [] if env is None else [("environment.class: ", env.class_)] if env.class_ is not None else \
+        [(f"environment.classes.{n}: ", s) for n, s in env.classes.items()]
+    specs = ([(f"tools[{i}].function: ", t.function) for i, t in enumerate(config.tools)] + classes if tools
              else [("reward ", r.function) for r in config.rewards if r.function is not None])
     for key, spec in specs:
         if spec.rsplit(":", 1)[0].endswith(".py") and (problem := import_problem(spec)) is not None:

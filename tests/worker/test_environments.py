@@ -386,3 +386,12 @@ def test_eval_runs_the_environments_episodes_and_reports_get_rewards_column(tmp_
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     evals = [line for line in out.stdout.splitlines() if line.startswith("eval at step")]
     assert len(evals) == 2 and all("| Game " in line and "4 prompts" in line for line in evals), evals
+
+
+def test_check_says_an_environment_class_that_is_not_in_its_file(tmp_path):
+    _run(tmp_path, '[environment]\nclass = "env.py:Faulty"')  # writes the run's files
+    (tmp_path / "config.toml").write_text((tmp_path / "config.toml").read_text().replace("env.py:Faulty", "env.py:Missing"))
+    out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "check", str(tmp_path / "config.toml")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == Exit.MISTAKE and out.stderr.count("\n") == 1
+    assert "environment.class: " in out.stderr and "'Missing' is not a function in" in out.stderr
