@@ -199,9 +199,8 @@ class GrpoApp(App[int]):
         def charts(app: GrpoApp) -> Widget:
             from grpo_tui.tui.widgets.charts_view import ChartsView
 
-            view = ChartsView(app.state.book, app.state.spread, app.dashboard.compared, id="charts-view")
-            view.settings.change(smoothing=app.query_one(RewardChart).smoothing)  # one EMA for both
-            return view
+            return ChartsView(app.state.book, app.state.spread, app.dashboard.compared, app.dashboard.chart_settings,
+                              id="charts-view")
 
         return {
             "samples": lambda app: SamplesPanel(id="samples-panel"), "logs": lambda app: LogsPanel(id="logs-panel"),

@@ -30,6 +30,31 @@ HEAT = tuple(
 )
 
 
+SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)  # [ and ] step through them
+
+
+@dataclass
+class ChartSettings:
+    """What every chart of the dashboard shares, in one place: the EMA factor (``[`` ``]``) and the
+    Charts tab's step window (``w``). ``version`` moves on every change: part of each chart's cache key."""
+
+    smoothing: float = 0.6
+    window: int | None = 100  # the last N steps; None: the whole run
+    version: int = 0
+
+    def change(self, **values: object) -> None:
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.version += 1
+
+    def step_smoothing(self, direction: int) -> float:
+        """The next smoothing level up (+1) or down (-1); returns the new factor."""
+        levels = SMOOTHING_LEVELS
+        i = min(range(len(levels)), key=lambda k: abs(levels[k] - self.smoothing))
+        self.change(smoothing=levels[max(0, min(len(levels) - 1, i + direction))])
+        return self.smoothing
+
+
 @dataclass(frozen=True)
 class Series:
     label: str

@@ -21,6 +21,7 @@ from grpo_tui.protocol.config_overrides import parse_key
 from grpo_tui.protocol.control import LIVE_STATUSES
 from grpo_tui.protocol.messages import finite
 from grpo_tui.tui.format import duration
+from grpo_tui.tui.plot import Series
 from grpo_tui.tui.run_events import (
     DashboardEvent,
     DashboardNote,
@@ -148,12 +149,9 @@ class RunState:
     complete: m.Complete | None = None
     started_at: float = 0.0
     ended_at: float | None = None
-    history_steps: deque[int] = field(default_factory=lambda: deque(maxlen=HISTORY_LIMIT))
-    history: dict[str, deque[float | None]] = field(
-        default_factory=lambda: {key: deque(maxlen=HISTORY_LIMIT) for key, _ in METRICS}
-    )
     step_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ETA_WINDOW))
-    book: SeriesBook = field(default_factory=SeriesBook)  # every metric of every step: the Charts tab
+    # every metric of every step: the one home of the history the tiles, the main chart and the Charts tab draw
+    book: SeriesBook = field(default_factory=SeriesBook)
     spread: RewardSpread = field(default_factory=RewardSpread)  # each step's completion rewards
 
     def __post_init__(self) -> None:
@@ -194,10 +192,16 @@ class RunState:
         per_step = sum(self.step_ms) / len(self.step_ms) / 1000.0
         return max(self.total_steps - self.step, 0) * per_step
 
-    def series(self, key: str) -> list[float | None]:
-        return list(self.history[key])
+    @property
+    def history_steps(self) -> deque[int]:
+        """The steps of the history kept (the last ``HISTORY_LIMIT``), in order."""
+        return self.book.steps
 
-    def eval_curves(self) -> list[tuple[str, list[int], list[float | None]]]:
+    def series(self, key: str) -> list[float | None]:
+        """One metric over ``history_steps`` (None where a step lacks it)."""
+        return self.book.column(key)
+
+    def eval_curves(self) -> list[Series]:
         """The eval curves, (label, steps, values) each: one per decoding mode the run evaluates
         (greedy first; ``eval.also_sampled`` makes two), accuracy when the run has an accuracy reward."""
         key = "accuracy" if any(e.accuracy is not None for e in self.evals) else "reward"
@@ -206,8 +210,8 @@ class RunState:
         for greedy in modes:
             of_mode = [e for e in self.evals if e.greedy == greedy]
             label = f"eval {key}" if len(modes) == 1 else f"eval {'greedy' if greedy else 'sampled'} {key}"
-            curves.append((label, [e.step for e in of_mode], [finite(getattr(e, key)) for e in of_mode]))
-        return curves or [(f"eval {key}", [], [])]
+            curves.append(Series(label, [e.step for e in of_mode], [finite(getattr(e, key)) for e in of_mode]))
+        return curves or [Series(f"eval {key}", [], [])]
 
     def live_settings(self, file: Config) -> list[tuple[str, str, str]]:
         """The ``t`` screen's rows: each live key, its value now (the worker's config, the live changes
@@ -341,10 +345,7 @@ class RunState:
     def _on_resume_state(self, e: m.ResumeState) -> set[Part]:
         self.step, self.epoch, self.total_epochs = e.step, e.epoch, max(e.total_epochs, 1)
         self.step_in_epoch, self.steps_per_epoch = e.step_in_epoch, e.steps_per_epoch
-        self.history_steps.clear()
         self.evals = []  # the worker sends the stored ones again after resume_state
-        for values in self.history.values():
-            values.clear()
         self.book.clear()
         self.spread.clear()
         self.changes = list(e.changes)  # the live changes the run goes on with
@@ -385,9 +386,6 @@ class RunState:
             self.step_ms.append(sum(p or 0.0 for p in parts))
 
     def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
-        self.history_steps.append(step)
-        for key, _ in METRICS:
-            self.history[key].append(finite(getattr(row, key)))
         self.book.append_step(step, row)
 
     def _on_sample(self, e: m.Sample) -> set[Part]:

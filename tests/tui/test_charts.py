@@ -155,7 +155,8 @@ async def test_charts_view_keys_window_move_zoom():
         assert app.screen.maximized.size.height > 30
         await pilot.press("escape")
         assert app.screen.maximized is None
-        view.set_smoothing(0.0)
+        view.settings.change(smoothing=0.0)
+        view.settings_changed()
         assert "EMA 0" in str(view.query_one("#charts-bar").render())
 
 

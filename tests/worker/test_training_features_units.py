@@ -102,6 +102,7 @@ def test_eval_tally_pass_at_k() -> None:
 
 
 def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:
+    from grpo_tui.tui.plot import Series
     from grpo_tui.tui.state import RunState
 
     state = RunState(clock=lambda: 0.0)
@@ -110,14 +111,14 @@ def test_dashboard_state_keeps_evals_and_flags_a_slow_blas() -> None:
     state.apply(m.Eval(step=0, accuracy=0.25, rewards={"accuracy": 0.25}))
     state.apply(m.Eval(step=50, accuracy=0.5, rewards={"accuracy": 0.5}))
     state.apply(m.Eval(step=50, accuracy=0.75, rewards={"accuracy": 0.75}))  # replayed after a resume
-    assert state.eval_curves()[0] == ("eval accuracy", [0, 50], [0.25, 0.75])
+    assert state.eval_curves()[0] == Series("eval accuracy", [0, 50], [0.25, 0.75])
     state.apply(m.Eval(step=50, accuracy=0.125, greedy=False))  # eval.also_sampled's second pass
-    assert state.eval_curves() == [("eval greedy accuracy", [0, 50], [0.25, 0.75]),
-                                   ("eval sampled accuracy", [50], [0.125])]
+    assert state.eval_curves() == [Series("eval greedy accuracy", [0, 50], [0.25, 0.75]),
+                                   Series("eval sampled accuracy", [50], [0.125])]
     assert state.eval_curves()[0] == state.eval_curves()[0]
     only_reward = RunState(clock=lambda: 0.0)
     only_reward.apply(m.Eval(step=2, reward=1.5))
-    assert only_reward.eval_curves() == [("eval reward", [2], [1.5])]
+    assert only_reward.eval_curves() == [Series("eval reward", [2], [1.5])]
 
 
 BASE = '[model]\npath = "org/model"\n[data]\npath = "d.jsonl"\n[[rewards]]\nname = "accuracy"\n'

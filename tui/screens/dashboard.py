@@ -36,6 +36,7 @@ from grpo_tui.tui.compare import CompareError
 from grpo_tui.tui.compared_runs import RUN_STYLES, ComparedRun, ComparedRuns, candidates, open_run, read_new
 from grpo_tui.tui.db.filters import evidence_filter
 from grpo_tui.tui.format import eval_note
+from grpo_tui.tui.plot import ChartSettings
 from grpo_tui.tui.keys import DASHBOARD_KEYS, TAB_FOCUS, VIEW_ACTIONS
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, RunState
 from grpo_tui.tui.steering import Steering
@@ -71,6 +72,7 @@ class DashboardScreen(Screen[None]):
         self._banner_note: str | None = ZERO_STD_NOTE
         self._footer_status = ""
         self.compared = ComparedRuns()  # C: other runs over the charts, shared by the main chart and the Charts tab
+        self.chart_settings = ChartSettings()  # one EMA (and window) for the main chart and the Charts tab
         self.compare_at_start: list[Path] = []  # grpo-tui attach --compare
 
     def on_resize(self, event: events.Resize) -> None:
@@ -80,7 +82,8 @@ class DashboardScreen(Screen[None]):
             self.app.push_screen(TooSmallScreen())
 
     def on_mount(self) -> None:
-        self.query_one(RewardChart).compared = self.compared
+        chart = self.query_one(RewardChart)
+        chart.compared, chart.settings = self.compared, self.chart_settings
         self.set_interval(COMPARE_POLL_S, self._poll_compared)
         if self.compare_at_start:
             self.compare_with(self.compare_at_start)
@@ -118,12 +121,12 @@ class DashboardScreen(Screen[None]):
         s = self.state
         for key, _ in METRICS:
             note = "(no signal)" if key == "loss" and s.zero_std else ""
-            self.query_one(f"#tile-{key}", MetricTile).show(s.history[key], note)
+            self.query_one(f"#tile-{key}", MetricTile).show(s.series(key), note)
         evals = s.eval_curves()
         self.query_one(RewardChart).show(list(s.history_steps), s.series("reward"), s.series("loss"), evals,
                                          marks=s.book.marks)
         for tile in self.query("#tile-eval").results(MetricTile):
-            tile.show(evals[0][2], eval_note(s.evals))
+            tile.show(evals[0].values, eval_note(s.evals))
         banner = self.query_one("#zero-std", Static)
         said = s.no_signal_note
         if said is not None and said != self._banner_note:
@@ -222,9 +225,10 @@ class DashboardScreen(Screen[None]):
         self.query_one(LogsPanel).cycle_level()
 
     def action_smoothing(self, direction: int) -> None:
-        value = self.query_one(RewardChart).change_smoothing(direction)
-        for charts in self.query("#charts-view"):  # one EMA for the main chart and the Charts tab
-            charts.set_smoothing(value)  # type: ignore[attr-defined]
+        value = self.chart_settings.step_smoothing(direction)  # one EMA for the main chart and the Charts tab
+        self.query_one(RewardChart).settings_changed()
+        for charts in self.query("#charts-view"):
+            charts.settings_changed()  # type: ignore[attr-defined]
         self.notify(f"chart smoothing (EMA) {value:g}", timeout=2)
 
     def action_open_sample(self) -> None:

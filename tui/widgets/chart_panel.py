@@ -10,7 +10,6 @@ the step where this run's window starts.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from rich.console import Group
 from rich.text import Text
@@ -20,24 +19,10 @@ from textual.widget import Widget
 
 from grpo_tui.tui.compared_runs import THIS_RUN_STYLE, ComparedRuns
 from grpo_tui.tui.format import number
-from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
+from grpo_tui.tui.plot import LINE_COLORS, ChartSettings, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
 from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
-
-
-@dataclass
-class ChartSettings:
-    """What every chart of the tab shares: the EMA factor (the main chart's) and the step window."""
-
-    smoothing: float = 0.6
-    window: int | None = 100  # the last N steps; None: the whole run
-    version: int = 0  # bumped on every change, part of each panel's cache key
-
-    def change(self, **values: object) -> None:
-        for name, value in values.items():
-            setattr(self, name, value)
-        self.version += 1
 
 
 class Move(Message):

@@ -21,7 +21,8 @@ from textual.widgets import Static
 from grpo_tui.tui.compared_runs import ComparedRuns
 from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
 from grpo_tui.tui.tidy import tidy
-from grpo_tui.tui.widgets.chart_panel import ChartPanel, ChartSettings, Move
+from grpo_tui.tui.plot import ChartSettings
+from grpo_tui.tui.widgets.chart_panel import ChartPanel, Move
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 
 REDRAW_INTERVAL_S = 0.25  # a look four times a second: each chart redraws at most every 0.5 s
@@ -53,9 +54,9 @@ class ChartsView(Vertical):
     ]
 
     def __init__(self, book: SeriesBook | None = None, spread: RewardSpread | None = None,
-                 compared: ComparedRuns | None = None, **kwargs: object) -> None:
+                 compared: ComparedRuns | None = None, settings: ChartSettings | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.settings = ChartSettings()
+        self.settings = settings if settings is not None else ChartSettings()  # the main chart's too (one EMA)
         self.compared = compared  # other runs over the step charts (C; not over eval groups' own books)
         self.book = book if book is not None else SeriesBook()
         self.spread = spread if spread is not None else RewardSpread()
@@ -92,11 +93,10 @@ class ChartsView(Vertical):
             self.query_one("#charts-scroll").mount_all(self._group_widgets(spec))
             self.call_after_refresh(self._sync)
 
-    def set_smoothing(self, smoothing: float) -> None:
-        if smoothing != self.settings.smoothing:
-            self.settings.change(smoothing=smoothing)
-            self._show_bar()
-            self._redraw()
+    def settings_changed(self) -> None:
+        """The shared settings moved (the smoothing keys): the bar and the charts in view again."""
+        self._show_bar()
+        self._redraw()
 
     # ------------------------------------------------------------ redrawing
 

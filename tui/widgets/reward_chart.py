@@ -19,12 +19,10 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from grpo_tui.tui.compared_runs import THIS_RUN_STYLE, ComparedRuns
-from grpo_tui.tui.plot import LINE_COLORS, Series, line_chart
+from grpo_tui.tui.plot import LINE_COLORS, ChartSettings, Series, line_chart
 from grpo_tui.tui.state import ema
 from grpo_tui.tui.tidy import tidy
 from grpo_tui.tui.widgets.text_strips import text_strips
-
-SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
 
 class RewardChart(Widget):
     DEFAULT_CSS = """
@@ -34,12 +32,12 @@ class RewardChart(Widget):
     }
     """
 
-    def __init__(self, smoothing: float = 0.6, **kwargs: object) -> None:
+    def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.smoothing = smoothing
+        self.settings = ChartSettings()  # the dashboard screen hands the one it shares with the Charts tab
         self.compared = ComparedRuns()  # the dashboard screen hands its own (attributes down)
         self._data: tuple[list[int], list[float | None], list[float | None]] = ([], [], [])
-        self._evals: list[tuple[str, list[int], list[float | None]]] = []
+        self._evals: list[Series] = []
         self._marks: list[tuple[int, str]] = []
         self._version = 0  # bumped by show(); the drawing keeps the version it shows
         self._key: tuple[object, ...] | None = None  # what the drawing shows (``_cache_key()``)
@@ -47,8 +45,12 @@ class RewardChart(Widget):
         self._drawing: list[Strip] = []
         self._title()
 
-    def _shown_evals(self) -> list[tuple[str, list[int], list[float | None]]]:
-        return [curve for curve in self._evals if any(v is not None for v in curve[2])]
+    @property
+    def smoothing(self) -> float:
+        return self.settings.smoothing
+
+    def _shown_evals(self) -> list[Series]:
+        return [curve for curve in self._evals if any(v is not None for v in curve.values)]
 
     def _title(self) -> None:
         if self.compared.runs:
@@ -61,7 +63,7 @@ class RewardChart(Widget):
         evals = self._shown_evals()
         names = [("reward", " (left) · ")]
         if evals:
-            names = [("reward", " · "), *((label, " · ") for label, _, _ in evals[:-1]), (evals[-1][0], " (left) · ")]
+            names = [("reward", " · "), *((curve.label, " · ") for curve in evals[:-1]), (evals[-1].label, " (left) · ")]
         names.append(("loss", " (right) · "))
         parts = []
         for i, (name, after) in enumerate(names):
@@ -69,28 +71,25 @@ class RewardChart(Widget):
         self.border_title = tidy(Text.assemble(*parts, f"EMA {self.smoothing:g} · [ ] to change"))
 
     def _cache_key(self) -> tuple[object, ...]:
-        return (self._version, self.compared.version, self.smoothing, self.content_size.width, self.content_size.height)
+        return (self._version, self.compared.version, self.settings.version, self.content_size.width,
+                self.content_size.height)
 
     @property
     def up_to_date(self) -> bool:
         """False while new data waits for the next redraw (a chart off screen has nothing to wait for)."""
         return self._key == self._cache_key() or not self.is_on_screen
 
-    def change_smoothing(self, direction: int) -> float:
-        """Step to the next smoothing level up (+1) or down (-1); returns the new factor."""
-        levels = SMOOTHING_LEVELS
-        i = min(range(len(levels)), key=lambda k: abs(levels[k] - self.smoothing))
-        self.smoothing = levels[max(0, min(len(levels) - 1, i + direction))]
+    def settings_changed(self) -> None:
+        """The shared settings moved (the smoothing keys)."""
         self._title()
         self.refresh()
-        return self.smoothing
 
     def show(
         self, steps: Sequence[int], reward: Sequence[float | None], loss: Sequence[float | None],
-        evals: list[tuple[str, list[int], list[float | None]]] | None = None,
+        evals: list[Series] | None = None,
         marks: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """Reward and loss per step; ``evals`` [(label, steps, values)] adds the held-out curves;
+        """Reward and loss per step; ``evals`` adds the held-out curves (one point per evaluation);
         ``marks`` (step, label) ticks the x axis at each live change."""
         self._data = (list(steps), list(reward), list(loss))
         self._marks = list(marks)
@@ -116,7 +115,7 @@ class RewardChart(Widget):
                 size.width, size.height, marks=self._marks)
         return line_chart(
             [Series("reward", steps, ema(reward, self.smoothing)),
-             *(Series(*curve) for curve in self._shown_evals())],  # one point per evaluation, not smoothed
+             *self._shown_evals()],  # one point per evaluation, not smoothed
             size.width, size.height,
             right=[Series("loss", steps, ema(loss, self.smoothing))], marks=self._marks,
         )

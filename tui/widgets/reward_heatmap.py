@@ -13,7 +13,8 @@ from rich.text import Text
 from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip
 from grpo_tui.tui.series import RewardSpread
 from grpo_tui.tui.tidy import tidy
-from grpo_tui.tui.widgets.chart_panel import CachedChart, ChartSettings
+from grpo_tui.tui.plot import ChartSettings
+from grpo_tui.tui.widgets.chart_panel import CachedChart
 
 TITLE = "reward distribution per step"
 
