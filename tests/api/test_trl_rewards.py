@@ -15,6 +15,9 @@ def on_main_thread(completions, **kwargs):
     import threading
 
     signal.signal(signal.SIGALRM, signal.getsignal(signal.SIGALRM))  # raises off the main thread
+    import asyncio
+
+    asyncio.run(asyncio.sleep(0))  # a reward's own event loop, as on TRL's main thread
     return [float(threading.current_thread() is threading.main_thread())] * len(completions)
 
 

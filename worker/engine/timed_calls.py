@@ -202,10 +202,16 @@ def _hand_to_main(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: flo
     def run() -> None:
         if not done.set_running_or_notify_cancel():
             return
+        # the loop is blocked while the call runs: hidden from it, so that a reward may asyncio.run()
+        # its own coroutines, as on TRL's main thread, where no loop runs
+        running = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(None)
         try:
             done.set_result(_on_main(fn, kwargs, timeout_s))
         except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread
             done.set_exception(exc)
+        finally:
+            asyncio.events._set_running_loop(running)
 
     try:
         loop.call_soon_threadsafe(run)
