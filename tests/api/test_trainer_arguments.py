@@ -111,3 +111,17 @@ def test_what_trl_refuses_is_a_training_error(tmp_path, monkeypatch):
                     peft_config={"r": 8, "use_dora": True}).write_config()
     with pytest.raises(TrainingError, match="processing_class: a tokenizer from 'gpt2'"):
         GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", processing_class="gpt2")
+
+
+def test_a_callback_that_raises_stops_the_run_and_train_raises_it(tmp_path):
+    class Broken:
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                raise LookupError("no such metric")
+
+    rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(8)]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", train_dataset=rows, callbacks=[Broken()],
+                          args=quick_args(tmp_path, max_steps=6, save_steps=0))
+    with pytest.raises(LookupError, match="no such metric"):
+        trainer.train()
+    assert trainer.state.global_step == 2 and trainer.state.last_checkpoint is not None  # stopped there, saved
