@@ -395,3 +395,53 @@ def test_check_says_an_environment_class_that_is_not_in_its_file(tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == Exit.MISTAKE and out.stderr.count("\n") == 1
     assert "environment.class: " in out.stderr and "'Missing' is not a function in" in out.stderr
+
+
+BUILDS = '''
+import os
+
+
+class Pooled:
+    built = 0
+
+    def __init__(self):
+        Pooled.built += 1
+        with open(os.environ["BUILDS_FILE"], "a") as f:
+            f.write("built\\n")
+
+    def reset(self, **row):
+        return None
+
+    def get_reward(self):
+        return 1.0
+'''
+
+
+def test_instances_are_built_once_and_reset_for_each_episode_as_trl_pools_them(tmp_path):
+    (tmp_path / "pooled.py").write_text(BUILDS)
+    (tmp_path / "data.jsonl").write_text('{"prompt": "Go."}\n{"prompt": "Now."}\n')
+    (tmp_path / "config.toml").write_text(f"""
+[model]
+path = "{AGENT}"
+[data]
+path = "data.jsonl"
+[environment]
+class = "pooled.py:Pooled"
+[grpo]
+group_size = 2
+[generation]
+max_completion_length = 8
+[training]
+batch_size = 2
+max_steps = 3
+silent_patience = 0
+[checkpoint]
+output_dir = "out"
+""")
+    import os
+
+    out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(tmp_path / "config.toml"), "--plain"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "BUILDS_FILE": str(tmp_path / "builds.txt")})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert (tmp_path / "builds.txt").read_text().count("built") == 4  # the 4 rollouts of a step, for 3 steps

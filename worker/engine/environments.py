@@ -1,7 +1,7 @@
 """TRL's ``environment_factory`` (``[environment] class = "env.py:Name"``; docs/environments.md).
 
-One instance per rollout: before a round's rollout every row's ``group_size`` instances are built
-(with ``args``) and reset with the row's columns (``reset(**row)``); the text ``reset`` returns is
+One instance per rollout: before a round's rollout every row's ``group_size`` instances are taken
+from a pool (built with ``args`` when the pool has too few, reused round after round, as TRL's) and reset with the row's columns (``reset(**row)``); the text ``reset`` returns is
 appended to the prompt's last user message, and the instance's public methods (all but ``reset``
 and ``get_reward``) are that rollout's tools, their schemas from signatures and docstrings as
 ``[[tools]]``'. The rollout is the agent rollout (``agent.generate``, with one tool table per row),
@@ -96,6 +96,10 @@ class Environment:
                 raise EnvironmentMistake(f"{self.name}.{method.__name__} has no docstring; a tool method needs one "
                                          f"(it is the tool's description the model reads)", key)
         self.probe_tools = self._tools(probe)
+        # Instances are pooled, as TRL pools them: built once, reset for each episode (an expensive
+        # __init__ is paid once); the probe seeds the pool; a round hands them out from the first.
+        self.pool: list[Any] = [probe]
+        self.handed = 0
 
     def _build(self) -> Any:
         try:
@@ -147,7 +151,7 @@ class Environment:
         episodes: list[Episode] = []
         said = None
         for _ in range(group_size):
-            instance = self._build_quietly()
+            instance = self._next()
             text = self._reset(instance, row, key) if instance is not None else f"Error: {self._broken}"
             said = text if said is None else said
             episodes.append(Episode(instance, self._tools(instance) if instance is not None else [], self))
@@ -161,13 +165,20 @@ class Environment:
 
     _broken = ""
 
-    def _build_quietly(self) -> Any:
-        """An instance, or None when the constructor raised mid-run (the model reads why)."""
+    def _next(self) -> Any:
+        """The round's next instance from the pool, built when the pool has none left; None when the
+        constructor raised mid-run (the model reads why)."""
+        if self.handed < len(self.pool):
+            self.handed += 1
+            return self.pool[self.handed - 1]
         try:
-            return self.factory(**self.args)
+            instance = self.factory(**self.args)
         except Exception as exc:  # noqa: BLE001
             self._broken = f"{self.name}(**environment.args) raised {describe_error(exc)}"
             return None
+        self.pool.append(instance)
+        self.handed += 1
+        return instance
 
     def rewards(self, episodes: list[Episode], warn: Callable[[str], None]) -> list[float | None]:
         """Each episode's ``get_reward()``; None where it raised, hung or gave no number, and for the
@@ -218,6 +229,8 @@ class Environments:
         and ``group_size`` episodes per example, in rollout order. ``keys``: one per example."""
         started: list[data.Example] = []
         episodes: list[Episode] = []
+        for env in self.by_name.values():  # the last round's episodes are over: their instances are free again
+            env.handed = 0
         for example, key in zip(examples, keys):
             name = example.columns.get("environment") if self.multi else None
             row = {"prompt": example.prompt, **{k: v for k, v in example.columns.items()
