@@ -139,3 +139,28 @@ def test_doctor_probe_true_says_the_probe_before_step_1(tmp_path, tiny_model):
     assert probe.numbers["truncated"] == 1.0 and "step_seconds" in probe.numbers
     db = tmp_path / "out" / "outputs.db"
     assert query(db, "SELECT name, severity, since FROM findings WHERE name = 'probe'") == [("probe", "warning", 0)]
+
+
+def test_a_collapsing_looping_run_is_entropy_collapse_and_repetition_with_the_looping_texts(tmp_path, tiny_model):
+    """A learning rate far too high for the tiny model: its token entropy falls to a fraction of its
+    start while the reward stays flat, and its completions loop. Both findings fire, their evidence
+    is in the store and shows it (the named completions repeat; the named steps' entropy is low)."""
+    from grpo_tui.common.doctor import repeats
+
+    config = write_config(tmp_path, tiny_model, generation={"max_completion_length": 32},
+                          training={"max_steps": 12, "silent_patience": 0, "learning_rate": 3e-2},
+                          checkpoint={"save_every": 0}, doctor={"window": 4})
+    worker, code = run(config)
+    assert code == 0, worker.stderr.decode()[-2000:]
+    said = {f.name: f for f in worker.of(m.Finding) if not f.cleared}
+    assert said["repetition"].severity in ("warning", "critical") and said["repetition"].step <= 12
+    assert said["entropy_collapse"].severity in ("warning", "critical")
+    db = tmp_path / "out" / "outputs.db"
+    for step, prompt, group in said["repetition"].evidence.generations:
+        [(text,)] = query(db, "SELECT completion FROM generations WHERE step = ? AND prompt_index = ? AND group_index = ?",
+                          step, prompt, group)
+        assert repeats(text), text
+    start = said["entropy_collapse"].numbers["entropy_start"]
+    for step in said["entropy_collapse"].evidence.steps:
+        [(entropy,)] = query(db, "SELECT entropy FROM steps WHERE step = ?", step)
+        assert entropy < start
