@@ -289,7 +289,7 @@ def check_processing_class(tokenizer: Any, model_path: str) -> None:
         source = str(getattr(tokenizer, "name_or_path", "") or "")
         if not hasattr(tokenizer, "encode") and not hasattr(getattr(tokenizer, "tokenizer", None), "encode"):
             raise TrainingError(f"processing_class: {type(tokenizer).__name__} is not a tokenizer or a path to one")
-    if source and local_or_hub(source) != local_or_hub(model_path):
+    if source and local_or_hub(source) != local_or_hub(model_path) and not _same_tokenizer(tokenizer, model_path):
         raise TrainingError(f"processing_class: a tokenizer from {source!r}, not the model's ({model_path}); the "
                             "worker uses the model folder's own tokenizer — save yours into the model folder")
     template = getattr(tokenizer, "chat_template", None)
@@ -301,6 +301,22 @@ def check_processing_class(tokenizer: Any, model_path: str) -> None:
         if own is not None and own != template:
             raise TrainingError("processing_class: its chat_template differs from the model folder's; the worker "
                                 "uses the folder's — save the tokenizer into the model folder (save_pretrained)")
+
+
+def _same_tokenizer(tokenizer: Any, model_path: str) -> bool:
+    """Loaded from elsewhere, yet the model folder's tokenizer: the same vocabulary and chat template
+    (an mlx-community conversion's tokenizer beside the original model's, say)."""
+    if not Path(model_path).is_dir():
+        return False
+    try:
+        from transformers import AutoTokenizer
+
+        theirs = (AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
+                  if isinstance(tokenizer, (str, os.PathLike)) else tokenizer)
+        ours = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        return bool(theirs.get_vocab() == ours.get_vocab() and theirs.chat_template == ours.chat_template)
+    except Exception:  # noqa: BLE001 — not loadable here: not shown to be the same
+        return False
 
 
 __all__ = ["check_processing_class", "dataset_file", "environment_table", "local_or_hub", "lora_table", "reward_table",

@@ -111,6 +111,13 @@ def test_what_trl_refuses_is_a_training_error(tmp_path, monkeypatch):
                     peft_config={"r": 8, "use_dora": True}).write_config()
     with pytest.raises(TrainingError, match="processing_class: a tokenizer from 'gpt2'"):
         GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", processing_class="gpt2")
+    import shutil
+
+    same = shutil.copytree(TINY_MODEL, tmp_path / "tokenizer-copy")  # elsewhere, yet the model's own tokenizer
+    GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", processing_class=str(same))
+    (same / "tokenizer_config.json").write_text((same / "tokenizer_config.json").read_text().replace("im_start", "im_begin"))
+    with pytest.raises(TrainingError, match="processing_class: a tokenizer from"):
+        GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", processing_class=str(same))
 
 
 def test_a_callback_that_raises_stops_the_run_and_train_raises_it(tmp_path):
