@@ -445,3 +445,26 @@ output_dir = "out"
                          env={**os.environ, "BUILDS_FILE": str(tmp_path / "builds.txt")})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert (tmp_path / "builds.txt").read_text().count("built") == 4  # the 4 rollouts of a step, for 3 steps
+
+
+def test_with_a_dict_of_classes_an_eval_row_naming_none_of_them_is_refused_too(tmp_path):
+    (tmp_path / "env.py").write_text(FAULTY)
+    (tmp_path / "train.jsonl").write_text('{"prompt": "Go.", "environment": "board"}\n')
+    (tmp_path / "eval.jsonl").write_text('{"prompt": "Go.", "environment": "chess"}\n')
+    (tmp_path / "config.toml").write_text(f"""
+[model]
+path = "{AGENT}"
+[data]
+path = "train.jsonl"
+eval_path = "eval.jsonl"
+[environment]
+classes = {{ board = "env.py:Faulty" }}
+args = {{ board = {{ mode = "text" }} }}
+[eval]
+[checkpoint]
+output_dir = "out"
+""")
+    out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(tmp_path / "config.toml"), "--plain"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == Exit.MISTAKE, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "eval.jsonl row 1: environment = 'chess' is not one of environment.classes ('board')" in out.stdout + out.stderr

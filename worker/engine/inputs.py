@@ -42,6 +42,8 @@ def load_inputs(config: Config) -> Inputs:
         if d.reasoning_gym.eval_size:
             eval_dataset = data.examples_of(reasoning_gym_source.build(d.reasoning_gym, d.prompt_column, held_out=True)[0], d,
                                             eval_label, default_tools=schemas)
+        if environment is not None:
+            environment.check_rows(dataset, d.label)
         rewards = load_rewards(config.rewards)
         check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.label)
         return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)
@@ -55,6 +57,8 @@ def load_inputs(config: Config) -> Inputs:
         eval_dataset = data.read_dataset(d.eval_path or d.path, d, split=d.eval_split, default_tools=schemas)[0]
         data.check_columns(eval_dataset, d, config.rewards, eval_label)
         data.check_same_format(dataset, d.path, eval_dataset, eval_label)
+        if environment is not None:
+            environment.check_rows(eval_dataset, eval_label)
     rewards = load_rewards(config.rewards)
     check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.path)
     return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)
