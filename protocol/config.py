@@ -209,7 +209,7 @@ class ToolConfig(_Section):
 
 class GrpoConfig(_Section):
     group_size: int = 4
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"] = "dapo"
     epsilon: float = 0.2
     epsilon_high: float | None = None  # defaults to epsilon
     beta: float = 0.0
@@ -226,6 +226,17 @@ class GrpoConfig(_Section):
     # TRL's top_entropy_quantile ("Beyond the 80/20 rule"): the policy loss keeps only this top
     # share of each micro-batch's tokens by entropy; 1.0 keeps every token.
     top_entropy_quantile: float = 1.0
+    # TRL 1.16's options of the loss (docs/config.md, "Loss types"), under TRL's names and defaults,
+    # except use_bias_correction_kl: off in a TOML run, as before it existed (GRPOConfig sets TRL's True)
+    delta: float | None = None  # two-sided clipping: the ratio capped at delta (grpo, bnpo, dr_grpo, dapo, luspo)
+    use_bias_correction_kl: bool = False  # the KL term times the importance ratio (DeepSeek-V3.2)
+    off_policy_mask_threshold: float | None = None  # drop negative-advantage completions this far off-policy
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
     # TRL's TR-DPO reference sync (beta > 0): every ref_model_sync_steps steps the reference
     # becomes ref_model_mixup_alpha * policy + (1 - alpha) * reference.
     sync_ref_model: bool = False
@@ -254,6 +265,13 @@ class GrpoConfig(_Section):
             raise _invalid("ref_model_mixup_alpha", self.ref_model_mixup_alpha, "must be in [0, 1]")
         if self.ref_model_sync_steps < 1:
             raise _invalid("ref_model_sync_steps", self.ref_model_sync_steps, "must be at least 1")
+        if self.delta is not None and self.delta <= 0:
+            raise _invalid("delta", self.delta, "must be > 0 (TRL recommends more than 1 + epsilon)")
+        if self.off_policy_mask_threshold is not None and self.off_policy_mask_threshold <= 0:
+            raise _invalid("off_policy_mask_threshold", self.off_policy_mask_threshold, "must be > 0 (e.g. 0.5)")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):  # the SAPO loss divides by them
+            if getattr(self, name) <= 0:
+                raise _invalid(name, getattr(self, name), "must be > 0")
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise _invalid("top_entropy_quantile", self.top_entropy_quantile, "must be in [0, 1] (1.0 keeps every token)")
 

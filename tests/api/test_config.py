@@ -86,8 +86,7 @@ def test_ignored_fields_are_one_warning_line_each_and_refused_ones_one_sentence(
                           ({"save_strategy": "epoch"}, "save_strategy='epoch' is not supported"),
                           ({"steps_per_generation": 4}, "steps_per_generation: 4 differs"),
                           ({"chat_template_kwargs": {"tools_in_user": 1}}, "chat_template_kwargs: 'tools_in_user'"),
-                          ({"loss_type": "cispo"}, "loss_type='cispo': not supported yet"),
-                          ({"use_bias_correction_kl": True}, "use_bias_correction_kl=True"),
+                          ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum is not supported"),
                           ({"optim": "sgd"}, "optim='sgd' is not supported here")]:
         with pytest.raises(TrainingError, match=re.escape(words)):
             GRPOConfig(**kwargs)
@@ -135,7 +134,7 @@ def test_trl_conventions_convert():
     ("kwargs", "message"),
     [
         ({"beta": -1.0}, "beta: -1.0 must be >= 0"),
-        ({"loss_type": "dpo"}, "loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo"),
+        ({"loss_type": "dpo"}, "loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo"),
         ({"report_to": "all"}, 'report_to: "all" is not supported'),
         ({"num_generations": 1}, "num_generations: 1 must be at least 2"),
         ({"report_to": ["mlflow"]}, "'mlflow' is not one of wandb, trackio, tensorboard"),

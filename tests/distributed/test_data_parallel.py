@@ -35,6 +35,11 @@ SETTINGS = {
     "bnpo-beta-iterations": 'loss_type = "bnpo"\nbeta = 0.05\nnum_iterations = 2',
     # the reference synced after every step on each rank alike (TR-DPO): step 2's KL is to the synced one
     "beta-sync-ref": 'loss_type = "dapo"\nbeta = 0.05\nsync_ref_model = true\nref_model_sync_steps = 1',
+    # TRL 1.16's losses: CISPO's global token count and clipped weights off-policy (a second pass); LUSPO
+    # at sequence level with the off-policy mask and the importance-weighted KL
+    "cispo-iterations": 'loss_type = "cispo"\nepsilon_high = 1.05\nnum_iterations = 2',
+    "luspo-sequence-masked": ('loss_type = "luspo"\nimportance_sampling_level = "sequence"\nbeta = 0.05\n'
+                              'use_bias_correction_kl = true\noff_policy_mask_threshold = 0.01\nnum_iterations = 2'),
 }
 
 

@@ -222,7 +222,7 @@ CASES: list[Case] = [
          lambda f: _config_error(f, "training.learnin_rate: unknown key (expected one of: "
                                     f"{', '.join(TrainingConfig.__struct_fields__)})"), check=True),
     Case("bad-value", "config", cfg(grpo={"loss_type": "dpo"}),
-         lambda f: _config_error(f, "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo"), check=True),
+         lambda f: _config_error(f, "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo"), check=True),
     Case("missing-data-file", "data", cfg(data={"path": "no-such.jsonl"}),
          lambda f: _config_error(f, f"data.path: 'no-such.jsonl' does not exist (looked at {f / 'no-such.jsonl'})"), check=True),
     # ---- model

@@ -76,7 +76,7 @@ def test_lora_table(workdir):
 
 
 BAD = [
-    ("[grpo]\nloss_type = \"dpo\"", "grpo.loss_type", "'dpo' is not one of grpo, bnpo, dr_grpo, dapo"),
+    ("[grpo]\nloss_type = \"dpo\"", "grpo.loss_type", "'dpo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo"),
     ("[grpo]\ngroup_size = 1", "grpo.group_size", "must be at least 2"),
     ("[grpo]\ngroup_size = \"four\"", "grpo.group_size", "'four' is not an integer"),
     ("[grpo]\nepsilon = -0.1", "grpo.epsilon", "must be > 0"),

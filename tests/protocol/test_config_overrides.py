@@ -35,7 +35,7 @@ def test_values_are_toml_and_land_on_their_keys(root):
     [
         ("grpo.beta=lots", "grpo.beta: 'lots' is not a number"),
         ("grpo.betta=1", "grpo.betta: unknown key (expected one of: group_size,"),
-        ("grpo.loss_type=dpo", "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo"),
+        ("grpo.loss_type=dpo", "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo"),
         ("training.learning_rate", "training.learning_rate: --set 'training.learning_rate' has no '='"),
         ("rewards[7].weight=1", "rewards[7].weight: --set: index 7 is past the end (there are 2"),
         ("grpo..beta=1", "grpo..beta: --set 'grpo..beta=1': 'grpo..beta' is not a key path"),

@@ -45,7 +45,7 @@ def test_check_bad_loss_type_is_one_clear_line(root, tmp_path):
         bad.unlink()
     assert out.returncode != 0
     assert out.stderr.strip().count("\n") == 0
-    assert "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo" in out.stderr
+    assert "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo" in out.stderr
 
 
 def test_browse_missing_file(tmp_path):

@@ -1,8 +1,10 @@
 """GRPO math (docs/architecture.md, "Step data path"): advantages and the clipped policy loss. Pure functions on ``mx.array``.
 
-The formulas follow TRL's ``GRPOTrainer`` (``_compute_loss`` and the advantage computation in
+The formulas follow TRL 1.16's ``GRPOTrainer`` (``_compute_loss`` and the advantage computation in
 ``_generate_and_score_completions``): sample (Bessel-corrected) standard deviation, ``1e-4`` in the
-denominator, ``-min(ρA, clip(ρ)A)`` per token, the k3 KL estimator, and the four normalisations.
+denominator, ``-min(ρA, clip(ρ)A)`` per token (``delta``: ρ capped from above too), CISPO's
+clipped-weight policy gradient, SAPO's soft gate, VESPO's gamma weights, the k3 KL estimator (times ρ
+with ``use_bias_correction_kl``), the off-policy sequence mask, and each loss type's normalisation.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ class LossSettings:
     beta: float = 0.0
     importance_sampling_level: str = "token"
     max_completion_length: int | None = None
+    delta: float | None = None
+    use_bias_correction_kl: bool = False
+    off_policy_mask_threshold: float | None = None
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
 
     @classmethod
     def from_config(cls, config: Config) -> "LossSettings":
@@ -40,6 +51,11 @@ class LossSettings:
             beta=g.beta,
             importance_sampling_level=g.importance_sampling_level,
             max_completion_length=config.generation.max_completion_length,
+            delta=g.delta, use_bias_correction_kl=g.use_bias_correction_kl,
+            off_policy_mask_threshold=g.off_policy_mask_threshold,
+            sapo_temperature_pos=g.sapo_temperature_pos, sapo_temperature_neg=g.sapo_temperature_neg,
+            vespo_k_pos=g.vespo_k_pos, vespo_lambda_pos=g.vespo_lambda_pos,
+            vespo_k_neg=g.vespo_k_neg, vespo_lambda_neg=g.vespo_lambda_neg,
         )
 
 
@@ -136,7 +152,13 @@ def _dapo(masked: mx.array, n: _Counts) -> mx.array:  # the active tokens of the
     return mx.sum(masked) / mx.maximum(denom, 1.0)
 
 
-NORMALISATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo}
+def _luspo(masked: mx.array, n: _Counts) -> mx.array:  # each completion's sum (its length weighs it), the rows' mean
+    return mx.sum(masked) / n.rows / n.accumulation_steps
+
+
+NORMALISATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo,
+                  "cispo": _dapo, "sapo": _grpo, "luspo": _luspo, "vespo": _dapo}
+CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the types with PPO's clipped surrogate
 
 
 def _log_weight(log_ratio: mx.array, mask: mx.array, seq_tokens: mx.array, level: str) -> mx.array:
@@ -190,12 +212,12 @@ def policy_loss(
     mask = mask.astype(mx.float32)
     seq_tokens = mx.sum(mask, axis=-1)
     tokens = mx.sum(mask)
-    log_weight = _log_weight(logps - old_logps, mask, seq_tokens, settings.importance_sampling_level)
-
-    ratio = mx.exp(log_weight)
-    clipped = mx.clip(ratio, 1.0 - settings.epsilon, 1.0 + settings.epsilon_high)
+    log_ratio = logps - old_logps
+    ratio = mx.exp(_log_weight(log_ratio, mask, seq_tokens, settings.importance_sampling_level))
     adv = advantages[:, None]
-    per_token = -mx.minimum(ratio * adv, clipped * adv)
+    per_token, metrics = _policy_term(logps, log_ratio, ratio, adv, mask, tokens, settings)
+    if settings.off_policy_mask_threshold is not None:
+        per_token = per_token * off_policy_mask(logps, old_logps, adv, mask, settings.off_policy_mask_threshold)
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
 
@@ -205,6 +227,8 @@ def policy_loss(
             raise ValueError("beta > 0 needs ref_logps")
         delta = ref_logps - logps
         per_token_kl = mx.exp(delta) - delta - 1.0  # k3 estimator, >= 0
+        if settings.use_bias_correction_kl:  # the ratio's gradient makes it the unbiased reverse-KL gradient
+            per_token_kl = per_token_kl * ratio
         per_token = per_token + settings.beta * per_token_kl
         kl = mx.sum(per_token_kl * mask) / mx.maximum(tokens, 1.0)
 
@@ -212,4 +236,45 @@ def policy_loss(
                      None if part_of is None else part_of.tokens, num_items, accumulation_steps,
                      settings.max_completion_length)
     loss = NORMALISATIONS[settings.loss_type](per_token * mask, counts)
-    return loss, {**_clip_metrics(ratio, adv, mask, tokens, settings), "kl": kl, "tokens": tokens}
+    return loss, {**metrics, "kl": kl, "tokens": tokens}
+
+
+def _policy_term(logps: mx.array, log_ratio: mx.array, ratio: mx.array, adv: mx.array, mask: mx.array,
+                 tokens: mx.array, settings: LossSettings) -> tuple[mx.array, dict[str, mx.array]]:
+    """Each loss type's per-token policy loss (TRL 1.16's ``_compute_loss``), and the metrics TRL logs of it."""
+    kind, denom = settings.loss_type, mx.maximum(tokens, 1.0)
+    if kind == "cispo":  # the clipped ratio as a weight on the log-probability's gradient
+        weight = mx.stop_gradient(mx.minimum(ratio, settings.epsilon_high))
+        clipped = ((mx.broadcast_to(ratio, mask.shape) > settings.epsilon_high) & (adv > 0)).astype(mx.float32)
+        return -weight * adv * logps, {"cispo_clip_ratio": mx.sum(clipped * mask) / denom}
+    if kind == "sapo":  # a soft, temperature-scaled gate instead of the hard clip
+        temperature = mx.where(adv > 0, settings.sapo_temperature_pos, settings.sapo_temperature_neg)
+        return -(mx.sigmoid(temperature * (ratio - 1.0)) * 4.0 / temperature) * adv, {}
+    if kind == "vespo":
+        phi = vespo_weights(log_ratio, adv, mask, settings)
+        return -phi * adv * logps, {"vespo/phi_seq_mean": mx.sum(mx.broadcast_to(phi, mask.shape) * mask) / denom}
+    clipped_ratio = mx.clip(ratio, 1.0 - settings.epsilon, 1.0 + settings.epsilon_high)
+    capped = ratio if settings.delta is None else mx.minimum(ratio, settings.delta)  # two-sided clipping
+    return -mx.minimum(capped * adv, clipped_ratio * adv), _clip_metrics(ratio, adv, mask, tokens, settings)
+
+
+def vespo_weights(log_ratio: mx.array, adv: mx.array, mask: mx.array, settings: LossSettings) -> mx.array:
+    """VESPO's gamma weight of each completion (N, 1), a constant of the gradient (TRL's
+    ``get_gamma_weights`` without vLLM's correction): φ(w) = e^λ w^k e^(-λw) of its sequence ratio w."""
+    lower = float(np.log(1e-8))
+    seq_log_ratio = mx.sum(mx.clip(log_ratio, -20.0, 20.0) * mask, axis=-1, keepdims=True)
+    log_w = mx.clip(seq_log_ratio, lower, 20.0)
+    positive = adv >= 0
+    k = mx.where(positive, settings.vespo_k_pos, settings.vespo_k_neg)
+    lam = mx.maximum(mx.where(positive, settings.vespo_lambda_pos, settings.vespo_lambda_neg), 1e-4)
+    phi = mx.exp(lam + k * log_w - lam * mx.exp(log_w))
+    return mx.stop_gradient(mx.where(mx.isfinite(phi), phi, 0.0))
+
+
+def off_policy_mask(logps: mx.array, old_logps: mx.array, adv: mx.array, mask: mx.array, threshold: float) -> mx.array:
+    """DeepSeek-V3.2's off-policy sequence mask (TRL's ``get_off_policy_mask``), (N, 1): a completion
+    with a negative advantage whose mean KL from the sampling policy is above ``threshold`` is dropped."""
+    kl = old_logps - mx.stop_gradient(logps)
+    kl = mx.where(mx.isnan(kl), 0.0, kl)
+    mean_kl = mx.sum(kl * mask, axis=-1, keepdims=True) / mx.maximum(mx.sum(mask, axis=-1, keepdims=True), 1.0)
+    return ((adv >= 0) | (mean_kl <= threshold)).astype(mask.dtype)

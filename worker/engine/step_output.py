@@ -59,6 +59,10 @@ def skipped_reasons(passes: list[PassResult]) -> list[str]:
             for i, p in enumerate(passes) if not p.applied]
 
 
+# what the loss types log of themselves beyond the clip ratios, under TRL's names (in extra_metrics)
+LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean")
+
+
 def step_frame(r: StepResults) -> Step:
     """The ``step`` frame of ``r``."""
     passes, completions = r.passes, r.completions
@@ -100,7 +104,7 @@ def step_frame(r: StepResults) -> Step:
         active_memory_mb=r.active_memory / MB,
         gradients_applied=not skipped,
         skipped_reason="; ".join(skipped) or None,
-        extra_metrics=r.extra_metrics,
+        extra_metrics={**r.extra_metrics, **{k: stats[k] for k in LOSS_METRICS if k in stats}},
         perplexity=finite(math.exp(min(first["nll"], 700.0))) if "nll" in first else None,
         token_accuracy=finite(first.get("token_accuracy")),
         ranks=r.ranks,
