@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 from grpo_tui.protocol import recipes
-from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
+from grpo_tui.protocol.config_base import SEP as _SEP, Section as _Section, invalid as _invalid
 from grpo_tui.protocol.config_doctor import DoctorConfig
 from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
 from grpo_tui.protocol.config_environments import EnvironmentConfig, ReasoningGymConfig
@@ -124,8 +124,11 @@ class DataConfig(_Section):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if (self.path != "") == (self.reasoning_gym is not None):
-            raise _invalid("path", self.path, "— give exactly one of data.path (a file, folder or hub id) or data.reasoning_gym")
+        if self.path == "" and self.reasoning_gym is None:
+            raise ValueError(f"path{_SEP}is required: a JSONL, JSON, CSV or Parquet file, a saved dataset folder or a hub "
+                             f"dataset id (or data.reasoning_gym instead, for generated tasks)")
+        if self.path != "" and self.reasoning_gym is not None:
+            raise _invalid("path", self.path, "— give data.path or data.reasoning_gym, not both")
         if self.reasoning_gym is not None and (self.eval_path is not None or self.eval_split is not None):
             key = "eval_path" if self.eval_path is not None else "eval_split"
             raise _invalid(key, getattr(self, key), "— data.reasoning_gym makes its own eval rows (its eval_seed, eval_size)")

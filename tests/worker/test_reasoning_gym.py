@@ -137,3 +137,18 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+def test_data_without_a_path_or_tasks_and_data_with_both_are_one_sentence_each(tmp_path):
+    import pytest
+
+    from grpo_tui.protocol.config import ConfigError, parse_config
+
+    head = f'[model]\npath = "{TINY}"\n[[rewards]]\nname = "reasoning_gym"\n'
+    with pytest.raises(ConfigError, match=r"data.path: is required: a JSONL, JSON, CSV or Parquet file, .*data.reasoning_gym"):
+        parse_config(head + "[data]\nseed = 1\n", base_dir=tmp_path)
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "x"}\n')
+    with pytest.raises(ConfigError, match="give data.path or data.reasoning_gym, not both"):
+        parse_config(head + '[data]\npath = "rows.jsonl"\nreasoning_gym = { tasks = ["leg_counting"] }\n', base_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"data.reasoning_gym.eval_seed: 1 must differ from seed"):
+        parse_config(head + '[data]\nreasoning_gym = { tasks = ["leg_counting"], seed = 1, eval_seed = 1 }\n', base_dir=tmp_path)
