@@ -132,3 +132,21 @@ def test_a_callback_that_raises_stops_the_run_and_train_raises_it(tmp_path):
     with pytest.raises(LookupError, match="no such metric"):
         trainer.train()
     assert trainer.state.global_step == 2 and trainer.state.last_checkpoint is not None  # stopped there, saved
+
+
+def test_callbacks_see_the_evaluations_while_the_worker_waits_for_them_after_each_step(tmp_path):
+    seen: list[tuple[str, int]] = []
+
+    class Watch:
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            seen.append(("evaluate", metrics["step"]))
+
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(("step_end", state.global_step))
+
+    rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(8)]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", train_dataset=rows, eval_dataset=rows[:2],
+                          callbacks=[Watch()], args=quick_args(tmp_path, max_steps=4, eval_steps=2, save_steps=0))
+    trainer.train()
+    assert [s for e, s in seen if e == "step_end"] == [1, 2, 3, 4]
+    assert [s for e, s in seen if e == "evaluate"][-2:] == [2, 4]  # an evaluation after a step waits for no one
