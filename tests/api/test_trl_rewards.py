@@ -70,3 +70,18 @@ def test_grpo_tui_rewards_give_trl_s_documented_results(monkeypatch):
         assert rewards.accuracy_reward(boxed, [r"\frac{1}{3}", r"\frac{1}{3}"]) == [1.0, 0.0]
         assert rewards.accuracy_reward(["so 4", "5"], ["4", "4"]) == [1.0, 0.0]
         assert rewards.accuracy_reward.__name__ == "accuracy_reward"
+
+
+def test_a_reward_called_where_a_loop_runs_on_the_main_thread_may_run_its_own(tmp_path):
+    """Engine in a notebook: the kernel's loop runs on the main thread, where the reward is called."""
+    import asyncio
+
+    from grpo_tui.worker.engine import timed_calls
+
+    def reward(**kwargs):
+        return asyncio.run(asyncio.sleep(0, result=[1.0]))
+
+    async def notebook_cell():
+        return timed_calls.call(reward, {}, 5.0, "reward", main_thread=True)
+
+    assert asyncio.run(notebook_cell()) == [1.0]

@@ -159,7 +159,18 @@ def call(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float, name:
 
 def _on_main(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float) -> Any:
     """On the main thread: ``fn(**kwargs)``, with ``TIMEOUT_SIGNAL`` raising ``Abandoned`` in it at
-    ``timeout_s``."""
+    ``timeout_s``. A loop running on this thread (the worker's, a notebook's) is blocked while the
+    call runs, and hidden from it, so that the call may ``asyncio.run()`` its own coroutines, as on
+    TRL's main thread."""
+    running = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return _timed_on_main(fn, kwargs, timeout_s)
+    finally:
+        asyncio.events._set_running_loop(running)
+
+
+def _timed_on_main(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float) -> Any:
     if not timeout_s:
         return fn(**kwargs)
     guard = threading.Lock()
@@ -202,16 +213,10 @@ def _hand_to_main(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: flo
     def run() -> None:
         if not done.set_running_or_notify_cancel():
             return
-        # the loop is blocked while the call runs: hidden from it, so that a reward may asyncio.run()
-        # its own coroutines, as on TRL's main thread, where no loop runs
-        running = asyncio.events._get_running_loop()
-        asyncio.events._set_running_loop(None)
         try:
             done.set_result(_on_main(fn, kwargs, timeout_s))
         except BaseException as exc:  # noqa: BLE001 — handed to the waiting thread
             done.set_exception(exc)
-        finally:
-            asyncio.events._set_running_loop(running)
 
     try:
         loop.call_soon_threadsafe(run)
