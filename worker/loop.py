@@ -38,7 +38,7 @@ from grpo_tui.worker.frames import Emitter
 from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
-from grpo_tui.worker.records import StepOutput, Trainer
+from grpo_tui.worker.records import RankLost, SaidFailure, StepOutput, Trainer
 from grpo_tui.worker.silent_steps import SilentSteps
 from grpo_tui.worker.start import Start
 from grpo_tui.worker.trackers import Trackers, check_installed
@@ -301,7 +301,7 @@ class TrainingLoop:
             self.emitter.emit(shown, mirror=m.Error(message=message, fatal=True, traceback=trace, exit_code=code, kind=kind))
         else:
             # A reward or a tool that failed says so in a sentence naming it; the rest are bugs.
-            message = str(exc) if type(exc).__name__ in ("BuiltinRewardFailed", "ToolError") else f"{type(exc).__name__}: {exc}"
+            message = str(exc) if isinstance(exc, SaidFailure) else f"{type(exc).__name__}: {exc}"
             code = Exit.CRASH
             self.emit(m.Error(message=message, fatal=True, traceback=trace, exit_code=code, log_path=where))
         if self.distributed and mistake:  # the launcher says it once for all ranks (ranks.launch_and_wait)
@@ -313,7 +313,7 @@ class TrainingLoop:
         try:
             # A step that failed before its update left the weights untouched: worth keeping.
             # So did a lost rank (every collective comes before the one update of a single pass).
-            lost = type(exc).__name__ == "RankLost" and self.config.grpo.num_iterations == 1
+            lost = isinstance(exc, RankLost) and self.config.grpo.num_iterations == 1
             untouched = run.phase in ("generating", "scoring") or lost
             full = isinstance(exc, disk_space.DiskFull)  # another checkpoint would not fit either
             if run.loaded is not None and untouched and not full and self.checkpoints.steps_since():

@@ -12,6 +12,16 @@ from typing import Callable, Protocol, runtime_checkable
 from grpo_tui.protocol.messages import SCORED_COMPLETION_FIELDS, Phase, Sample, SampleDisplay, ScoredCompletion, Step
 
 
+class SaidFailure(RuntimeError):
+    """A crash whose message is a whole sentence naming what failed (a built-in reward, a judge
+    model): the loop says it as it is, not as ``Type: message``. Raised by the engine, caught by the
+    loop: its type lives here, at the seam."""
+
+
+class RankLost(RuntimeError):
+    """A collective failed because a peer left (its process died or its link broke)."""
+
+
 class Generation(ScoredCompletion, kw_only=True):
     """One completion with everything the store keeps about it: the protocol's ``ScoredCompletion``
     (the fields the dashboard shows too, declared there once) and where it came from."""

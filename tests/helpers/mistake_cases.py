@@ -359,7 +359,7 @@ CASES: list[Case] = [
          lambda f: f"reward function 'correct' ({f / 'my_rewards.py'}:3) takes 'answers', which is neither a column of "
                    f"{f / 'data.jsonl'} (its columns: 'answer') nor an argument grpo-tui passes (prompts, completions, "
                    "completion_ids, trainer_state, finish_reason, thinking, completion_answer, tool_calls, num_tokens, "
-                   "prompt_tokens, num_tool_calls, failed_tool_calls, log_metric, log_extra); name a column, or give the "
+                   "prompt_tokens, num_tool_calls, failed_tool_calls, environments, log_metric, log_extra); name a column, or give the "
                    "parameter a default", check=True),
     Case("builtin-reward-unknown-param", "reward", lambda f: Setup(write_run(f, rewards='[[rewards]]\nname = "length"\nparams = {target_len = 5}\n')),
          lambda f: _config_error(f, "rewards[0].params: 'target_len' is not a parameter of the built-in reward 'length' (it "

@@ -29,6 +29,7 @@ from grpo_tui.protocol.messages import RankTiming
 from grpo_tui.worker.engine.reward_call import StepLog
 from grpo_tui.worker.engine.rollout import Completion
 from grpo_tui.worker.ranks import launched
+from grpo_tui.worker.records import RankLost
 
 ALL_REDUCE_CHUNK = 32 * 1024 * 1024  # bytes per all_sum call, as mlx.nn.average_gradients groups them
 
@@ -209,10 +210,6 @@ def gather_scored(ranks: Ranks, completions: list[Completion], totals: list[floa
 
 
 # ------------------------------------------------------------ rank 0 leads
-
-class RankLost(RuntimeError):
-    """A collective failed because a peer left (its process died or its link broke)."""
-
 
 def lost_message(ranks: Ranks, exc: Exception) -> str:
     peer = "rank 1" if ranks.size == 2 else f"one of ranks 0..{ranks.size - 1} other than {ranks.rank}"

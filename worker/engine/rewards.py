@@ -31,6 +31,7 @@ from grpo_tui.worker.engine import reasoning_gym_source, schema_check, timed_cal
 from grpo_tui.worker.engine.data import Example, columns_for
 from grpo_tui.worker.engine.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
 from grpo_tui.worker.engine.reward_call import Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
+from grpo_tui.worker.records import SaidFailure
 
 if TYPE_CHECKING:
     from grpo_tui.worker.engine.rollout import Completion
@@ -57,7 +58,7 @@ class RewardFailed(Mistake, RuntimeError):
         super().__init__("reward", sentence)
 
 
-class BuiltinRewardFailed(RuntimeError):
+class BuiltinRewardFailed(SaidFailure):
     """A built-in reward or a judge model failed while scoring: grpo-tui's code or the machine, a
     crash (restarted from the latest checkpoint); the message names the reward."""
 
