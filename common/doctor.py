@@ -11,6 +11,7 @@ doctor holds does not grow with its length.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import deque
@@ -56,6 +57,9 @@ class StepFacts:
     eval_accuracy: float | None = None  # an evaluation after this step
 
     _groups: list[list[GenFacts]] | None = None
+    _flat: list[list[GenFacts]] | None = None
+    _cut: int | None = None
+    _rates: dict[str, list[float]] = field(default_factory=dict)
     _sums: dict[str, tuple[float, float, int]] | None = None
     repeating: int = 0  # of the first TEXTS_PER_STEP generations with text, those that loop
     texts: int = 0
@@ -68,6 +72,29 @@ class StepFacts:
                 by.setdefault(g.prompt_index, []).append(g)
             self._groups = [by[k] for k in sorted(by)]
         return self._groups
+
+    def flat_groups(self) -> list[list[GenFacts]]:
+        """The groups whose rewards all match (computed once: a step is in many windows)."""
+        if self._flat is None:
+            self._flat = [grp for grp in self.groups() if _flat(grp)]
+        return self._flat
+
+    def cut(self) -> int:
+        """How many generations ended at the length limit (computed once)."""
+        if self._cut is None:
+            self._cut = sum(g.finish_reason == "length" for g in self.generations)
+        return self._cut
+
+    def pass_rates(self, label: str) -> list[float]:
+        """Each judged group's share of ``label`` scores that count as correct (computed once)."""
+        if label not in self._rates:
+            rates = []
+            for grp in self.groups():
+                judged = [v for g in grp if (v := g.scores.get(label)) is not None]
+                if judged:
+                    rates.append(sum(v >= CORRECT for v in judged) / len(judged))
+            self._rates[label] = rates
+        return self._rates[label]
 
     def score_sums(self, weights: dict[str, float]) -> dict[str, tuple[float, float, int]]:
         """Per reward function: Σ, Σ² and count of its weighted scores this step (computed once)."""
@@ -138,13 +165,36 @@ def repeats(text: str, n: int = 4, times: int = 3) -> bool:
     return False
 
 
+class Recent:
+    """The last ``limit`` values and their median, kept sorted as they come (a rule reads the median
+    at every step: sorting 2,000 values each time was most of ``grpo-tui doctor``'s replay)."""
+
+    def __init__(self, limit: int = TIMES_KEPT) -> None:
+        self.values: deque[float] = deque()
+        self.ordered: list[float] = []
+        self.limit = limit
+
+    def append(self, value: float) -> None:
+        if len(self.values) == self.limit:
+            del self.ordered[bisect.bisect_left(self.ordered, self.values.popleft())]
+        self.values.append(value)
+        bisect.insort(self.ordered, value)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def median(self) -> float:
+        n = len(self.ordered)
+        return self.ordered[n // 2] if n % 2 else (self.ordered[n // 2 - 1] + self.ordered[n // 2]) / 2
+
+
 @dataclass
 class RunFigures:
     """What the rules need of the whole run, kept small."""
 
     first: list[StepFacts] = field(default_factory=list)  # the first window's steps
-    times: deque[float] = field(default_factory=lambda: deque(maxlen=TIMES_KEPT))
-    grad_norms: deque[float] = field(default_factory=lambda: deque(maxlen=TIMES_KEPT))
+    times: Recent = field(default_factory=Recent)
+    grad_norms: Recent = field(default_factory=Recent)
     evals: list[tuple[int, float]] = field(default_factory=list)
     best_reward: float | None = None  # the highest and lowest reward of any completion so far
     worst_reward: float | None = None
@@ -175,11 +225,11 @@ def _evidence(window: list[StepFacts], keep: Callable[[GenFacts], bool], finish:
 
 
 def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
-    groups = [(s, grp) for s in window for grp in s.groups()]
-    if not groups:
+    count = sum(len(s.groups()) for s in window)
+    if not count:
         return None
-    flat = [(s, grp) for s, grp in groups if _flat(grp)]
-    share = len(flat) / len(groups)
+    flat = [(s, grp) for s in window for grp in s.flat_groups()]
+    share = len(flat) / count
     severity = _grade(share, d.no_signal)
     if severity is None:
         return None
@@ -204,14 +254,14 @@ def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
 
 
 def truncation(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
-    gens = [g for s in window for g in s.generations]
-    if not gens:
+    total = sum(len(s.generations) for s in window)
+    if not total:
         return None
-    cut = [g for g in gens if g.finish_reason == "length"]
-    share = len(cut) / len(gens)
+    share = sum(s.cut() for s in window) / total
     severity = _grade(share, d.truncation)
     if severity is None:
         return None
+    gens = [g for s in window for g in s.generations]
     limit = config.generation.max_completion_length
     finished = sorted(g.num_tokens for g in gens if g.finish_reason != "length")
     p95 = finished[int(0.95 * (len(finished) - 1))] if finished else 0
@@ -229,13 +279,7 @@ def pass_rate(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
     label = config.accuracy_label
     if label is None:
         return None
-    rates = []
-    for s in window:
-        for grp in s.groups():
-            scores = [g.scores.get(label) for g in grp]
-            judged = [v for v in scores if v is not None]
-            if judged:
-                rates.append(sum(v >= CORRECT for v in judged) / len(judged))
+    rates = [r for s in window for r in s.pass_rates(label)]
     if not rates:
         return None
     none, all_ = sum(r == 0 for r in rates) / len(rates), sum(r == 1 for r in rates) / len(rates)
@@ -392,7 +436,7 @@ def grad_spike(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config
     now = window[-1].metrics.grad_norm
     if now is None or len(run.grad_norms) < 2 * d.window:
         return None
-    typical = median(run.grad_norms)
+    typical = run.grad_norms.median()
     if typical <= 0:
         return None
     ratio = now / typical
@@ -410,7 +454,7 @@ def slowdown(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: 
     per_token = [_per_token(s.metrics) for s in window]
     if len(run.times) < 3 * d.window or any(t is None for t in per_token):
         return None
-    typical = median(run.times)
+    typical = run.times.median()
     recent = median(t for t in per_token if t is not None)
     ratio = recent / typical if typical > 0 else 0.0
     severity = _grade(ratio, d.slowdown)

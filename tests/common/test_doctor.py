@@ -158,3 +158,17 @@ def test_marks_that_cannot_mean_anything_name_the_key():
         config("[doctor]\ntruncation = [0.5, 0.1, 0.2]\n")
     with pytest.raises(ConfigError, match="doctor.silence.*'speed' is not a finding"):
         config('[doctor]\nsilence = ["speed"]\n')
+
+
+def test_the_running_median_is_the_median_of_the_last_values_kept():
+    import random
+    import statistics
+
+    from grpo_tui.common.doctor import Recent
+
+    rng, recent, kept = random.Random(0), Recent(limit=50), []
+    for _ in range(400):
+        value = rng.choice([rng.random(), 0.5, 1.0])  # ties too
+        recent.append(value)
+        kept = (kept + [value])[-50:]
+        assert len(recent) == len(kept) and recent.median() == statistics.median(kept)
