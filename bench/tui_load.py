@@ -28,6 +28,7 @@ from textual import events
 
 from grpo_tui.protocol.config import parse_config
 from grpo_tui.tui.app import GrpoApp
+from grpo_tui.tui.launcher import end_started
 from grpo_tui.tui.run_messages import WorkerEvent, WorkerFrames
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +69,7 @@ async def run(args: argparse.Namespace) -> None:
     latencies: list[float] = []
     slow: list[tuple[float, str, float]] = []
     async with app.run_test(size=(160, 48)) as pilot:
-        post = app.run_link.proc._post  # type: ignore[union-attr]
+        post = app.run_link.connection._post  # type: ignore[union-attr]
 
         def counting(message: object) -> object:  # count frames as they arrive
             nonlocal frames
@@ -76,7 +77,7 @@ async def run(args: argparse.Namespace) -> None:
                 frames += sum(isinstance(item, WorkerEvent) for item in message.items)
             return post(message)  # type: ignore[arg-type]
 
-        app.run_link.proc._post = counting  # type: ignore[union-attr]
+        app.run_link.connection._post = counting  # type: ignore[union-attr]
         handled: list[float] = []
         show_tab = app.dashboard.action_show_tab
 
@@ -109,7 +110,8 @@ async def run(args: argparse.Namespace) -> None:
         end_rss = rss_mb()
         step = app.state.step
         app.run_link.quitting = True  # the worker's exit is not a crash to restart
-        await app.run_link.proc.shutdown(timeout=2.0)  # type: ignore[union-attr]
+        await app.run_link.connection.close()  # type: ignore[union-attr]
+        end_started()  # the supervisor and its fake worker
     print(f"tui_load: {elapsed:.0f} s, fake worker at {args.fps:g} frames/s "
           f"({args.completion_chars}-char completions, 8 samples per step), keys {args.keys}; "
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
