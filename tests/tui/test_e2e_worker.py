@@ -58,8 +58,8 @@ async def test_real_worker_eval_curves_greedy_and_sampled_and_tile(tmp_path, tin
         assert [(e.step, e.greedy, e.num_samples) for e in app.state.evals] == [
             (0, True, 1), (0, False, 2), (2, True, 1), (2, False, 2), (4, True, 1), (4, False, 2)]
         greedy, sampled = app.state.eval_curves()
-        assert greedy[0] == "eval greedy accuracy" and sampled[0] == "eval sampled accuracy"
-        assert greedy[1] == sampled[1] == [0, 2, 4] and None not in greedy[2] + sampled[2]
+        assert greedy.label == "eval greedy accuracy" and sampled.label == "eval sampled accuracy"
+        assert greedy.steps == sampled.steps == [0, 2, 4] and None not in [*greedy.values, *sampled.values]
         assert app.state.eval_curves()[0] == greedy
         tile = app.query_one("#tile-eval")
         assert tile.border_title == "eval" and "@4" in str(tile.query_one(".tile-value").render())

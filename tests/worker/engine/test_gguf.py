@@ -126,7 +126,7 @@ def test_what_cannot_be_converted_is_one_sentence_naming_the_file(tmp_path):
     with pytest.raises(Mistake, match=r"q5.gguf.*cannot be read by MLX .*re-quantize the model"):
         model_source.resolve(str(tmp_path / "q5.gguf"))
     (tmp_path / "broken.gguf").write_bytes((tmp_path / "odd.gguf").read_bytes()[:5000])  # a cut download
-    with pytest.raises(Mistake, match=r"broken.gguf.*cannot be read by MLX"):
+    with pytest.raises(Mistake, match=r"broken.gguf' is cut short \(5,000 bytes, inside its header\); copy or download it again"):
         model_source.resolve(str(tmp_path / "broken.gguf"))
 
 
