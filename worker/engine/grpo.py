@@ -21,6 +21,11 @@ from grpo_tui.protocol.config import Config, GrpoConfig
 LOSS_TYPES: tuple[str, ...] = get_args(get_type_hints(GrpoConfig)["loss_type"])
 
 
+# The loss options that keep [grpo]'s name and value here (TRL 1.16's): copied as they are.
+SAME_NAMED = ("delta", "use_bias_correction_kl", "off_policy_mask_threshold", "sapo_temperature_pos",
+              "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+
+
 @dataclass(frozen=True)
 class LossSettings:
     """The loss's settings, built once from the config (hashable: a compiled trace bakes them in)."""
@@ -51,11 +56,7 @@ class LossSettings:
             beta=g.beta,
             importance_sampling_level=g.importance_sampling_level,
             max_completion_length=config.generation.max_completion_length,
-            delta=g.delta, use_bias_correction_kl=g.use_bias_correction_kl,
-            off_policy_mask_threshold=g.off_policy_mask_threshold,
-            sapo_temperature_pos=g.sapo_temperature_pos, sapo_temperature_neg=g.sapo_temperature_neg,
-            vespo_k_pos=g.vespo_k_pos, vespo_lambda_pos=g.vespo_lambda_pos,
-            vespo_k_neg=g.vespo_k_neg, vespo_lambda_neg=g.vespo_lambda_neg,
+            **{name: getattr(g, name) for name in SAME_NAMED},
         )
 
 
