@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from grpo_tui.worker.engine.stepwise import Engine
 
 __all__ = ["Engine", "GRPOConfig", "GRPOTrainer", "TrainerControl", "TrainerState", "TrainingError", "__version__",
+           "generate_rollout_completions",
            *_SCRIPTS]
 
 
@@ -59,3 +60,18 @@ def __getattr__(name: str) -> Any:
 
         return Engine
     raise AttributeError(f"module 'grpo_tui' has no attribute {name!r}")
+
+
+def generate_rollout_completions(trainer: Any, prompts: list[Any], *, generation_overrides: dict[str, Any] | None = None,
+                                 as_chat: bool | None = None) -> list[dict[str, Any]]:
+    """TRL's helper for a ``rollout_func``, backed by grpo-tui's rollout engine (in the worker, on the
+    policy being trained) instead of vLLM: one completion per prompt (a string as it is, or a message
+    list through the chat template), each a dict with ``prompt_ids``, ``completion_ids`` (the stop
+    token included), ``logprobs`` (one per completion token) and ``text``. ``generation_overrides``:
+    ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``, ``repetition_penalty``.
+    ``trainer`` is the one the rollout function was given (docs/environments.md)."""
+    generate = getattr(trainer, "generate_rollout_completions", None)
+    if generate is None:
+        raise TypeError("generate_rollout_completions: pass the trainer your rollout_func was given (it runs in the worker)")
+    result: list[dict[str, Any]] = generate(prompts, generation_overrides=generation_overrides, as_chat=as_chat)
+    return result

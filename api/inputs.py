@@ -94,6 +94,16 @@ def environment_table(factory: Any, out: Path) -> dict[str, Any]:
     return {"class": table["function"]}
 
 
+def check_rollout_func(rollout_func: Any, environment_factory: Any) -> Any:
+    """TRL's ``rollout_func``, checked: a function or ``"file.py:func"``, not beside ``environment_factory``."""
+    if rollout_func is not None and environment_factory is not None:
+        raise TrainingError("rollout_func: give rollout_func or environment_factory, not both (a rollout function "
+                            "runs its own episodes)")
+    if rollout_func is not None and not (callable(rollout_func) or isinstance(rollout_func, str)):
+        raise TrainingError(f"rollout_func: {type(rollout_func).__name__} is not a function or a 'file.py:func' string")
+    return rollout_func
+
+
 # ---------------------------------------------------------------- datasets
 
 
@@ -319,5 +329,5 @@ def _same_tokenizer(tokenizer: Any, model_path: str) -> bool:
         return False
 
 
-__all__ = ["check_processing_class", "dataset_file", "environment_table", "local_or_hub", "lora_table", "reward_table",
+__all__ = ["check_processing_class", "check_rollout_func", "dataset_file", "environment_table", "local_or_hub", "lora_table", "reward_table",
            "with_pickles", "with_prompts"]

@@ -24,8 +24,8 @@ from grpo_tui.common.tomlout import dumps
 from grpo_tui.config import GRPOConfig, trl_name
 from grpo_tui.errors import TrainingError
 from grpo_tui.follow import Follower, replay, run_worker, worker_env
-from grpo_tui.inputs import (Dataset, check_processing_class, dataset_file, environment_table, local_or_hub, lora_table,
-                             reward_table, with_pickles, with_prompts)
+from grpo_tui.inputs import (Dataset, check_processing_class, check_rollout_func, dataset_file, environment_table,
+                             local_or_hub, lora_table, reward_table, with_pickles, with_prompts)
 from grpo_tui.live import LiveLink
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, STORE_FILE,
@@ -35,6 +35,7 @@ from grpo_tui.protocol.outcome import Exit
 CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
 REWARDS_FILE = "rewards.pkl"
 TOOLS_FILE = "tools.pkl"
+ROLLOUT_FILE = "rollout_func.pkl"
 
 
 @dataclasses.dataclass
@@ -120,6 +121,8 @@ class GRPOTrainer:
             with the row, its public methods the tools, its optional ``get_reward`` a reward
             column (docs/environments.md). Without ``train_dataset`` the rows are empty prompts
             that ``reset`` fills, as TRL's environment-owned data.
+        rollout_func: TRL's ``rollout_func(prompts, trainer)`` (or ``"file.py:func"``), generating with
+            ``grpo_tui.generate_rollout_completions`` and returning TRL's dict (docs/environments.md).
 
     Example::
 
@@ -149,6 +152,7 @@ class GRPOTrainer:
         tools: Sequence[Callable[..., Any] | str] | None = None,
         environment_factory: Any = None,
         quantization_config: Any = None,
+        rollout_func: Callable[..., Any] | str | None = None,
     ) -> None:
         self.args = args if args is not None else GRPOConfig()
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
@@ -173,6 +177,7 @@ class GRPOTrainer:
         self.peft_config = peft_config
         self.tools = list(tools or [])
         self.environment_factory = environment_factory
+        self.rollout_func = check_rollout_func(rollout_func, environment_factory)
         self.callbacks = list(callbacks or [])
         self.accelerator = _Accelerator()
         self._live = LiveLink()
@@ -214,6 +219,8 @@ class GRPOTrainer:
             if "path" not in data:  # TRL's environment-owned data: reset() writes each prompt
                 data["path"] = dataset_file([{"prompt": [{"role": "user", "content": ""}]}] * 64, out / "train.jsonl",
                                             "train_dataset")
+        if self.rollout_func is not None:
+            raw["environment"] = {"rollout_func": with_pickles([{"function": self.rollout_func}], out / ROLLOUT_FILE, "rollout_func")[0]["function"]}
         if "path" not in data:
             raise TrainingError("train_dataset: give a datasets.Dataset, a pandas DataFrame, a list of dicts or a path")
         raw["data"] = data

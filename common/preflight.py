@@ -328,6 +328,7 @@ def import_problems(config: Config, *, tools: bool) -> list[str]:
     lack their function (a class)."""
     env = config.environment
     classes = [] if env is None else [("environment.class: ", env.class_)] if env.class_ is not None else \
+        [("environment.rollout_func: ", env.rollout_func)] if env.rollout_func is not None else \
         [(f"environment.classes.{n}: ", s) for n, s in env.classes.items()]
     specs = ([(f"tools[{i}].function: ", t.function) for i, t in enumerate(config.tools)] + classes if tools
              else [("reward ", r.function) for r in config.rewards if r.function is not None])

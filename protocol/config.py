@@ -507,7 +507,7 @@ class Config(_Section):
     environment: EnvironmentConfig | None = None  # TRL's environment_factory (docs/environments.md)
 
     def __post_init__(self) -> None:
-        if not self.rewards and self.environment is None:
+        if not self.rewards and (self.environment is None or self.environment.rollout_func is not None):
             raise _invalid("rewards", self.rewards, "— at least one [[rewards]] table is needed")
 
     @property
@@ -638,6 +638,8 @@ def _resolve_paths(config: Config, base: Path, file: str, check: bool) -> None:
 
         if env.class_ is not None:
             env.class_ = env_class("environment.class", env.class_)
+        if env.rollout_func is not None:
+            env.rollout_func = env_class("environment.rollout_func", env.rollout_func)
         env.classes = {n: env_class(f"environment.classes.{n}", s) for n, s in env.classes.items()}
     config.checkpoint.output_dir = str(local(config.checkpoint.output_dir, "checkpoint.output_dir"))
     if config.store.path is not None:

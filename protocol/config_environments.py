@@ -74,14 +74,18 @@ class EnvironmentConfig(Section):
 
     class_: str | None = msgspec.field(default=None, name="class")  # "file.py:Name" or "module:Name" (.pkl: the API's)
     classes: dict[str, str] = {}  # TRL's dict of factories: name -> class; each row's `environment` column picks one
+    rollout_func: str | None = None  # TRL's rollout_func(prompts, trainer): "file.py:func" (.pkl: the API's)
     args: dict[str, Any] = {}  # keyword arguments of each instance's constructor (with classes: name -> its table)
     timeout_s: float = 10.0  # per call of reset, get_reward and each tool method
 
     def __post_init__(self) -> None:
-        if (self.class_ is None) == (not self.classes):
-            raise invalid("class", self.class_, "— give exactly one of environment.class or environment.classes")
-        for key, spec in ([("class", self.class_)] if self.class_ is not None else
-                          [(f"classes.{n}", s) for n, s in self.classes.items()]):
+        if (self.class_ is not None) + bool(self.classes) + (self.rollout_func is not None) != 1:
+            raise invalid("class", self.class_, "— give exactly one of environment.class, environment.classes "
+                                                "or environment.rollout_func")
+        specs = ([("class", self.class_)] if self.class_ is not None else
+                 [("rollout_func", self.rollout_func)] if self.rollout_func is not None else
+                 [(f"classes.{n}", s) for n, s in self.classes.items()])
+        for key, spec in specs:
             if not re.fullmatch(r"[^:]+:[A-Za-z_]\w*", spec):
                 raise invalid(key, spec, "is not of the form file.py:Name or module:Name")
         if self.classes and not all(n in self.classes and isinstance(a, dict) for n, a in self.args.items()):

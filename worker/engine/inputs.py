@@ -11,6 +11,7 @@ from typing import Any
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.worker.engine import data, reasoning_gym_source, tools as agent_tools
+from grpo_tui.worker.engine.rollout_func import RolloutFunction
 from grpo_tui.worker.engine.environments import Environments
 from grpo_tui.worker.engine.rewards import Reward, check_arguments, load_rewards
 
@@ -23,13 +24,16 @@ class Inputs:
     eval_dataset: list[data.Example] | None
     eval_label: str  # how errors name the eval set
     rewards: list[Reward]
-    environment: Any = None  # environments.Environment, with [environment]
+    environment: Any = None  # environments.Environment, with [environment] class(es)
+    rollout_func: Any = None  # rollout_func.RolloutFunction, with [environment] rollout_func
 
 
 def load_inputs(config: Config) -> Inputs:
     tools = agent_tools.load_tools(config.tools)
     schemas = [t.schema for t in tools] or None
-    environment = Environments(config.environment, config.generation.enable_thinking) if config.environment is not None else None
+    env = config.environment
+    function = RolloutFunction(env.rollout_func) if env is not None and env.rollout_func is not None else None
+    environment = Environments(env, config.generation.enable_thinking) if env is not None and function is None else None
     d = config.data
     for i, reward in enumerate(config.rewards):  # before any data is read, as grpo-tui check says it
         if reward.name == "reasoning_gym" and d.reasoning_gym is None:
@@ -45,8 +49,9 @@ def load_inputs(config: Config) -> Inputs:
         if environment is not None:
             environment.check_rows(dataset, d.label)
         rewards = load_rewards(config.rewards)
-        check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.label)
-        return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)
+        if function is None:  # a rollout function's extra keys are columns too: its first return says
+            check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.label)
+        return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment, function)
     dataset, dataset_hash = data.read_dataset(d.path, d, default_tools=schemas)
     data.check_columns(dataset, d, config.rewards, d.path)
     if environment is not None:
@@ -60,5 +65,6 @@ def load_inputs(config: Config) -> Inputs:
         if environment is not None:
             environment.check_rows(eval_dataset, eval_label)
     rewards = load_rewards(config.rewards)
-    check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.path)
-    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment)
+    if function is None:
+        check_arguments(rewards, {k for ex in dataset for k in ex.columns}, d.path)
+    return Inputs(tools, dataset, dataset_hash, eval_dataset, eval_label, rewards, environment, function)

@@ -21,7 +21,7 @@ from grpo_tui.protocol.layout import OPTIMIZER_FILE
 from grpo_tui.protocol.messages import LogLevel, Phase
 from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, live, memory_fit, model as model_io
 from grpo_tui.worker.engine import environments, judge, model_source
-from grpo_tui.worker.engine import plan as engine_plan, rollout, sampling, timed_calls
+from grpo_tui.worker.engine import plan as engine_plan, rollout, rollout_func, sampling, timed_calls
 from grpo_tui.worker.engine import step_output
 from grpo_tui.worker.engine.accel import fastgen, patches
 from grpo_tui.worker.engine.grpo import group_advantages, group_std
@@ -61,6 +61,12 @@ def _cut_metrics(config: Config, examples: list[data.Example]) -> dict[str, floa
     return {"prompts_truncated": float(sum(e.cut > 0 for e in examples))}
 
 
+def _report_hung(log: Callable[[LogLevel, str], None]) -> None:
+    """A tool or reward function that stays hung, said once (``timed_calls``)."""
+    for sentence in timed_calls.take_reports():
+        log("warning", sentence)
+
+
 def default_log(level: LogLevel, message: str) -> None:
     print(f"[{level}] {message}", file=sys.stderr)
 
@@ -83,7 +89,7 @@ class Trainer:
         # The rewards before the plan's memory estimate: a judge model's weights live beside the
         # policy's all run long.
         inputs = inputs or load_inputs(config)
-        self.tools, self.rewards, self.environment = inputs.tools, inputs.rewards, inputs.environment
+        self.tools, self.rewards, self.environment, self.rollout_func = inputs.tools, inputs.rewards, inputs.environment, inputs.rollout_func
         self.dataset, self.dataset_hash, self.eval_dataset = inputs.dataset, inputs.dataset_hash, inputs.eval_dataset
         d, eval_label = config.data, inputs.eval_label
         self.model, self.tokenizer = model_io.load(config.model)
@@ -229,16 +235,18 @@ class Trainer:
         mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
         on_phase("generating")
         t0 = time.perf_counter()
-        examples, episodes = environments.start(self.environment, examples, (cfg.training.seed, step, round_ * cfg.training.batch_size),
-                                                cfg.grpo.group_size, self.tokenizer)
-        completions = self.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
-                                    environments.row_tools(self.environment, episodes, self.tools, mine, cfg.grpo.group_size))
+        if self.rollout_func is not None:  # TRL's rollout_func generates (rollout_func.py)
+            examples, completions, owners, episodes = rollout_func.roll(self, step, examples, mine, round_ * cfg.training.batch_size, n=cfg.grpo.group_size)
+        else:
+            examples, episodes = environments.start(self.environment, examples, (cfg.training.seed, step, round_ * cfg.training.batch_size),
+                                                    cfg.grpo.group_size, self.tokenizer)
+            completions = self.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
+                                        environments.row_tools(self.environment, episodes, self.tools, mine, cfg.grpo.group_size))
+            owners = [examples[mine.start + c.prompt_index] for c in completions]
         generation_s = time.perf_counter() - t0
-        self._report_hung()
-
+        _report_hung(self.log)
         on_phase("scoring")
         t0 = time.perf_counter()
-        owners = [examples[mine.start + c.prompt_index] for c in completions]
         totals, per_fn, logged = self.score(owners, completions, step, environments.instances(episodes, mine.start * cfg.grpo.group_size))
         totals, per_fn = environments.add_rewards(self.environment, episodes, mine.start * cfg.grpo.group_size, totals, per_fn,
                                                   lambda message: self.log("warning", message))
@@ -248,7 +256,7 @@ class Trainer:
             self.ranks, completions, totals, per_fn, logged, mine.start
         )
         scoring_s = time.perf_counter() - t0
-        self._report_hung()
+        _report_hung(self.log)
         return dynamic_sampling.Round(examples, completions, totals, per_fn, logged, generation_s, scoring_s)
 
     def _optimize(self, step: int, examples: list[data.Example], completions: list[rollout.Completion],
@@ -286,11 +294,6 @@ class Trainer:
         return rollout.generate(self.model, self.tokenizer, prompts, n, self.config.generation, greedy=greedy,
                                 logprobs=False, plan=self.plan, decode=self.decode, keys=keys)
 
-    def _report_hung(self) -> None:
-        """A tool or reward function that stays hung, said once (``timed_calls``)."""
-        for sentence in timed_calls.take_reports():
-            self.log("warning", sentence)
-
     def score(self, owners: list[data.Example], completions: list[rollout.Completion], step: int = 1, envs: list | None = None):
         """(weighted sums, per-function scores, what the functions logged) for TRL-style calls; ``envs``: each one's episode."""
         state = TrainerState.before_step(step, self.steps_per_epoch, self.total_steps, self.num_epochs)
@@ -311,10 +314,14 @@ class Trainer:
         if seed is not None:
             mx.random.seed(seed % 2**32)
         self.model.eval()
-        examples, episodes = environments.start(self.environment, examples, (seed or 0, -1, indices[0]), num_samples, self.tokenizer)
-        completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy,
-                                    row_tools=environments.row_tools(self.environment, episodes, self.tools, range(len(examples)), num_samples))
-        totals, per_fn, _ = self.score([examples[c.prompt_index] for c in completions], completions, 1, environments.instances(episodes, 0))
+        if self.rollout_func is not None:  # TRL runs its evaluations through rollout_func too
+            examples, completions, owners, episodes = rollout_func.roll(self, 0, examples, range(len(examples)), indices[0], n=num_samples, training=False)
+        else:
+            examples, episodes = environments.start(self.environment, examples, (seed or 0, -1, indices[0]), num_samples, self.tokenizer)
+            completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy,
+                                        row_tools=environments.row_tools(self.environment, episodes, self.tools, range(len(examples)), num_samples))
+            owners = [examples[c.prompt_index] for c in completions]
+        totals, per_fn, _ = self.score(owners, completions, 1, environments.instances(episodes, 0))
         totals, per_fn = environments.add_rewards(self.environment, episodes, 0, totals, per_fn, lambda s: self.log("warning", s))
         return EvalBatch(per_fn, totals, [c.model_tokens for c in completions], [c.finish_reason for c in completions])
 
@@ -337,8 +344,7 @@ class Trainer:
     def live_problem(self, key: str, value: object) -> str | None:
         return live.problem(self, key, value)
 
-    def settings_changed(self, keys: list[str]) -> None:
-        live.changed(self, keys)
+    settings_changed = live.changed  # (self, keys): a live change applied
 
     # ------------------------------------------------------------ checkpoints
 
@@ -349,8 +355,7 @@ class Trainer:
             mx.save_safetensors(str(Path(directory) / REFERENCE_FILE), dict(tree_flatten(self.ref_model.parameters())))
 
     def save_optimizer(self, path: Path) -> None:
-        state = dict(tree_flatten(self.optimizer.state))
-        mx.save_safetensors(str(path), state)
+        mx.save_safetensors(str(path), dict(tree_flatten(self.optimizer.state)))
 
     def load_checkpoint(self, directory: Path) -> None:
         directory = Path(directory)
