@@ -54,7 +54,8 @@ class StepFacts:
     step: int
     metrics: m.Step
     generations: list[GenFacts]
-    eval_accuracy: float | None = None  # an evaluation after this step
+    # the evaluations since the previous step: (the step each measured, 0 before training; its accuracy)
+    evals: list[tuple[int, float]] = field(default_factory=list)
 
     _groups: list[list[GenFacts]] | None = None
     _flat: list[list[GenFacts]] | None = None
@@ -429,7 +430,11 @@ def reward_up_eval_down(window: list[StepFacts], run: RunFigures, d: DoctorConfi
     message = (f"the training reward rose ({start:.3g} -> {latest:.3g}) while eval accuracy fell from {best:.3g} "
                f"(step {best_step}) to {now:.3g} (step {step}): the model is learning the reward, not the task "
                f"(reward hacking); the checkpoint nearest step {best_step} is the better model")
-    return Verdict(severity, message, {"eval_best": best, "eval_now": now}, m.Evidence(steps=[best_step, step]))
+    top = max((g.reward for s in window for g in s.generations if g.reward is not None), default=None)
+    paid = _evidence(window, lambda g: top is not None and g.reward is not None and g.reward >= top - 1e-9)
+    # the evaluations' steps (the store's evals), and the completions the reward pays most now
+    return Verdict(severity, message, {"eval_best": best, "eval_now": now},
+                   m.Evidence(steps=[best_step, step], generations=paid.generations))
 
 
 def grad_spike(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
@@ -536,8 +541,7 @@ class Doctor:
             self.run.times.append(seconds)
         if facts.metrics.grad_norm is not None and math.isfinite(facts.metrics.grad_norm):
             self.run.grad_norms.append(facts.metrics.grad_norm)
-        if facts.eval_accuracy is not None:
-            self.run.evals.append((facts.step, facts.eval_accuracy))
+        self.run.evals.extend(facts.evals)
         rewards = [g.reward for g in facts.generations if g.reward is not None]
         if rewards:
             self.run.best_reward = max([*rewards, *([self.run.best_reward] if self.run.best_reward is not None else [])])

@@ -49,14 +49,18 @@ def diagnose(store: Path, config: Config, run_id: int | None = None) -> Report:
         doctor = Doctor(config)
         steps = [r["step"] for r in conn.execute("SELECT step FROM steps WHERE run_id = ? ORDER BY step", (run,))]
         detailed = steps[max(0, len(steps) - DETAIL_WINDOWS * config.doctor.window)] if steps else 0
-        evals = dict(conn.execute("SELECT step, accuracy FROM evals WHERE run_id = ? AND greedy = 1", (run,)).fetchall())
+        greedy = int(config.eval is None or config.eval.greedy)  # the pass the run is judged by, as in the worker
+        evals = [(int(r["step"]), float(r["accuracy"])) for r in conn.execute(
+            "SELECT step, accuracy FROM evals WHERE run_id = ? AND greedy = ? AND accuracy IS NOT NULL ORDER BY step",
+            (run, greedy))]
         generations = _generations(conn, run, detailed)
         history: list[m.Finding] = []
         columns = ", ".join(("step", "epoch", *STEP_METRIC_COLUMNS))
         for row in conn.execute(f"SELECT {columns} FROM steps WHERE run_id = ? ORDER BY step", (run,)):
             metrics = step_from_row(dict(row))
-            history += doctor.feed(StepFacts(metrics.step, metrics, generations.get(metrics.step, []),
-                                             evals.get(metrics.step)))
+            since = [(s, a) for s, a in evals if s <= metrics.step]  # the start's (step 0) with step 1, as live
+            evals = evals[len(since):]
+            history += doctor.feed(StepFacts(metrics.step, metrics, generations.get(metrics.step, []), since))
         return Report(store, run, len(steps), doctor.findings(), history)
     finally:
         conn.close()

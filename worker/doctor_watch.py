@@ -13,32 +13,33 @@ from grpo_tui.worker.records import StepOutput
 from grpo_tui.worker.trackers import Trackers
 
 
-def step_facts(output: StepOutput, eval_accuracy: float | None = None) -> StepFacts:
-    """What the doctor reads of a step the worker just trained."""
+def step_facts(output: StepOutput, evals: list[tuple[int, float]] | None = None) -> StepFacts:
+    """What the doctor reads of a step the worker just trained (with the evaluations since the last)."""
     generations = [GenFacts(g.prompt_index, g.group_index, g.reward, g.num_tokens, g.finish_reason, g.completion,
                             dict(g.reward_details)) for g in output.generations]
-    return StepFacts(output.metrics.step, output.metrics, generations, eval_accuracy)
+    return StepFacts(output.metrics.step, output.metrics, generations, list(evals or []))
 
 
 class DoctorWatch:
     def __init__(self, run: RunContext) -> None:
         self.run = run
         self.doctor = Doctor(run.config) if run.config.doctor.enabled else None
-        self.eval_accuracy: float | None = None
+        self.evals: list[tuple[int, float]] = []  # since the last step fed: (the step measured, accuracy)
         self.stopped_because: str | None = None
 
     def evaluated(self, result: m.Eval) -> None:
-        """An evaluation after the step: the next step's facts carry its accuracy."""
-        if result.accuracy is not None:
-            self.eval_accuracy = result.accuracy
+        """An evaluation (at the start, or after a step): the next facts fed carry it, at its own step."""
+        greedy = self.run.config.eval is None or self.run.config.eval.greedy  # the pass the run is judged by
+        if result.accuracy is not None and result.greedy == greedy:
+            self.evals.append((result.step, result.accuracy))
 
     async def after_step(self, output: StepOutput, trackers: Trackers | None = None) -> bool:
         """Feed the step; each finding to the trackers too (alerts, docs/trackers.md); True when
         ``doctor.stop_on`` ends the run here."""
         if self.doctor is None:
             return False
-        facts = step_facts(output, self.eval_accuracy)
-        self.eval_accuracy = None
+        facts = step_facts(output, self.evals)
+        self.evals = []
         run = self.run
         stop_at = run.config.doctor.stop_on
         stop: m.Finding | None = None

@@ -135,7 +135,7 @@ def test_reward_up_while_eval_accuracy_falls():
     steps = []
     for n in range(1, 41):
         facts = step(n, [[0.0, 1.0, 0.5, min(1.0, n / 20)]] * 4)
-        facts.eval_accuracy = {10: 0.6, 20: 0.7, 30: 0.5, 40: 0.4}.get(n)
+        facts.evals = [(n, a)] if (a := {10: 0.6, 20: 0.7, 30: 0.5, 40: 0.4}.get(n)) is not None else []
         steps.append(facts)
     assert "reward_up_eval_down" in names(feed(doctor, steps), "critical")
 

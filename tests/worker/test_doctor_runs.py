@@ -20,7 +20,14 @@ def zero(prompts, completions, **kw):
 
 def full(prompts, completions, **kw):
     return [1.0] * len(completions)
+
+def three_digits(prompts, completions, **kw):
+    """A format-only reward: a three-digit number in the answer tags, right or wrong."""
+    import re
+    return [1.0 if re.fullmatch(r"<answer>\\d{3}</answer>", c.strip()) else 0.0 for c in completions]
 '''
+ARITH = {"model": ROOT / "examples" / "models" / "tiny-arith", "train": ROOT / "examples" / "data" / "arith.jsonl",
+         "eval": ROOT / "examples" / "data" / "arith_eval.jsonl"}  # the quickstart's warm model: it answers
 
 
 def run(config, *args: str, timeout: float = 120) -> tuple[WorkerProcess, int]:
@@ -164,3 +171,66 @@ def test_a_collapsing_looping_run_is_entropy_collapse_and_repetition_with_the_lo
     for step in said["entropy_collapse"].evidence.steps:
         [(entropy,)] = query(db, "SELECT entropy FROM steps WHERE step = ?", step)
         assert entropy < start
+
+
+def arith_config(folder, rewards: str, **sections):
+    """The quickstart's warm model and data, 4 prompts × 4 per step, a learning rate high enough to
+    show a bad reward's effect within a few steps, the doctor's window 4 (it judges from step 2)."""
+    values = {"data": {"path": str(ARITH["train"]), "eval_path": str(ARITH["eval"]), "seed": 0},
+              "grpo": {"group_size": 4}, "checkpoint": {"save_every": 0}, "doctor": {"window": 4},
+              "training": {"batch_size": 4, "learning_rate": 1e-3, "silent_patience": 0}}
+    for section, table in sections.items():
+        values.setdefault(section, {}).update(table)
+    return write_config(folder, ARITH["model"], rewards=rewards, **values)
+
+
+def test_a_reward_that_pays_for_length_is_length_hacking_with_the_long_completions(tmp_path):
+    """The length reward with its target at the limit pays for every token: the answers (5-6 tokens)
+    grow to the limit. Length hacking fires at step 8, the first whose window (5-8) follows the first
+    one (1-4), and names long, well-paid completions of the store."""
+    config = arith_config(tmp_path, '[[rewards]]\nname = "length"\nparams = { target = 24 }\n',
+                          generation={"max_completion_length": 24}, training={"max_steps": 8})
+    worker, code = run(config)
+    assert code == 0, worker.stderr.decode()[-2000:]
+    [finding] = [f for f in worker.of(m.Finding) if f.name == "length_hacking"]
+    assert finding.since == 8 and finding.severity in ("warning", "critical") and finding.numbers["rank_correlation"] >= 0.6
+    db = tmp_path / "out" / "outputs.db"
+    [(start,)] = query(db, "SELECT avg(completion_mean_length) FROM steps WHERE step <= 4")
+    [(first_best,)] = query(db, "SELECT max(reward) FROM generations WHERE step = 1")
+    assert finding.evidence.generations and start < 8
+    for step, prompt, group in finding.evidence.generations:
+        [(tokens, reward)] = query(db, "SELECT num_tokens, reward FROM generations WHERE step = ? AND prompt_index = ? "
+                                   "AND group_index = ?", step, prompt, group)
+        assert step >= 5 and tokens >= 1.5 * start and reward > first_best  # longer than at the start, and paid more
+
+
+def test_a_format_only_reward_with_eval_measuring_correctness_is_reward_up_eval_down(tmp_path):
+    """A reward for a three-digit answer, right or wrong; eval (greedy) measures correctness. The model
+    learns to answer three digits and forgets the sums: at step 5, with three evaluations and the
+    window's reward above the first window's, the finding names the evaluations (the store's evals at
+    steps 0 and 4) and the completions the reward pays, which the accuracy reward scores 0."""
+    (tmp_path / "format.py").write_text(CONSTANT)
+    rewards = (f'[[rewards]]\nfunction = "{tmp_path / "format.py"}:three_digits"\n'
+               '[[rewards]]\nname = "accuracy"\nweight = 0.0\n')  # measured, not paid
+    config = arith_config(tmp_path, rewards, generation={"max_completion_length": 12},
+                          training={"max_steps": 6}, eval={"every": 2, "limit": 64})
+    worker, code = run(config)
+    assert code == 0, worker.stderr.decode()[-2000:]
+    [finding] = [f for f in worker.of(m.Finding) if f.name == "reward_up_eval_down"]
+    assert (finding.since, finding.severity) == (5, "critical")
+    db = tmp_path / "out" / "outputs.db"
+    best, now = finding.evidence.steps
+    assert (best, now) == (0, 4)  # the start's evaluation is step 0's, as the store keeps it
+    assert query(db, "SELECT step, accuracy FROM evals WHERE step IN (?, ?) ORDER BY step", best, now) == [
+        (0, finding.numbers["eval_best"]), (4, finding.numbers["eval_now"])]
+    wrong = 0
+    for step, prompt, group in finding.evidence.generations:
+        [(details,)] = query(db, "SELECT reward_details FROM generations WHERE step = ? AND prompt_index = ? "
+                             "AND group_index = ?", step, prompt, group)
+        scores = json.loads(details)
+        assert scores["three_digits"] == 1.0
+        wrong += scores["accuracy"] == 0.0
+    assert wrong >= 0.75 * len(finding.evidence.generations) > 0  # paid for its form, wrong
+    offline = json.loads(doctor(tmp_path / "out", "--json").stdout)  # the same from the store, as of step 6
+    [again] = [f for f in offline["findings"] if f["name"] == "reward_up_eval_down"]
+    assert again["since"] == 5 and again["evidence"]["steps"] == [0, 6]
