@@ -84,6 +84,21 @@ async def test_the_probe_shows_on_the_doctor_tab_before_step_1(make_app):
         app.exit()
 
 
+async def test_once_the_run_trains_the_probe_is_said_as_before_step_1_not_as_a_problem(make_app):
+    """The probe describes step 0: from step 1 the run's own findings speak for the run, so the Doctor
+    tab no longer counts the probe's warning as holding; it stays, last and dim, "before step 1"."""
+    app = make_app("--steps", "3", "--hold", "--probe")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.step == 3 and "probe" in app.state.findings, "three steps", 30)
+        await pilot.press("6")
+        await until(pilot, lambda: "probe (before 1)" in screen_text(app), "the probe's row, before step 1")
+        text = screen_text(app)
+        assert "✓ the run doctor sees nothing wrong" in text and "1 warning" not in text
+        assert "before step 1 (the run's own findings now speak for it): " in text
+        assert "suggested change: generation.max_completion_length=64" in text  # still a applies it
+        app.exit()
+
+
 @pytest.mark.slow
 async def test_a_applies_the_suggested_change_and_the_run_changes(tmp_path, tiny_model):
     """The real worker, completions cut at 4 tokens: the doctor's truncation finding suggests a longer

@@ -112,7 +112,7 @@ class DashboardScreen(Screen[None]):
             for view in self.query("#database-view"):  # none until the tab is first shown (it reads the store then)
                 view.set_store(s.database.path, s.database.run_id)  # type: ignore[attr-defined]
         if "doctor" in dirty or "metrics" in dirty:  # the findings, and their signal's chart
-            self.query_one(DoctorPanel).show(s.findings, s.book)
+            self.query_one(DoctorPanel).show(s.findings, s.book, s.step)
         if "bindings" in dirty or s.status != self._footer_status:
             self._footer_status = s.status  # the footer is rebuilt on refresh: only when keys change
             self.app.refresh_bindings()  # the keys of the screen shown (a sample's too)

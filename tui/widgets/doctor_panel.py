@@ -74,6 +74,7 @@ class DoctorPanel(Vertical):
         self.findings: list[m.Finding] = []  # the table's rows, in order
         self.book: SeriesBook | None = None
         self._drawn: tuple[object, ...] = ()
+        self.past: set[str] = set()  # findings shown as before step 1 (the probe, once the run trains)
 
     def compose(self) -> ComposeResult:
         yield Static(Text("the run doctor has found nothing yet", "dim"), id="doctor-title")
@@ -86,11 +87,14 @@ class DoctorPanel(Vertical):
 
     # ------------------------------------------------------------ attributes down
 
-    def show(self, findings: dict[str, m.Finding], book: SeriesBook) -> None:
-        """The findings that hold now, the most severe first; the chart follows the book's steps."""
+    def show(self, findings: dict[str, m.Finding], book: SeriesBook, step: int = 0) -> None:
+        """The findings that hold now, the most severe first; the chart follows the book's steps. From
+        step 1 on the probe's finding (``probe``, a measurement before step 1) is no longer a problem
+        that holds: the run's own findings speak for the run; it stays, dim, last, "before step 1"."""
         self.book = book
-        rows = sorted(findings.values(), key=lambda f: (SEVERITY_ORDER[f.severity], f.since, f.name))
-        key = tuple((f.name, f.severity, f.since, f.step, tuple(f.numbers.items())) for f in rows)
+        self.past = {"probe"} if step >= 1 and "probe" in findings else set()
+        rows = sorted(findings.values(), key=lambda f: (f.name in self.past, SEVERITY_ORDER[f.severity], f.since, f.name))
+        key = tuple((f.name, f.severity, f.since, f.step, f.name in self.past, tuple(f.numbers.items())) for f in rows)
         if key != self._drawn:
             self._drawn = key
             self._fill(rows)
@@ -103,17 +107,24 @@ class DoctorPanel(Vertical):
         self.findings = rows
         table.clear()
         for f in rows:
+            if f.name in self.past:  # said before step 1, superseded by the run's own findings
+                table.add_row(Text(f.severity, "dim"), Text("probe (before 1)", "dim"), Text("0", "dim"),
+                              Text("0", "dim"), Text(numbers_text(f), "dim"), key=f.name)
+                continue
             table.add_row(Text(f.severity, SEVERITY_STYLE[f.severity]), f.name, str(f.since), str(f.step),
                           numbers_text(f), key=f.name)
         if chosen is not None and chosen.name in [f.name for f in rows]:
             table.move_cursor(row=[f.name for f in rows].index(chosen.name), animate=False)
-        counts = {s: sum(f.severity == s for f in rows) for s in SEVERITY_ORDER}
+        held = [f for f in rows if f.name not in self.past]
+        counts = {s: sum(f.severity == s for f in held) for s in SEVERITY_ORDER}
         title = Text()
-        if rows:
+        if held:
             title.append(" · ".join(f"{n} {s}" for s, n in counts.items() if n), "bold")
             title.append("   enter: its evidence · a: apply its fix", "dim")
         else:
             title.append("✓ the run doctor sees nothing wrong (docs/doctor.md)", "green")
+        if len(held) < len(rows):
+            title.append("   the probe's word before step 1 is kept below, dim", "dim")
         self.query_one("#doctor-title", Static).update(title)
 
     def selected(self) -> m.Finding | None:
@@ -129,6 +140,8 @@ class DoctorPanel(Vertical):
             chart.update("")
             return
         text = Text(clean(finding.message, single_line=True))
+        if finding.name in self.past:
+            text = Text("before step 1 (the run's own findings now speak for it): ", "dim") + text
         if finding.suggestion:
             text.append("\nsuggested change: ", "bold").append(finding.suggestion, "bold cyan")
             text.append("   a applies it from the next step", "dim")
