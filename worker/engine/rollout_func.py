@@ -72,9 +72,12 @@ class PolicyService:
     requests and returns one answer each). A request made on the serving thread is generated at once."""
 
     def __init__(self, generate: Callable[[list[Request]], list[dict[str, Any]]]) -> None:
-        self._generate = generate
+        self._generate = generate  # ``bind`` replaces it (each round keys its draws)
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._serving: threading.Thread | None = None
+
+    def bind(self, generate: Callable[[list[Request]], list[dict[str, Any]]]) -> None:
+        self._generate = generate
 
     def generate(self, requests: list[Request]) -> list[dict[str, Any]]:
         if not requests:
@@ -183,6 +186,7 @@ class RolloutTrainer:
         self.state, self.model = _State(global_step, max_steps), _Model(training)
         self.accelerator = _Accelerator(rank, size)
         self.use_vllm, self.vllm_mode = False, None
+        self.base_url, self.api_key = "", ""  # the policy's OpenAI-style endpoint during the rollout (policy_endpoint.py)
         self._service, self._thinking = service, enable_thinking
 
     def _prompt_ids(self, prompt: Any, as_chat: bool | None) -> list[int]:
@@ -231,6 +235,20 @@ class RolloutFunction:
         except RewardError as exc:
             raise RolloutFuncMistake(str(exc).removeprefix("reward ").removeprefix(f"{spec}: ")) from None
         self.name = getattr(self.fn, "__name__", spec.rsplit(":", 1)[1])
+        self.service = PolicyService(lambda requests: [])
+        self.endpoint: Any = None  # policy_endpoint.PolicyEndpoint, started at the first round
+
+    def serve_endpoint(self, view: "RolloutTrainer", model_name: str) -> Any:
+        """The run's OpenAI/vLLM-style endpoint on 127.0.0.1 (its secret made once per run), over ``service``."""
+        if self.endpoint is None:
+            from grpo_tui.worker.engine.policy_endpoint import PolicyEndpoint
+
+            tok = view.processing_class
+            self.endpoint = PolicyEndpoint(
+                lambda prompts, overrides: self.service.generate([Request(p, overrides) for p in prompts]),
+                lambda messages: view._prompt_ids(messages, True), lambda text: view._prompt_ids(text, False),
+                lambda t: tok.decode([t]), model_name, len(tok))
+        return self.endpoint
 
     def call(self, prompts: list[Any], trainer: RolloutTrainer, service: PolicyService) -> dict[str, Any]:
         try:
@@ -346,10 +364,13 @@ def roll(engine: Any, step: int, examples: list[data.Example], rows: range, posi
                                 decode=engine.decode, keys=keys)
 
     engine.model.eval()
-    service = PolicyService(lambda requests: generation_answers(requests, generate))
+    service = engine.rollout_func.service
+    service.bind(lambda requests: generation_answers(requests, generate))
     trainer = RolloutTrainer(cfg, engine.tokenizer, service, global_step=max(step - 1, 0), max_steps=engine.total_steps,
                              training=training, rank=engine.ranks.rank, size=engine.ranks.size,
                              enable_thinking=cfg.generation.enable_thinking)
+    endpoint = engine.rollout_func.serve_endpoint(trainer, engine.model_name)
+    trainer.base_url, trainer.api_key = endpoint.base_url, endpoint.api_key
     prompts = [e.prompt if isinstance(e.prompt, str) else [dict(m) for m in e.messages] for e in mine for _ in range(n)]
     output = engine.rollout_func.call(prompts, trainer, service)
     started, completions, owners = engine.rollout_func.completions(output, mine, n, engine.tokenizer)

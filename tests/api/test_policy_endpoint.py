@@ -1,0 +1,97 @@
+"""The policy's OpenAI/vLLM-style endpoint on 127.0.0.1 (docs/environments.md, "The policy's
+endpoint"), driven by a plain HTTP client from a rollout function through the real worker: token
+ids in, token ids and log-probs out, chat completions, the run's secret; concurrent requests are
+generated as one batch (``PolicyService``, without a model)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from tests.helpers.api_runs import TINY_MODEL, quick_args
+
+
+def _post(url: str, body: dict, key: str | None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_an_openai_style_client_drives_the_policy_through_the_endpoint_and_its_tokens_are_the_batch(tmp_path):
+    from grpo_tui import GRPOTrainer
+
+    log = tmp_path / "calls.jsonl"
+
+    def rollout_func(prompts, trainer):
+        root = trainer.base_url.removesuffix("/v1")
+        tok = trainer.processing_class
+        seen = {"no_key": _post(f"{root}/inference/v1/generate", {"token_ids": [1, 2]}, None)[0],
+                "wrong_key": _post(f"{root}/inference/v1/generate", {"token_ids": [1, 2]}, "guess")[0]}
+
+        def one(prompt):  # a harness's token-in call, several at once
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            status, out = _post(f"{root}/inference/v1/generate",
+                                {"token_ids": ids, "sampling_params": {"max_tokens": 8, "n": 1}}, trainer.api_key)
+            assert status == 200, out
+            return ids, out["choices"][0]
+
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            results = list(pool.map(one, prompts))
+        status, chat = _post(f"{trainer.base_url}/chat/completions",
+                             {"model": "policy", "messages": [{"role": "user", "content": "1+1="}], "max_tokens": 4, "n": 2},
+                             trainer.api_key)
+        seen.update(chat_status=status, chat_choices=len(chat["choices"]),
+                    chat_text_is_tokens=all(tok.decode(c["token_ids"], skip_special_tokens=True) == c["message"]["content"]
+                                            for c in chat["choices"]),
+                    chat_logprobs=all(len(c["logprobs"]["content"]) == len(c["token_ids"]) for c in chat["choices"]),
+                    lengths=[len(c["token_ids"]) for _, c in results],
+                    logprobs_fit=all(len(c["logprobs"]) == len(c["token_ids"]) for _, c in results))
+        with open(log, "a") as f:
+            f.write(json.dumps(seen) + "\n")
+        return {"prompt_ids": [ids for ids, _ in results], "completion_ids": [c["token_ids"] for _, c in results],
+                "logprobs": [c["logprobs"] for _, c in results]}
+
+    rows = [{"prompt": [{"role": "user", "content": f"{i}+{i}="}]} for i in range(1, 3)]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+                          args=quick_args(tmp_path, max_steps=1), train_dataset=rows, rollout_func=rollout_func)
+    trainer.train()
+    [seen] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert seen["no_key"] == 401 and seen["wrong_key"] == 401  # the run's secret only
+    assert seen["chat_status"] == 200 and seen["chat_choices"] == 2 and seen["chat_text_is_tokens"] and seen["chat_logprobs"]
+    assert seen["logprobs_fit"] and all(1 <= n <= 8 for n in seen["lengths"])  # max_tokens held
+    logged = trainer.state.log_history[0]
+    assert logged["completions/mean_length"] == sum(seen["lengths"]) / 4  # the endpoint's tokens were trained on
+
+
+def test_requests_made_at_the_same_time_are_generated_as_one_batch():
+    from grpo_tui.worker.engine.rollout_func import PolicyService, Request
+
+    batches: list[int] = []
+
+    def generate(requests):
+        batches.append(len(requests))
+        time.sleep(0.3 if len(batches) == 1 else 0)
+        return [{"n": r.prompt_ids[0]} for r in requests]
+
+    service = PolicyService(generate)
+
+    def driver():
+        def later(i):
+            time.sleep(0.05)  # while the first request is being generated
+            return service.generate([Request([i])])[0]["n"]
+
+        threads = ThreadPoolExecutor(4)
+        futures = [threads.submit(later, i) for i in range(4)]
+        first = service.generate([Request([9])])[0]["n"]
+        return first, [f.result() for f in futures]
+
+    assert service.serve(driver) == (9, [0, 1, 2, 3])  # each answer to its own request
+    assert batches == [1, 4]
