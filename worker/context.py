@@ -8,6 +8,7 @@ control, the store and the loaded trainer (docs/architecture.md, "Processes").
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from collections.abc import Sequence
@@ -55,12 +56,14 @@ class RunContext:
         return self.control.step
 
     def emit(self, event: m.Event) -> None:
+        """The worker's one door for what it says: the frames (stdout, run.jsonl) and, for a log
+        line, the store's log table."""
         self.emitter.emit(event)
+        if isinstance(event, m.Log) and self.store is not None:
+            self.store.queue_log(self.step, event.level, event.message)
 
     def log(self, level: m.LogLevel, message: str) -> None:
-        self.emitter.log(level, message)
-        if self.store is not None:
-            self.store.queue_log(self.step, level, message)
+        self.emit(m.Log(level=level, message=message, time=time.time()))
 
     async def mlx(self, fn: Callable[..., T], *args: Any) -> T:
         """Run on the MLX thread (MLX state stays on one thread)."""

@@ -83,12 +83,6 @@ class TrainingLoop:
     def step(self) -> int:
         return self.control.step
 
-    def emit(self, event: m.Event) -> None:
-        self.run_context.emit(event)
-
-    def log(self, level: m.LogLevel, message: str) -> None:
-        self.run_context.log(level, message)
-
     def steps_since_checkpoint(self) -> int:
         return self.checkpoints.steps_since()
 
@@ -108,7 +102,7 @@ class TrainingLoop:
             await self.starter.start()
             if self.leader:  # after start: a resumed run continues its tracker run
                 self.trackers = Trackers(self.config, run.output_dir, resumed=self.step > 0,
-                                         warn=lambda message: self.log("warning", message))
+                                         warn=lambda message: self.run_context.log("warning", message))
                 self.trackers.set_total(run.trainer.total_steps)
             self.epoch_metrics = self.starter.epoch_metrics
             return await self._train()
@@ -132,7 +126,7 @@ class TrainingLoop:
     async def _train(self) -> int:
         trainer = self.run_context.trainer
         if self.step >= trainer.total_steps:
-            self.log("info", f"the run is already complete ({self.step} steps); set checkpoint.resume = false to restart")
+            self.run_context.log("info", f"the run is already complete ({self.step} steps); set checkpoint.resume = false to restart")
         first = True
         if self.step == 0:
             await self._maybe_eval(0)
@@ -171,8 +165,8 @@ class TrainingLoop:
             if self.control.stop_reason is not None:
                 return changes
             if self.control.take_pause():
-                self.emit(m.Paused(step=self.step))
-                self.emit(m.Status(phase="idle", message="paused"))
+                self.run_context.emit(m.Paused(step=self.step))
+                self.run_context.emit(m.Status(phase="idle", message="paused"))
             if not self.control.paused:
                 return changes
             await self.wake.wait()
@@ -187,7 +181,7 @@ class TrainingLoop:
 
     def _on_phase(self, phase: m.Phase) -> None:
         self.run_context.phase = phase
-        self.emit(m.Status(phase=phase, message=f"step {self.step + 1}"))
+        self.run_context.emit(m.Status(phase=phase, message=f"step {self.step + 1}"))
 
     def _phase_from_mlx_thread(self, loop: asyncio.AbstractEventLoop, phase: m.Phase) -> None:
         """The MLX thread waits until the phase is in run.jsonl: user code (a reward, a tool) that
@@ -222,12 +216,12 @@ class TrainingLoop:
             self.control.paused = True
         if run.store is not None:
             await run.store.write_step(run.run_id, output)
-        self.emit(output.metrics)
+        self.run_context.emit(output.metrics)
         if self.trackers is not None:
             self.trackers.step(output)
         rng = random.Random(f"{self.config.training.seed}:{step}")
         for gen in choose_samples(output.generations, self.control.display, rng):
-            self.emit(gen.to_sample(step, self.config.grpo.group_size, self.control.display))
+            self.run_context.emit(gen.to_sample(step, self.config.grpo.group_size, self.control.display))
         self.epoch_metrics.append((output.metrics.loss, output.metrics.reward))
         await self._maybe_eval(step)  # before the step's checkpoint: a kill mid-eval replays both
         if await self.nan.after_step(output.metrics):
@@ -247,7 +241,7 @@ class TrainingLoop:
         for result in await run_eval(run, step, self._hold_in_eval) or []:
             if run.store is not None:
                 await run.store.write_eval(run.run_id, result)
-            self.emit(result)
+            self.run_context.emit(result)
             self.doctor.evaluated(result)
             if self.trackers is not None:
                 self.trackers.eval(result)
@@ -261,10 +255,10 @@ class TrainingLoop:
         if step_in_epoch == 1:
             self.epoch_metrics = []
         self.epoch_started = time.time()
-        self.emit(m.EpochStart(epoch=epoch, total_epochs=trainer.num_epochs, steps_in_epoch=steps))
+        self.run_context.emit(m.EpochStart(epoch=epoch, total_epochs=trainer.num_epochs, steps_in_epoch=steps))
 
     def _epoch_end(self, epoch: int) -> None:
-        self.emit(
+        self.run_context.emit(
             m.EpochEnd(
                 epoch=epoch,
                 mean_loss=mean_of([loss for loss, _ in self.epoch_metrics]),
@@ -282,7 +276,7 @@ class TrainingLoop:
         await self.checkpoints.at_end(reason)
         status: Literal["completed", "stopped"] = "completed" if completed else "stopped"
         await self.finish_store(status)
-        self.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
+        self.run_context.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
         if completed:
             return Exit.DONE
         # a user's stop, EOF or a signal; a NaN stop and a silent stop say their own
@@ -303,7 +297,7 @@ class TrainingLoop:
             # A reward or a tool that failed says so in a sentence naming it; the rest are bugs.
             message = str(exc) if isinstance(exc, SaidFailure) else f"{type(exc).__name__}: {exc}"
             code = Exit.CRASH
-            self.emit(m.Error(message=message, fatal=True, traceback=trace, exit_code=code, log_path=where))
+            self.run_context.emit(m.Error(message=message, fatal=True, traceback=trace, exit_code=code, log_path=where))
         if self.distributed and mistake:  # the launcher says it once for all ranks (ranks.launch_and_wait)
             print(ranks.mistake_line(message), file=sys.stderr, flush=True)
         elif not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it

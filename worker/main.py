@@ -45,19 +45,16 @@ class Inputs:
             try:
                 command: m.Command | str = decode_command(line)
             except ProtocolError as exc:
-                run.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
+                run.run_context.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
                 return
         else:  # a plain-text control line (PAUSE, STOP, ...), for scripts piping into --plain
             command = parse_plain(text)
         if isinstance(command, str):
-            run.log("warning", command)
+            run.run_context.log("warning", command)
             return
         answers = run.live.request(command) if isinstance(command, m.SetSetting) else run.control.handle(command)
         for event in answers:
-            if isinstance(event, m.Log):
-                run.log(event.level, event.message)
-            else:
-                run.emit(event)
+            run.run_context.emit(event)
         run.wake.set()
 
     def on_eof(self) -> None:
@@ -65,7 +62,7 @@ class Inputs:
         if run.plain:  # nobody drives a plain run through stdin; /dev/null must not stop it
             return
         if run.control.stop_reason is None:
-            run.log("warning", "stdin closed (the dashboard is gone): saving a checkpoint and exiting")
+            run.run_context.log("warning", "stdin closed (the dashboard is gone): saving a checkpoint and exiting")
         run.control.stop("eof")
         run.wake.set()
 
@@ -82,11 +79,11 @@ class Inputs:
         # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
         # next collective fails at once, and the crash path names the lost rank and saves.
         if busy and (nothing_new or insisted) and not ranks.launched():
-            run.log("warning", f"{name}: exiting now; " + ("a second signal: the running step is dropped" if insisted
+            run.run_context.log("warning", f"{name}: exiting now; " + ("a second signal: the running step is dropped" if insisted
                                                            else "every completed step is in the latest checkpoint"))
             self._abandoning = asyncio.ensure_future(self._abandon())
             return
-        run.log("warning", f"{name}: stopping {'after the running step' if run.control.stepping else 'now'}")
+        run.run_context.log("warning", f"{name}: stopping {'after the running step' if run.control.stepping else 'now'}")
         run.control.stop("signal")
         run.wake.set()
 
@@ -94,8 +91,8 @@ class Inputs:
         """Exit without waiting for the MLX thread; the store never saw the unfinished step."""
         run = self.training
         await run.finish_store("stopped")
-        run.emit(m.Complete(total_steps=run.step, seconds=time.time() - run.started, status="stopped"))
-        end_user_processes(run.log)
+        run.run_context.emit(m.Complete(total_steps=run.step, seconds=time.time() - run.started, status="stopped"))
+        end_user_processes(run.run_context.log)
         run.emitter.close()
         os._exit(run.exit_code)
 
@@ -135,7 +132,7 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
     finally:
         timed_calls.use_main_loop(None)
     quiet_teardown(asyncio.get_running_loop())
-    end_user_processes(training.log)
+    end_user_processes(training.run_context.log)
     return code
 
 
