@@ -244,6 +244,19 @@ def no_docstring(key: str, function: str, where: str) -> str:
             "it as the tool's description, and its Args: section describes each parameter)")
 
 
+def undescribed_parameter(param: str, function: str) -> str:
+    return (f"parameter {param!r} of {function} has no description in its docstring; add a line '{param}: what it is' "
+            "under 'Args:' (the model reads it, and TRL needs it too)")
+
+
+def _undescribed(fn: ast.FunctionDef | ast.AsyncFunctionDef, params: list[str]) -> str | None:
+    """The first parameter that the docstring's ``Args:`` section does not describe (the rule of
+    transformers' ``get_json_schema``, which the worker applies: engine/tool_schema.py)."""
+    doc = ast.get_docstring(fn) or ""
+    args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    return next((p for p in params if not re.search(rf"^\s*{re.escape(p)}\s*(\([^)]*\))?\s*:", args, re.M)), None)
+
+
 def _source(path: str) -> ast.Module | SyntaxError | None:
     try:
         return ast.parse(Path(path).read_text(encoding="utf-8-sig"), filename=path)
@@ -254,8 +267,8 @@ def _source(path: str) -> ast.Module | SyntaxError | None:
 
 
 def code_problems(config: Config) -> list[str]:
-    """Reward and tool files (``file.py:func``) that do not compile, and tools without a type hint
-    on a parameter or without a docstring, read from the source without running it."""
+    """Reward and tool files (``file.py:func``) that do not compile, and tools without a docstring,
+    a type hint on a parameter or its description, read from the source without running it."""
     problems: list[str] = []
     for key, spec, tool in [*((f"reward {r.function}", r.function, False) for r in config.rewards),
                             *((f"tools[{i}].function: {t.function}", t.function, True) for i, t in enumerate(config.tools))]:
@@ -272,10 +285,12 @@ def code_problems(config: Config) -> list[str]:
         if fn is None:
             continue  # made some other way (a decorator, an assignment): the worker imports it
         params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
-        if (untyped := next((p.arg for p in params if p.annotation is None), None)) is not None:
-            problems.append(f"{key.split(': ')[0]}: {where}: {no_type_hint(untyped, name)}")
-        elif not (ast.get_docstring(fn) or "").strip():
+        if not (ast.get_docstring(fn) or "").strip():
             problems.append(no_docstring(key.split(": ")[0], name, where))
+        elif (untyped := next((p.arg for p in params if p.annotation is None), None)) is not None:
+            problems.append(f"{key.split(': ')[0]}: {where}: {no_type_hint(untyped, name)}")
+        elif (undescribed := _undescribed(fn, [p.arg for p in params])) is not None:
+            problems.append(f"{key.split(': ')[0]}: {where}: {undescribed_parameter(undescribed, name)}")
     return problems
 
 

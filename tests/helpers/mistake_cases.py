@@ -375,6 +375,10 @@ CASES: list[Case] = [
     Case("tool-no-docstring", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "def add(a: int, b: int) -> int:\n    return a + b\n"))),
          lambda f: f"tools[0].function: add in {f / 'my_tools.py'} has no docstring; add one that says what the tool does "
                    "(the model reads it as the tool's description, and its Args: section describes each parameter)", check=True),
+    Case("tool-undescribed-parameter", "tool",
+         lambda f: Setup(write_run(f, rewards=tool_table(f, 'def add(a: int, b: int) -> int:\n    """Add.\n\n    Args:\n        a: One.\n    """\n    return a + b\n'))),
+         lambda f: f"tools[0].function: {f / 'my_tools.py'}: parameter 'b' of add has no description in its docstring; add a "
+                   "line 'b: what it is' under 'Args:' (the model reads it, and TRL needs it too)", check=True),
     Case("tool-syntax-error", "tool", lambda f: Setup(write_run(f, rewards=tool_table(f, "def add(a: int, b: int) -> int\n    return a + b\n"))),
          lambda f: f"tools[0].function: {f / 'my_tools.py'}:add: {f / 'my_tools.py'}, line 1: syntax error (expected ':'); "
                    "fix that line", check=True),

@@ -88,13 +88,13 @@ class Environment:
         self.probe_tools: list[Tool] = []  # the tools by name, for the log (each rollout gets its own)
         self.schemas = []
         for method in _methods(probe):
+            if not (inspect.getdoc(method) or "").strip():
+                raise EnvironmentMistake(f"{self.name}.{method.__name__} has no docstring; a tool method needs one "
+                                         f"(it is the tool's description the model reads)", key)
             try:
                 self.schemas.append(function_schema(method))
             except SchemaError as exc:
                 raise EnvironmentMistake(f"{self.name}.{method.__name__}: {exc}", key) from None
-            if not (inspect.getdoc(method) or "").strip():
-                raise EnvironmentMistake(f"{self.name}.{method.__name__} has no docstring; a tool method needs one "
-                                         f"(it is the tool's description the model reads)", key)
         self.probe_tools = self._tools(probe)
         # Instances are pooled, as TRL pools them: built once, reset for each episode (an expensive
         # __init__ is paid once); the probe seeds the pool; a round hands them out from the first.

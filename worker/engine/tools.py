@@ -68,13 +68,14 @@ def load_tools(configs: list[ToolConfig]) -> list[Tool]:
         where, name = config.function.rsplit(":", 1)
         try:
             fn = load_function(config.function)
-            schema = function_schema(fn)
         except RewardError as exc:
             raise ToolError(f"{key}: {str(exc).removeprefix('reward ')}") from None
-        except SchemaError as exc:
-            raise ToolError(f"{key}: {where}: {exc}") from None
         if not (inspect.getdoc(fn) or "").strip():  # TRL's tools need one too: it is the tool's description
             raise ToolError(preflight.no_docstring(key, name, where))
+        try:
+            schema = function_schema(fn)
+        except SchemaError as exc:
+            raise ToolError(f"{key}: {where}: {exc}") from None
         schema["function"]["name"] = config.function.rsplit(":", 1)[1]  # the name the config gave
         tools.append(Tool(schema["function"]["name"], fn, config.timeout_s, schema,
                           config.function if config.sandbox else None))

@@ -32,6 +32,14 @@ def multiply(a: int, b: int) -> int:
 
 
 def lookup(key: str, scale: float | None = None, mode: Literal["x", "y"] = "x", tags: list[str] = []) -> dict:  # noqa: B006
+    """Look a key up.
+
+    Args:
+        key: What to look up.
+        scale: A factor.
+        mode: How.
+        tags: Labels.
+    """
     return {"key": key}
 
 
@@ -49,22 +57,36 @@ def test_the_schema_is_transformers_get_json_schema_s_shape():
                 },
                 "required": ["a", "b"],
             },
+            "return": {"type": "integer", "description": "The product."},
         },
     }
     params = function_schema(lookup)["function"]["parameters"]
     assert params["required"] == ["key"]
-    assert params["properties"]["scale"] == {"type": ["number", "null"]}
-    assert params["properties"]["mode"] == {"type": "string", "enum": ["x", "y"]}
-    assert params["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}
+    assert params["properties"]["scale"] == {"type": "number", "nullable": True, "description": "A factor."}
+    assert params["properties"]["mode"] == {"type": "string", "enum": ["x", "y"], "description": "How."}
+    assert params["properties"]["tags"] == {"type": "array", "items": {"type": "string"}, "description": "Labels."}
+
+
+def test_a_parameter_the_docstring_does_not_describe_is_an_error_naming_it(tmp_path):
+    (tmp_path / "t.py").write_text('def f(x: int, y: int) -> int:\n    """Add.\n\n    Args:\n        x: One.\n    """\n    return x\n')
+    with pytest.raises(ToolError, match=r"^tools\[0\]\.function: .*t\.py: parameter 'y' of f has no description in its "
+                                        r"docstring; add a line 'y: what it is' under 'Args:'"):
+        load_tools([ToolConfig(function=f"{tmp_path / 't.py'}:f")])
 
 
 def test_a_parameter_without_a_type_hint_is_an_error_naming_the_key(tmp_path):
     def untyped(a, b: int) -> int:
+        """Untyped.
+
+        Args:
+            a: A.
+            b: B.
+        """
         return b
 
     with pytest.raises(SchemaError, match="'a' of untyped has no type hint"):
         function_schema(untyped)
-    (tmp_path / "t.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "t.py").write_text('def f(x):\n    """F.\n\n    Args:\n        x: X.\n    """\n    return x\n')
     with pytest.raises(ToolError, match=r"^tools\[0\]\.function: .*t\.py: parameter 'x' of f has no type hint; annotate it"):
         load_tools([ToolConfig(function=f"{tmp_path / 't.py'}:f")])
     with pytest.raises(ToolError, match=r"^tools\[0\]\.function: .*'g' is not a function"):
@@ -87,6 +109,11 @@ def test_a_good_call_returns_the_result_as_text_and_its_time():
 
 def test_an_async_tool_and_a_structured_result():
     async def fetch(key: str) -> dict:
+        """Fetch a key.
+
+        Args:
+            key: The key.
+        """
         await asyncio.sleep(0)
         return {"key": key, "n": 1}
 
@@ -95,11 +122,21 @@ def test_an_async_tool_and_a_structured_result():
 
 
 def sleepy(s: float) -> str:
+    """Sleep.
+
+    Args:
+        s: The s.
+    """
     time.sleep(s)
     return "late"
 
 
 def boom(x: int) -> int:
+    """Fail.
+
+    Args:
+        x: The x.
+    """
     raise ValueError(f"no {x}")
 
 
@@ -127,6 +164,11 @@ def test_every_bad_call_becomes_an_error_text_the_model_reads(text, error):
 
 def test_a_huge_result_is_cut_with_a_note_and_prints_go_to_stderr(capfd):
     def chatty(n: int) -> str:
+        """Print.
+
+        Args:
+            n: The n.
+        """
         print("a tool printing to stdout")
         return "x" * n
 
@@ -143,11 +185,21 @@ def test_a_call_still_running_when_an_earlier_one_ends_still_prints_to_stderr(ca
     quick_inside, late_started, quick_done = threading.Event(), threading.Event(), threading.Event()
 
     def quick(x: int) -> int:
+        """Return at once.
+
+        Args:
+            x: The x.
+        """
         quick_inside.set()
         late_started.wait(timeout=5)
         return x
 
     def late(x: int) -> int:
+        """Print late.
+
+        Args:
+            x: The x.
+        """
         late_started.set()
         quick_done.wait(timeout=5)
         print("a late tool printing")
@@ -170,6 +222,11 @@ def test_a_call_still_running_when_an_earlier_one_ends_still_prints_to_stderr(ca
 
 def test_sys_exit_in_a_tool_is_an_error_not_an_exit():
     def quits(code: int) -> int:
+        """Exit.
+
+        Args:
+            code: The code.
+        """
         raise SystemExit(code)
 
     turn = run_call(_tools(quits=quits), _call('<tool_call>{"name": "quits", "arguments": {"code": 3}}</tool_call>'))
