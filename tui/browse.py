@@ -14,10 +14,11 @@ from textual.widgets import Footer, Header
 
 from grpo_tui.protocol.schema import StoreError
 from grpo_tui.tui.db import open_readonly
+from grpo_tui.tui.screens.database_dialogs import HostsDatabaseDialogs
 from grpo_tui.tui.widgets.database_view import DatabaseView
 
 
-class BrowseApp(App):
+class BrowseApp(HostsDatabaseDialogs, App):
     """The whole screen is one ``DatabaseView``."""
 
     TITLE = "grpo-tui browse"

@@ -22,6 +22,8 @@ from grpo_tui.tui.screens.help import HelpScreen
 from grpo_tui.tui.screens.settings import SettingsScreen
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
 from grpo_tui.tui.widgets.charts_view import ChartsView
+from grpo_tui.tui.screens.database_compare import DatabaseCompareScreen
+from grpo_tui.tui.screens.export_dialog import ExportDialog
 from grpo_tui.tui.widgets.database_view import DatabaseView
 from tests.helpers.pilot import screen_text, settle, until
 from tests.helpers.worker_harness import tiny_model, write_config
@@ -275,4 +277,11 @@ async def test_every_global_key_from_every_widget_of_every_tab(tmp_path, tiny_mo
                 except AssertionError as exc:
                     failures.append(f"{PRINTABLE.get(key, key):>6} from {place}: {exc}")
         assert not failures, f"{len(failures)} of {len(places) * len(KEYS)} cells:\n" + "\n".join(failures)
+        # the Database tab's own dialogs open on the dashboard as they do in browse
+        await table.go(Place("database", table.db.query_one("#db-gens"), "generations"))
+        for key, dialog in (("e", ExportDialog), ("c", DatabaseCompareScreen)):
+            await pilot.press(key)
+            await until(pilot, lambda: isinstance(app.screen, dialog), f"{key}: {dialog.__name__}")
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is app.screen_stack[0], f"{key}: its dialog closed")
         app.exit()

@@ -39,6 +39,7 @@ from grpo_tui.tui.format import eval_note
 from grpo_tui.tui.plot import ChartSettings
 from grpo_tui.tui.keys import DASHBOARD_KEYS, TAB_FOCUS, VIEW_ACTIONS
 from grpo_tui.tui.state import METRICS, ZERO_STD_NOTE, RunState
+from grpo_tui.tui.screens.database_dialogs import HostsDatabaseDialogs
 from grpo_tui.tui.steering import Steering
 from grpo_tui.tui.views import VIEWS, Part, View, as_view
 from grpo_tui.tui.widgets.config_panel import ConfigPanel
@@ -60,7 +61,7 @@ class CheckpointsScanned(Message):
         self.infos = infos
 
 
-class DashboardScreen(Screen[None]):
+class DashboardScreen(HostsDatabaseDialogs, Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [*DASHBOARD_KEYS]
     focused: Reactive[Widget | None] = Reactive(None, repaint=False)
 

@@ -23,11 +23,12 @@ from typing import Any
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, DataTable, Input
 
 from grpo_tui.protocol.schema import StoreError
-from grpo_tui.tui.db import GenFilter, Run
+from grpo_tui.tui.db import GenFilter, ReadStore, Run
 from grpo_tui.tui.db import queries as q
 from grpo_tui.tui.widgets.database_crumbs import DatabaseCrumbs
 from grpo_tui.tui.widgets.database_filter_bar import DatabaseFilterBar
@@ -60,6 +61,20 @@ class DatabaseView(Vertical):
         Binding("c", "compare", "compare runs"),
         Binding("f5,ctrl+r", "reload", "refresh"),
     ]
+
+    class ExportRequested(Message):
+        """``e``: export the generations that ``filter`` shows (the host pushes the dialog)."""
+
+        def __init__(self, view: DatabaseView, store_path: str, filter: GenFilter, default_name: str) -> None:
+            super().__init__()
+            self.view, self.store_path, self.filter, self.default_name = view, store_path, filter, default_name
+
+    class CompareRequested(Message):
+        """``c``: compare the store's runs, ``first_run`` preselected (the host pushes the screen)."""
+
+        def __init__(self, view: DatabaseView, store: ReadStore, first_run: int | None) -> None:
+            super().__init__()
+            self.view, self.store, self.first_run = view, store, first_run
 
     def __init__(self, db_path: str | None = None, run_id: int | None = None, *,
                  refresh_seconds: float = 10.0, **kwargs: Any) -> None:
@@ -293,21 +308,17 @@ class DatabaseView(Vertical):
     def action_export(self) -> None:
         if self.level != "generations" or self.reader.store is None:
             return
-        from grpo_tui.tui.screens.export_dialog import ExportDialog
-
         name = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (self.run_row.name if self.run_row else "run"))
         default = f"{name}-generations-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-        self.app.push_screen(ExportDialog(self.reader.store.path, self.filter, default))
+        self.post_message(self.ExportRequested(self, self.reader.store.path, self.filter, default))
 
     def action_compare(self) -> None:
         if self.reader.store is None:
             return
-        from grpo_tui.tui.screens.database_compare import DatabaseCompareScreen
-
         first = self.run_row.id if self.run_row and self.level != "runs" else None
         if first is None and (selected := self.query_one(DatabaseRunsTable).selected) is not None:
             first = selected.id
-        self.app.push_screen(DatabaseCompareScreen(self.reader.store, first))
+        self.post_message(self.CompareRequested(self, self.reader.store, first))
 
     def action_reload(self) -> None:
         """Re-read what is on screen (the store may have grown), keeping the cursor where it is."""
