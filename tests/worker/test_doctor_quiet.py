@@ -3,9 +3,12 @@ seeds each, with the doctor's default marks and window. The quickstart, the agen
 ``init tools`` template, each cut to a few steps on its bundled tiny model (the doctor judges from
 half a window, step 5, on); the real worker, its ``finding`` frames read back from run.jsonl.
 
-The ``math`` and ``json`` templates are left out: on their bundled placeholder model (the arithmetic
-model, until the hub switch) their completions are cut and looping and every group scores 0, which
-the doctor rightly says; ``reasoning-gym`` needs a package CI does not install."""
+The ``math`` and ``json`` templates, as ``init`` writes them, run on a bundled placeholder model (the
+arithmetic model, until the SWITCH to a hub model) that cannot do their task: its completions loop
+to the length limit. What their user should see is exactly that, and nothing else, from the doctor's
+first judgement (step 5): critical ``truncation`` and ``repetition`` (both true: every completion is
+cut and repeats itself), which their config's header comment announces; the all-0 groups are still
+info then (a run that learns starts so too). ``reasoning-gym`` needs a package CI does not install."""
 
 from __future__ import annotations
 
@@ -26,6 +29,16 @@ RUNS = {
     "agent_demo": (ROOT / "examples" / "agent_calculator.toml", ["training.max_steps=6", "training.batch_size=4"]),
     "init_tools": (None, ["training.max_steps=10", "eval.every=0"]),
 }
+TRUE_ON_THE_PLACEHOLDER = {("repetition", "critical"), ("truncation", "critical")}  # the math and json templates'
+PLACEHOLDER_RUN = ["training.max_steps=5", "training.batch_size=2", "eval.every=0"]  # the doctor's first judgement
+
+
+def init(template: str, folder: Path) -> Path:
+    """The template as `grpo-tui init` writes it; its config's path."""
+    done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "init", template, str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return folder / "config.toml"
 
 
 def findings_of(config: Path, out: Path, seed: int, sets: list[str]) -> list[m.Finding]:
@@ -44,11 +57,20 @@ def findings_of(config: Path, out: Path, seed: int, sets: list[str]) -> list[m.F
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_a_run_that_learns_raises_nothing_above_info(name, seed, tmp_path):
     config, sets = RUNS[name]
-    if config is None:  # the template as `grpo-tui init` writes it
-        init = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "init", "tools", str(tmp_path / "tools")],
-                              capture_output=True, text=True, timeout=120)
-        assert init.returncode == 0, init.stderr
-        config = tmp_path / "tools" / "config.toml"
+    if config is None:
+        config = init("tools", tmp_path / "tools")
     found = findings_of(config, tmp_path / "out", seed, sets)
     loud = [f"{f.name} {f.severity} at step {f.step}: {f.message}" for f in found if f.severity != "info" and not f.cleared]
     assert loud == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("template", ["math", "json"])
+def test_a_template_on_its_placeholder_model_says_exactly_what_is_true(template, seed, tmp_path):
+    config = init(template, tmp_path / template)
+    assert "critical truncation and\n# repetition" in config.read_text()  # the user is told before the run
+    found = findings_of(config, tmp_path / "out", seed, PLACEHOLDER_RUN)
+    loud = {(f.name, f.severity) for f in found if f.severity != "info" and not f.cleared}
+    assert loud == TRUE_ON_THE_PLACEHOLDER, [f.message for f in found]
+    shares = {f.name: f.numbers for f in found if (f.name, f.severity) in TRUE_ON_THE_PLACEHOLDER}
+    assert shares["truncation"]["truncated_share"] >= 0.9 and shares["repetition"]["repeating_share"] >= 0.9
