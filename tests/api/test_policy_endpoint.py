@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from tests.helpers.api_runs import TINY_MODEL, quick_args
 
 
@@ -53,11 +55,12 @@ def test_an_openai_style_client_drives_the_policy_through_the_endpoint_and_its_t
                                             for c in chat["choices"]),
                     chat_logprobs=all(len(c["logprobs"]["content"]) == len(c["token_ids"]) for c in chat["choices"]),
                     lengths=[len(c["token_ids"]) for _, c in results],
-                    logprobs_fit=all(len(c["logprobs"]) == len(c["token_ids"]) for _, c in results))
+                    logprobs_fit=all([e["token"] for e in c["logprobs"]["content"]] == [f"token_id:{t}" for t in c["token_ids"]]
+                                     for _, c in results))
         with open(log, "a") as f:
             f.write(json.dumps(seen) + "\n")
         return {"prompt_ids": [ids for ids, _ in results], "completion_ids": [c["token_ids"] for _, c in results],
-                "logprobs": [c["logprobs"] for _, c in results]}
+                "logprobs": [[e["logprob"] for e in c["logprobs"]["content"]] for _, c in results]}
 
     rows = [{"prompt": [{"role": "user", "content": f"{i}+{i}="}]} for i in range(1, 3)]
     trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
@@ -95,3 +98,46 @@ def test_requests_made_at_the_same_time_are_generated_as_one_batch():
 
     assert service.serve(driver) == (9, [0, 1, 2, 3])  # each answer to its own request
     assert batches == [1, 4]
+
+
+def test_verifiers_train_client_stack_generates_through_the_endpoint(tmp_path):
+    """verifiers' train client renders with the ``renderers`` package and calls
+    ``renderers.client.generate`` against ``/inference/v1/generate``: the same call, offline, on the
+    policy being trained; its tokens and log-probs are the batch."""
+    pytest.importorskip("renderers")
+    pytest.importorskip("openai")
+    from grpo_tui import GRPOTrainer
+
+    log = tmp_path / "calls.jsonl"
+
+    def rollout_func(prompts, trainer):
+        import asyncio
+
+        import renderers
+        from openai import AsyncOpenAI
+        from renderers.client import generate
+
+        renderer = renderers.create_renderer(trainer.processing_class, renderers.DefaultRendererConfig())
+
+        async def episodes():
+            client = AsyncOpenAI(base_url=trainer.base_url, api_key=trainer.api_key)
+            return await asyncio.gather(*(generate(client=client, renderer=renderer, messages=p, model="policy",
+                                                   sampling_params={"max_tokens": 8}, max_prompt_len=512) for p in prompts))
+
+        outs = asyncio.run(episodes())
+        with open(log, "a") as f:
+            f.write(json.dumps({"lengths": [len(o["completion_ids"]) for o in outs],
+                                "content": [o["content"] for o in outs],
+                                "decoded": [trainer.processing_class.decode(o["completion_ids"], skip_special_tokens=True)
+                                            for o in outs]}) + "\n")
+        return {"prompt_ids": [o["prompt_ids"] for o in outs], "completion_ids": [o["completion_ids"] for o in outs],
+                "logprobs": [o["completion_logprobs"] for o in outs]}
+
+    rows = [{"prompt": [{"role": "user", "content": "3+4="}]}]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+                          args=quick_args(tmp_path, max_steps=1), train_dataset=rows, rollout_func=rollout_func)
+    trainer.train()
+    [seen] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all(1 <= n <= 8 for n in seen["lengths"]) and len(seen["lengths"]) == 4
+    assert [(c or "").strip() for c in seen["content"]] == [d.strip() for d in seen["decoded"]]  # parsed from our tokens
+    assert trainer.state.log_history[0]["completions/mean_length"] == sum(seen["lengths"]) / 4

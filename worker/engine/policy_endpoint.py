@@ -5,9 +5,11 @@ rollout. Standard library only (``http.server``); every request goes through the
 rollout engine, on the MLX thread, and only while a rollout runs (else 503).
 
 - ``POST /inference/v1/generate``: token ids in, token ids and log-probs out (vLLM's token-in
-  route): ``{"token_ids": [...], "sampling_params": {"max_tokens", "temperature", "top_p", "top_k",
-  "min_p", "repetition_penalty", "n"}}`` -> ``{"prompt_token_ids": [...], "choices": [{"index",
-  "token_ids", "logprobs": [...], "finish_reason"}]}``.
+  route, as verifiers' train client and the ``renderers`` package call it): ``{"token_ids": [...],
+  "sampling_params": {"max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+  "n"}}`` (other vLLM fields are accepted and ignored; the model's own end-of-turn tokens stop it)
+  -> ``{"prompt_token_ids": [...], "choices": [{"index", "token_ids", "logprobs": {"content":
+  [{"token": "token_id:<id>", "logprob"}]}, "finish_reason"}]}``.
 - ``POST /v1/chat/completions``: OpenAI's chat completions (``messages``, ``max_tokens`` or
   ``max_completion_tokens``, ``temperature``, ``top_p``, ``n``; vLLM's extras ``top_k``, ``min_p``,
   ``repetition_penalty``), rendered with the model's chat template; each choice also carries vLLM's
@@ -100,9 +102,11 @@ class PolicyEndpoint:
         ids = self._ids(body.get("token_ids", body.get("prompt_token_ids")))
         overrides, n = sampling_overrides(body, body.get("sampling_params") or {})
         answers = self.generate([ids] * n, overrides)
-        return {"prompt_token_ids": ids, "choices": [
-            {"index": i, "token_ids": a["completion_ids"], "logprobs": a["logprobs"],
-             "finish_reason": a["finish_reason"], "text": a["text"]} for i, a in enumerate(answers)]}
+        return {"request_id": f"grpo-tui-{secrets.token_hex(6)}", "prompt_token_ids": ids, "choices": [
+            {"index": i, "token_ids": a["completion_ids"], "finish_reason": "stop" if a["finish_reason"] == "stop" else "length",
+             "logprobs": {"content": [{"token": f"token_id:{t}", "logprob": lp}  # vLLM's wire form
+                                      for t, lp in zip(a["completion_ids"], a["logprobs"])]}}
+            for i, a in enumerate(answers)]}
 
     def _completion(self, ids: list[int], body: dict[str, Any], *, chat: bool) -> dict[str, Any]:
         overrides, n = sampling_overrides(body)
