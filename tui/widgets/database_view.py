@@ -43,6 +43,22 @@ LEVELS = ("runs", "steps", "generations")
 TABLES = {"runs": "db-runs", "steps": "db-steps", "generations": "db-gens"}  # each level's table, by id
 
 
+class ExportRequested(Message, namespace="database_view"):
+    """``e``: export the generations that ``filter`` shows (the host pushes the dialog)."""
+
+    def __init__(self, view: DatabaseView, store_path: str, filter: GenFilter, default_name: str) -> None:
+        super().__init__()
+        self.view, self.store_path, self.filter, self.default_name = view, store_path, filter, default_name
+
+
+class CompareRequested(Message, namespace="database_view"):
+    """``c``: compare the store's runs, ``first_run`` preselected (the host pushes the screen)."""
+
+    def __init__(self, view: DatabaseView, store: ReadStore, first_run: int | None) -> None:
+        super().__init__()
+        self.view, self.store, self.first_run = view, store, first_run
+
+
 class DatabaseView(Vertical):
     """Browse a run store. ``set_store`` switches to another store / run (e.g. when a run starts)."""
 
@@ -61,20 +77,6 @@ class DatabaseView(Vertical):
         Binding("c", "compare", "compare runs"),
         Binding("f5,ctrl+r", "reload", "refresh"),
     ]
-
-    class ExportRequested(Message):
-        """``e``: export the generations that ``filter`` shows (the host pushes the dialog)."""
-
-        def __init__(self, view: DatabaseView, store_path: str, filter: GenFilter, default_name: str) -> None:
-            super().__init__()
-            self.view, self.store_path, self.filter, self.default_name = view, store_path, filter, default_name
-
-    class CompareRequested(Message):
-        """``c``: compare the store's runs, ``first_run`` preselected (the host pushes the screen)."""
-
-        def __init__(self, view: DatabaseView, store: ReadStore, first_run: int | None) -> None:
-            super().__init__()
-            self.view, self.store, self.first_run = view, store, first_run
 
     def __init__(self, db_path: str | None = None, run_id: int | None = None, *,
                  refresh_seconds: float = 10.0, **kwargs: Any) -> None:
@@ -310,7 +312,7 @@ class DatabaseView(Vertical):
             return
         name = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in (self.run_row.name if self.run_row else "run"))
         default = f"{name}-generations-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
-        self.post_message(self.ExportRequested(self, self.reader.store.path, self.filter, default))
+        self.post_message(ExportRequested(self, self.reader.store.path, self.filter, default))
 
     def action_compare(self) -> None:
         if self.reader.store is None:
@@ -318,7 +320,7 @@ class DatabaseView(Vertical):
         first = self.run_row.id if self.run_row and self.level != "runs" else None
         if first is None and (selected := self.query_one(DatabaseRunsTable).selected) is not None:
             first = selected.id
-        self.post_message(self.CompareRequested(self, self.reader.store, first))
+        self.post_message(CompareRequested(self, self.reader.store, first))
 
     def action_reload(self) -> None:
         """Re-read what is on screen (the store may have grown), keeping the cursor where it is."""
