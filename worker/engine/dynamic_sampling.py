@@ -18,7 +18,6 @@ the informative groups it has.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,19 +99,16 @@ def count_informative(rounds: list[Round], group_size: int) -> int:
     return sum(sum(informative_groups(r.totals, group_size)) for r in rounds)
 
 
-def sample(step: int, indices: list[int], roll: Callable[[int, list[int]], Round], *, group_size: int,
-           batch_size: int, dataset_size: int, seed: int, dynamic: bool, max_rounds: int) -> Selection:
-    """The step's rounds and what trains: round 0 rolls out the step's prompts (``indices``);
-    with ``dynamic``, more rounds follow until there are ``batch_size`` informative groups or
-    ``max_rounds`` ran. ``roll(round, indices)`` rolls out and scores one round."""
-    rounds = [roll(0, indices)]
-    if dynamic:
-        used = set(indices)
-        while count_informative(rounds, group_size) < batch_size and len(rounds) < max_rounds:
-            more = extra_prompts(step, len(rounds), dataset_size, batch_size, seed, used)
-            used.update(more)
-            rounds.append(roll(len(rounds), more))
-    return select(rounds, group_size, batch_size, dynamic)
+def next_round(step: int, rounds: list[Round], used: set[int], *, group_size: int, batch_size: int,
+               dataset_size: int, seed: int, max_rounds: int) -> list[int] | None:
+    """The dataset indices of the step's next round, or None when the rounds so far hold
+    ``batch_size`` informative groups or ``max_rounds`` ran. ``used``: the step's prompts so far
+    (this round's are added)."""
+    if count_informative(rounds, group_size) >= batch_size or len(rounds) >= max_rounds:
+        return None
+    more = extra_prompts(step, len(rounds), dataset_size, batch_size, seed, used)
+    used.update(more)
+    return more
 
 
 def select(rounds: list[Round], group_size: int, batch_size: int, dynamic: bool) -> Selection:

@@ -160,10 +160,15 @@ class Trainer:
         cfg = self.config
         self.begin_step(step)
         epoch, _, indices = self.batch(step)
-        selection = dynamic_sampling.sample(
-            step, indices, lambda r, more: self._sampling_round(step, r, [self.dataset[i] for i in more], on_phase),
-            group_size=cfg.grpo.group_size, batch_size=cfg.training.batch_size, dataset_size=self.dataset_size,
-            seed=cfg.data.seed, dynamic=cfg.grpo.dynamic_sampling, max_rounds=cfg.grpo.max_sampling_rounds)
+        # round 0: the step's own prompts; with dynamic sampling, more rounds until the groups teach
+        rounds: list[dynamic_sampling.Round] = []
+        used, more = set(indices), indices
+        while more is not None:
+            rounds.append(self._sampling_round(step, len(rounds), [self.dataset[i] for i in more], on_phase))
+            more = None if not cfg.grpo.dynamic_sampling else dynamic_sampling.next_round(  # type: ignore[assignment]
+                step, rounds, used, group_size=cfg.grpo.group_size, batch_size=cfg.training.batch_size,
+                dataset_size=self.dataset_size, seed=cfg.data.seed, max_rounds=cfg.grpo.max_sampling_rounds)
+        selection = dynamic_sampling.select(rounds, cfg.grpo.group_size, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
         return self.learn(step, epoch, selection, on_phase)
 
     def begin_step(self, step: int) -> None:
