@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from grpo_tui.protocol.config import Config
 from grpo_tui.worker.engine import data
 from grpo_tui.worker.engine.reward_call import StepLog
 from grpo_tui.worker.engine.rollout import Completion
@@ -99,14 +100,14 @@ def count_informative(rounds: list[Round], group_size: int) -> int:
     return sum(sum(informative_groups(r.totals, group_size)) for r in rounds)
 
 
-def next_round(step: int, rounds: list[Round], used: set[int], *, group_size: int, batch_size: int,
-               dataset_size: int, seed: int, max_rounds: int) -> list[int] | None:
-    """The dataset indices of the step's next round, or None when the rounds so far hold
-    ``batch_size`` informative groups or ``max_rounds`` ran. ``used``: the step's prompts so far
-    (this round's are added)."""
-    if count_informative(rounds, group_size) >= batch_size or len(rounds) >= max_rounds:
+def next_round(step: int, rounds: list[Round], used: set[int], dataset_size: int, config: Config) -> list[int] | None:
+    """The dataset indices of the step's next round, or None: without ``grpo.dynamic_sampling``,
+    or once the rounds so far hold ``batch_size`` informative groups or ``max_sampling_rounds`` ran.
+    ``used``: the step's prompts so far (this round's are added)."""
+    g, t = config.grpo, config.training
+    if not g.dynamic_sampling or count_informative(rounds, g.group_size) >= t.batch_size or len(rounds) >= g.max_sampling_rounds:
         return None
-    more = extra_prompts(step, len(rounds), dataset_size, batch_size, seed, used)
+    more = extra_prompts(step, len(rounds), dataset_size, t.batch_size, config.data.seed, used)
     used.update(more)
     return more
 

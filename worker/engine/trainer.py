@@ -161,13 +161,9 @@ class Trainer:
         self.begin_step(step)
         epoch, _, indices = self.batch(step)
         # round 0: the step's own prompts; with dynamic sampling, more rounds until the groups teach
-        rounds: list[dynamic_sampling.Round] = []
-        used, more = set(indices), indices
-        while more is not None:
+        rounds, used = [self._sampling_round(step, 0, [self.dataset[i] for i in indices], on_phase)], set(indices)
+        while (more := dynamic_sampling.next_round(step, rounds, used, self.dataset_size, cfg)) is not None:
             rounds.append(self._sampling_round(step, len(rounds), [self.dataset[i] for i in more], on_phase))
-            more = None if not cfg.grpo.dynamic_sampling else dynamic_sampling.next_round(  # type: ignore[assignment]
-                step, rounds, used, group_size=cfg.grpo.group_size, batch_size=cfg.training.batch_size,
-                dataset_size=self.dataset_size, seed=cfg.data.seed, max_rounds=cfg.grpo.max_sampling_rounds)
         selection = dynamic_sampling.select(rounds, cfg.grpo.group_size, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
         return self.learn(step, epoch, selection, on_phase)
 
