@@ -73,5 +73,5 @@ class RunContext:
         """(epoch, step_in_epoch) after ``step`` steps."""
         if step <= 0:
             return 0, 0
-        epoch, step_in_epoch, _ = self.trainer.batch(step)
-        return epoch, step_in_epoch
+        epoch, in_epoch = divmod(step - 1, self.trainer.steps_per_epoch)  # data.batch_indices' rule
+        return epoch, in_epoch + 1

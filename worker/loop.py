@@ -199,7 +199,7 @@ class TrainingLoop:
     async def _run_step(self, step: int, first: bool) -> None:
         run = self.run_context
         trainer = run.trainer
-        epoch, step_in_epoch, _ = trainer.batch(step)
+        epoch, step_in_epoch = run.position(step)  # the step's own batch is the trainer's to build
         if step_in_epoch == 1 or first:
             self._epoch_start(epoch, step_in_epoch)
         loop = asyncio.get_running_loop()

@@ -316,7 +316,7 @@ def test_an_agent_run_calls_its_tools_mid_rollout_and_stores_the_turns(tmp_path)
 
 
 def test_a_tool_without_type_hints_stops_the_start_with_its_config_key(tmp_path, tiny_model):
-    (tmp_path / "bad_tool.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "bad_tool.py").write_text('def add(a, b):\n    """Add.\n\n    Args:\n        a: One.\n        b: Two.\n    """\n    return a + b\n')
     config = write_config(tmp_path, tiny_model, rewards='[[rewards]]\nname = "length"\n'
                           f'[[tools]]\nfunction = "{tmp_path / "bad_tool.py"}:add"\n')
     worker = WorkerProcess(config)
