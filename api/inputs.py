@@ -15,6 +15,7 @@ from typing import Any
 
 from grpo_tui.errors import TrainingError
 from grpo_tui.protocol.config import BUILTIN_REWARDS
+from grpo_tui.protocol.config_environments import VERIFIERS_REFUSED
 
 Dataset = Any  # a datasets.Dataset, a pandas DataFrame, a list of dicts, or a path / hub id
 
@@ -92,6 +93,17 @@ def environment_table(factory: Any, out: Path) -> dict[str, Any]:
         raise TrainingError(f"environment_factory: {type(factory).__name__} is not a class")
     [table] = with_pickles([{"function": factory}], out / "environment.pkl", "environment_factory", keep_names=True)
     return {"class": table["function"]}
+
+
+def refuse_unsupported(optimizers: tuple[Any, Any], quantization_config: Any, environment: Any) -> None:
+    """GRPOTrainer's arguments that the worker does not take, each refused in one sentence."""
+    if environment is not None:
+        raise TrainingError("environment: " + VERIFIERS_REFUSED)
+    if any(o is not None for o in optimizers):
+        raise TrainingError("optimizers: the worker builds its AdamW and schedule from args (optim, learning_rate, "
+                            "lr_scheduler_type, ...); pass (None, None)")
+    if quantization_config is not None:
+        raise TrainingError("quantization_config: give a quantized mlx-community model instead (LoRA on it is QLoRA)")
 
 
 def check_rollout_func(rollout_func: Any, environment_factory: Any) -> Any:
@@ -329,5 +341,5 @@ def _same_tokenizer(tokenizer: Any, model_path: str) -> bool:
         return False
 
 
-__all__ = ["check_processing_class", "check_rollout_func", "dataset_file", "environment_table", "local_or_hub", "lora_table", "reward_table",
+__all__ = ["check_processing_class", "check_rollout_func", "dataset_file", "environment_table", "local_or_hub", "lora_table", "refuse_unsupported", "reward_table",
            "with_pickles", "with_prompts"]

@@ -25,7 +25,7 @@ from grpo_tui.config import GRPOConfig, trl_name
 from grpo_tui.errors import TrainingError
 from grpo_tui.follow import Follower, replay, run_worker, worker_env
 from grpo_tui.inputs import (Dataset, check_processing_class, check_rollout_func, dataset_file, environment_table,
-                             local_or_hub, lora_table, reward_table, with_pickles, with_prompts)
+                             local_or_hub, lora_table, refuse_unsupported, reward_table, with_pickles, with_prompts)
 from grpo_tui.live import LiveLink
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, STORE_FILE,
@@ -123,6 +123,7 @@ class GRPOTrainer:
             that ``reset`` fills, as TRL's environment-owned data.
         rollout_func: TRL's ``rollout_func(prompts, trainer)`` (or ``"file.py:func"``), generating with
             ``grpo_tui.generate_rollout_completions`` and returning TRL's dict (docs/environments.md).
+        environment: a verifiers environment: refused, one sentence says why (docs/environments.md).
 
     Example::
 
@@ -153,6 +154,7 @@ class GRPOTrainer:
         environment_factory: Any = None,
         quantization_config: Any = None,
         rollout_func: Callable[..., Any] | str | None = None,
+        environment: Any = None,
     ) -> None:
         self.args = args if args is not None else GRPOConfig()
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
@@ -169,11 +171,7 @@ class GRPOTrainer:
         self.processing_class = processing_class
         check_processing_class(processing_class, local_or_hub(self.model))
         self.reward_processing_classes = reward_processing_classes  # only reward models read them
-        if any(o is not None for o in optimizers):
-            raise TrainingError("optimizers: the worker builds its AdamW and schedule from args (optim, learning_rate, "
-                                "lr_scheduler_type, ...); pass (None, None)")
-        if quantization_config is not None:
-            raise TrainingError("quantization_config: give a quantized mlx-community model instead (LoRA on it is QLoRA)")
+        refuse_unsupported(optimizers, quantization_config, environment)
         self.peft_config = peft_config
         self.tools = list(tools or [])
         self.environment_factory = environment_factory

@@ -12,6 +12,15 @@ from grpo_tui.protocol.config_base import Section, invalid
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
+# Why ``[environment] verifiers`` / ``GRPOTrainer(environment=...)`` are refused (docs/environments.md,
+# "verifiers environments"): measured with verifiers 0.4, its NullHarness in the subprocess runtime.
+VERIFIERS_REFUSED = ("verifiers environments do not run offline, so grpo-tui does not run them: every verifiers v1 "
+                     "harness (NullHarness too) prepares its program with `uv sync --script` at the start of each run, "
+                     "which needs the `uv` command (`pip install uv`, else verifiers fetches it from astral.sh) and PyPI "
+                     "reachable to install openai, mcp, httpx, httpx2, tenacity and certifi (a warm uv cache is not "
+                     "enough); drive the policy offline with a rollout_func and the policy's endpoint instead "
+                     "(docs/environments.md, \"Your own rollout function\")")
+
 
 class ReasoningGymTask(Section):
     """One task of the mix, with its weight and the task's own config keys (reasoning-gym's
@@ -75,10 +84,13 @@ class EnvironmentConfig(Section):
     class_: str | None = msgspec.field(default=None, name="class")  # "file.py:Name" or "module:Name" (.pkl: the API's)
     classes: dict[str, str] = {}  # TRL's dict of factories: name -> class; each row's `environment` column picks one
     rollout_func: str | None = None  # TRL's rollout_func(prompts, trainer): "file.py:func" (.pkl: the API's)
+    verifiers: str | None = None  # "module:load_environment": refused, VERIFIERS_REFUSED says why
     args: dict[str, Any] = {}  # keyword arguments of each instance's constructor (with classes: name -> its table)
     timeout_s: float = 10.0  # per call of reset, get_reward and each tool method
 
     def __post_init__(self) -> None:
+        if self.verifiers is not None:
+            raise invalid("verifiers", self.verifiers, "— " + VERIFIERS_REFUSED)
         if (self.class_ is not None) + bool(self.classes) + (self.rollout_func is not None) != 1:
             raise invalid("class", self.class_, "— give exactly one of environment.class, environment.classes "
                                                 "or environment.rollout_func")

@@ -141,3 +141,31 @@ def test_verifiers_train_client_stack_generates_through_the_endpoint(tmp_path):
     assert all(1 <= n <= 8 for n in seen["lengths"]) and len(seen["lengths"]) == 4
     assert [(c or "").strip() for c in seen["content"]] == [d.strip() for d in seen["decoded"]]  # parsed from our tokens
     assert trainer.state.log_history[0]["completions/mean_length"] == sum(seen["lengths"]) / 4
+
+
+def test_a_verifiers_environment_is_refused_in_one_sentence_naming_what_it_needs_at_run_time(tmp_path):
+    """verifiers v1 harnesses install their program with ``uv sync --script`` from PyPI when a run
+    starts (measured with verifiers 0.4's NullHarness), so the TOML key and the API argument are
+    refused in one sentence, exit 2, pointing at the rollout function and the endpoint."""
+    import subprocess
+    import sys
+
+    from grpo_tui import GRPOTrainer, TrainingError
+    from grpo_tui.protocol.outcome import Exit
+
+    with pytest.raises(TrainingError) as err:
+        GRPOTrainer(model=str(TINY_MODEL), reward_funcs=["length"], environment=object())
+    assert err.value.exit_code == Exit.MISTAKE
+    said = str(err.value)
+    assert said.startswith("environment: verifiers environments do not run offline")
+    for needed in ("`uv sync --script`", "`pip install uv`", "astral.sh", "PyPI", "openai, mcp", "rollout_func",
+                   "policy's endpoint"):
+        assert needed in said, needed
+    config = tmp_path / "config.toml"
+    config.write_text(f'[model]\npath = "{TINY_MODEL}"\n\n[environment]\nverifiers = "my_env:load_environment"\n'
+                      'args = { size = 3 }\n')
+    out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "check", str(config)], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == Exit.MISTAKE and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "environment.verifiers: 'my_env:load_environment' — verifiers environments do not run offline" in out.stderr
+    assert said.removeprefix("environment: ") in out.stderr
