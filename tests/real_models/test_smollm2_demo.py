@@ -105,6 +105,6 @@ def test_the_reasoning_gym_demo_config_reads_with_held_out_rows_from_a_distant_s
     config = load_config(EXAMPLES / "smollm2_reasoning_gym.toml", check_paths=False)
     assert config.model.path.endswith(GGUF) and config.model.dequantize and config.model.lora is None
     source = config.data.reasoning_gym
-    assert source is not None and [t.name for t in source.specs()] == ["chain_sum"]
+    assert source is not None and [t.name for t in source.specs()] == ["basic_arithmetic"]
     assert config.eval is not None and config.eval.greedy and source.eval_size >= config.eval.limit
     assert source.held_out_seed >= source.seed + source.size
