@@ -240,6 +240,16 @@ class GrpoConfig(_Section):
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
+    # TRL 1.16's entropy bonus: the loss minus entropy_coef × the micro-batch's mean token entropy;
+    # use_adaptive_entropy moves the coefficient by entropy_coef_delta each optimizer step, within
+    # [entropy_coef_min, entropy_coef_max], up while the entropy is at or below entropy_target
+    # (and applies it only then), down otherwise
+    entropy_coef: float = 0.0
+    use_adaptive_entropy: bool = False
+    entropy_coef_min: float = 0.0
+    entropy_coef_max: float = 1.0
+    entropy_coef_delta: float = 0.005
+    entropy_target: float = 0.2
     # TRL's TR-DPO reference sync (beta > 0): every ref_model_sync_steps steps the reference
     # becomes ref_model_mixup_alpha * policy + (1 - alpha) * reference.
     sync_ref_model: bool = False
@@ -277,6 +287,15 @@ class GrpoConfig(_Section):
                 raise _invalid(name, getattr(self, name), "must be > 0")
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise _invalid("top_entropy_quantile", self.top_entropy_quantile, "must be in [0, 1] (1.0 keeps every token)")
+        self._check_entropy_bonus()
+
+    def _check_entropy_bonus(self) -> None:
+        for name in ("entropy_coef_min", "entropy_coef_delta", "entropy_target"):
+            if getattr(self, name) < 0:
+                raise _invalid(name, getattr(self, name), "must be >= 0")
+        if self.entropy_coef_max < self.entropy_coef_min:
+            raise _invalid("entropy_coef_max", self.entropy_coef_max,
+                           f"must be >= entropy_coef_min ({self.entropy_coef_min})")
 
 
 class GenerationConfig(_Section):

@@ -40,6 +40,10 @@ SETTINGS = {
     "cispo-iterations": 'loss_type = "cispo"\nepsilon_high = 1.05\nnum_iterations = 2',
     "luspo-sequence-masked": ('loss_type = "luspo"\nimportance_sampling_level = "sequence"\nbeta = 0.05\n'
                               'use_bias_correction_kl = true\noff_policy_mask_threshold = 0.01\nnum_iterations = 2'),
+    # TRL's adaptive entropy bonus: each micro-batch's mean entropy, and the coefficient moved by every
+    # rank's tokens' entropy (applied from step 2: below the target)
+    "grpo-adaptive-entropy": ('loss_type = "grpo"\nentropy_coef = 0.05\nuse_adaptive_entropy = true\n'
+                              'entropy_target = 100.0\nentropy_coef_delta = 0.05'),
 }
 
 

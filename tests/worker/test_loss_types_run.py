@@ -15,7 +15,9 @@ __all__ = ["tiny_model"]
 
 
 @pytest.mark.parametrize("loss_type, grpo, metric", [
-    ("sapo", {"sapo_temperature_neg": 1.2}, None),
+    # with TRL's adaptive entropy bonus: the coefficient and the policy loss reach the frame too
+    ("sapo", {"sapo_temperature_neg": 1.2, "entropy_coef": 0.01, "use_adaptive_entropy": True,
+              "entropy_target": 100.0}, "entropy_coef"),
     ("vespo", {"num_iterations": 2}, "vespo/phi_seq_mean"),
     ("cispo", {"epsilon_high": 5.0, "beta": 0.02, "use_bias_correction_kl": True}, "cispo_clip_ratio"),
 ])
@@ -34,3 +36,6 @@ def test_a_run_trains_with_each_new_loss_type(tmp_path, tiny_model, loss_type, g
         assert all(0 <= s.extra_metrics[metric] < 10 for s in steps)
         stored = [json.loads(e) for (e,) in query(tmp_path / "out" / "outputs.db", "SELECT extra_metrics FROM steps")]
         assert all(metric in e for e in stored)
+    if loss_type == "sapo":  # below the target: up by entropy_coef_delta each step, applied from step 2
+        assert [round(s.extra_metrics["entropy_coef"], 6) for s in steps] == [0.015, 0.02]
+        assert all(math.isfinite(s.extra_metrics["policy_loss"]) for s in steps)

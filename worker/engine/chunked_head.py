@@ -149,6 +149,13 @@ def logits_gradient(logits: mx.array, lse: mx.array, targets: mx.array, cotangen
     return mx.put_along_axis(_exp(logits - shift) * scale, at, d_target, axis=-1)
 
 
+def entropy_gradient(logits: mx.array, lse: mx.array, entropy: mx.array, cotangent: mx.array) -> mx.array:
+    """d(cotangent · entropy(logits)) / d logits = -cotangent · p · (log p + H), from the (N, V)
+    logits, their (N,) log-sum-exp and entropy (the entropy bonus's part of the gradient)."""
+    log_p = logits - lse[:, None]
+    return _exp(log_p) * (log_p + entropy[:, None]) * -cotangent[:, None]
+
+
 def _logits(hidden: mx.array, head: HeadArrays, quantization: Quantization, temperature: float) -> mx.array:
     logits = _project(hidden, head, quantization).astype(mx.float32)
     return tempered(logits, temperature)
@@ -180,9 +187,10 @@ def fused_chunk(vocabulary: int) -> int:
 
 @lru_cache(maxsize=None)
 def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Quantization,
-              in_place: bool = False) -> Callable:
+              in_place: bool = False, entropy_grad: bool = False) -> Callable:
     """The custom function for one setting (cached: a custom function is built once per setting).
-    ``in_place``: see the backward's running sum."""
+    ``in_place``: see the backward's running sum. ``entropy_grad``: the entropy's cotangent counts
+    too (the entropy bonus); else the entropy is a metric."""
 
     def chunks(rows: int) -> list[slice]:
         return [slice(s, min(s + chunk, rows)) for s in range(0, rows, chunk)]
@@ -212,7 +220,8 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
     def _vjp(primals, cotangents, outputs):
         hidden, head, targets = primals
         lse = outputs[2]
-        cotangent = tempered(cotangents[0].astype(mx.float32), temperature)  # the entropy and top: metrics
+        cotangent = tempered(cotangents[0].astype(mx.float32), temperature)  # the top flags: metrics
+        bonus = tempered(cotangents[1].astype(mx.float32), temperature) if entropy_grad else None
         d_hidden: list[mx.array] = []
         d_weight: mx.array | None = None  # the running sum over chunks (in place with ``in_place``)
         # Fewer positions than the hidden size: all the logits' gradients take less memory than one
@@ -231,7 +240,11 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
             # they wait for it (2,048 positions in 64s: 1.54 GiB against 2.01).
             after = d_hidden[-1:] + ([d_weight] if d_weight is not None and not in_place else [])
             part = _after(hidden[rows], after)
-            d_logits = logits_gradient(logits_of(part, head), lse[rows], targets[rows], cotangent[rows])
+            logits = logits_of(part, head)
+            d_logits = logits_gradient(logits, lse[rows], targets[rows], cotangent[rows])
+            if bonus is not None:
+                d_logits = d_logits + entropy_gradient(logits, lse[rows], outputs[1][rows], bonus[rows])
+            del logits
             d_logits = d_logits.astype(hidden.dtype)
             d_hidden.append(_project(d_logits, head, quantization, transpose=False))
             if whole:
@@ -255,18 +268,20 @@ def _function(chunk: int, temperature: float, weight_grad: bool, quantization: Q
 
 
 def logps_entropy(model: nn.Module, hidden: mx.array, targets: mx.array, temperature: float,
-                  chunk: int, in_place: bool = False) -> TokenStats:
+                  chunk: int, in_place: bool = False, entropy_grad: bool = False) -> TokenStats:
     """``TokenStats`` (B, T) of ``hidden`` (B, T, H) through the model's head on logits / temperature, ``chunk`` positions at a time (``in_place``: the plan's fused
-    head, whose weight gradient's running sum is not an ordering input)."""
+    head, whose weight gradient's running sum is not an ordering input; ``entropy_grad``: the entropy
+    is differentiated too, the entropy bonus)."""
     found = head_of(model)
     assert found is not None, "the plan enables vocab_chunk_size and fused_head only for supported heads"
     head, quantization = found
     rows, steps, width = hidden.shape
     weight_grad = quantization is None and head_trainable(model)  # a quantized head is frozen
     t = float(temperature)
-    fn = _function(chunk, t, weight_grad, quantization, in_place)
+    fn = _function(chunk, t, weight_grad, quantization, in_place, entropy_grad)
     logps, entropy, _, is_top = fn(hidden.reshape(rows * steps, width), head, targets.reshape(-1))
-    return TokenStats(logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps),
+    entropy = entropy if entropy_grad else mx.stop_gradient(entropy)
+    return TokenStats(logps.reshape(rows, steps), entropy.reshape(rows, steps),
                       mx.stop_gradient(is_top).reshape(rows, steps))
 
 

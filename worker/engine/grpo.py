@@ -45,6 +45,9 @@ class LossSettings:
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
+    # TRL's entropy bonus is on (entropy_coef != 0 or use_adaptive_entropy): the loss then takes the
+    # entropy with its gradient; the coefficient itself changes between steps, so it is an input.
+    entropy_bonus: bool = False
 
     @classmethod
     def from_config(cls, config: Config) -> "LossSettings":
@@ -56,8 +59,48 @@ class LossSettings:
             beta=g.beta,
             importance_sampling_level=g.importance_sampling_level,
             max_completion_length=config.generation.max_completion_length,
+            entropy_bonus=g.entropy_coef != 0.0 or g.use_adaptive_entropy,
             **{name: getattr(g, name) for name in SAME_NAMED},
         )
+
+
+@dataclass
+class EntropyCoefficient:
+    """TRL 1.16's entropy coefficient across optimizer steps (``entropy_coef``; with
+    ``use_adaptive_entropy`` its controller). A step applies the coefficient of the end of the
+    previous step, and with the adaptive controller only while the previous step's entropy was at or
+    below ``entropy_target`` (none before the first step); after each optimizer step ``update``
+    moves it by ``delta`` within [``minimum``, ``maximum``]: up when that step's mean token entropy
+    is at or below the target, down otherwise."""
+
+    coef: float
+    adaptive: bool = False
+    minimum: float = 0.0
+    maximum: float = 1.0
+    delta: float = 0.005
+    target: float = 0.2
+    last_entropy: float = float("inf")
+
+    @classmethod
+    def from_config(cls, config: Config) -> "EntropyCoefficient":
+        g = config.grpo
+        return cls(g.entropy_coef, g.use_adaptive_entropy, g.entropy_coef_min, g.entropy_coef_max,
+                   g.entropy_coef_delta, g.entropy_target)
+
+    def applied(self) -> float:
+        if self.adaptive and self.last_entropy > self.target:
+            return 0.0
+        return self.coef
+
+    def update(self, entropy: float) -> None:
+        """After an optimizer step whose tokens' mean entropy (all ranks) was ``entropy``."""
+        if not self.adaptive:
+            return
+        if entropy <= self.target:
+            self.coef = min(self.coef + self.delta, self.maximum)
+        else:
+            self.coef = max(self.coef - self.delta, self.minimum)
+        self.last_entropy = entropy
 
 
 @dataclass(frozen=True)
@@ -67,6 +110,7 @@ class PartOf:
 
     rows: int
     tokens: mx.array
+    bonus_tokens: mx.array | None = None  # the whole's tokens the entropy bonus acts on (None: ``tokens``)
 
 
 def _sample_std(x: mx.array, axis: int | None = None) -> mx.array:
@@ -159,6 +203,7 @@ def _luspo(masked: mx.array, n: _Counts) -> mx.array:  # each completion's sum (
 
 NORMALISATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dr_grpo": _dr_grpo, "dapo": _dapo,
                   "cispo": _dapo, "sapo": _grpo, "luspo": _luspo, "vespo": _dapo}
+DAPO_NORMALISED = ("dapo", "cispo", "vespo")  # normalised by the accumulated batch's tokens, not per micro-batch
 CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # the types with PPO's clipped surrogate
 
 
@@ -197,6 +242,8 @@ def policy_loss(
     accumulation_steps: int = 1,
     part_of: PartOf | None = None,
     entropy_mask: mx.array | None = None,
+    entropy: mx.array | None = None,
+    entropy_coef: float | mx.array = 0.0,
 ) -> tuple[mx.array, dict[str, mx.array]]:
     """The clipped surrogate loss of one micro-batch (docs/architecture.md, "Step data path").
 
@@ -205,8 +252,14 @@ def policy_loss(
     defaults to this micro-batch's). ``part_of``: these rows are a part of a larger micro-batch.
     ``entropy_mask`` (``top_entropy_quantile``, ``high_entropy_mask``): (N, T), multiplies the policy
     term alone, as in TRL: the KL term and every normalisation still count each masked-in token.
+    ``entropy`` (N, T), differentiable, with ``settings.entropy_bonus``: TRL's entropy bonus, the
+    loss minus ``entropy_coef`` × the mean entropy of the tokens the policy term acts on (this
+    micro-batch's, or ``part_of``'s whole), divided by ``accumulation_steps`` alone whatever the loss
+    type (``entropy_bonus``).
     Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
-    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``.
+    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``; with the bonus ``policy_loss``
+    (the loss without it: a sum, not a mean) and ``bonus_entropy``, ``bonus_tokens`` (the bonus's
+    entropy sum and token count over ``tokens``).
     """
     if settings.loss_type not in NORMALISATIONS:
         raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {settings.loss_type!r}")
@@ -237,7 +290,32 @@ def policy_loss(
                      None if part_of is None else part_of.tokens, num_items, accumulation_steps,
                      settings.max_completion_length)
     loss = NORMALISATIONS[settings.loss_type](per_token * mask, counts)
-    return loss, {**metrics, "kl": kl, "tokens": tokens}
+    metrics = {**metrics, "kl": kl, "tokens": tokens}
+    if settings.entropy_bonus:
+        if entropy is None:
+            raise ValueError("the entropy bonus needs the entropy")
+        acted = mask if entropy_mask is None else mask * entropy_mask
+        # the mask's token count reused, not summed again: a second identical sum in a compiled
+        # trace fails in MLX 0.32 (an internal "_Map_base::at")
+        counted = tokens if entropy_mask is None else mx.sum(acted)
+        bonus, bonus_metrics = entropy_bonus(entropy, acted, counted, tokens, part_of, accumulation_steps)
+        metrics = {**metrics, **bonus_metrics, "policy_loss": mx.stop_gradient(loss)}
+        loss = loss - entropy_coef * bonus
+    return loss, metrics
+
+
+def entropy_bonus(entropy: mx.array, acted: mx.array, counted: mx.array, tokens: mx.array, part_of: PartOf | None,
+                  accumulation_steps: int) -> tuple[mx.array, dict[str, mx.array]]:
+    """TRL 1.16's entropy bonus term H (the loss is L_policy - coef · H): the mean entropy of the
+    tokens ``acted`` on (the loss mask, times the high-entropy mask if any; ``counted`` of them), over the micro-batch,
+    divided for gradient accumulation only; and its entropy sum and token count over ``tokens``
+    (token-weighted like the other metrics, so their ratio is the accumulated batch's mean entropy,
+    which the adaptive coefficient follows)."""
+    whole = counted if part_of is None else (part_of.tokens if part_of.bonus_tokens is None else part_of.bonus_tokens)
+    total = mx.sum(entropy * acted)
+    bonus = total / mx.maximum(whole, 1.0) / accumulation_steps
+    denom = mx.maximum(tokens, 1.0)
+    return bonus, {"bonus_entropy": mx.stop_gradient(total) / denom, "bonus_tokens": counted / denom}
 
 
 def _policy_term(logps: mx.array, log_ratio: mx.array, ratio: mx.array, adv: mx.array, mask: mx.array,

@@ -59,19 +59,21 @@ def batch_logits(model: nn.Module, batch: MicroBatch, offset: mx.array | None = 
     return completion_logits(model, batch.inputs, batch.start, _embedded(model, batch, offset))
 
 
-def _logps_entropy(logits: mx.array, targets: mx.array) -> TokenStats:
+def _logps_entropy(logits: mx.array, targets: mx.array, entropy_grad: bool = False) -> TokenStats:
     # MLX's own fused reductions: on vocabulary-sized rows they beat cpu_fast's multi-pass exp.
     lse = mx.logsumexp(logits, axis=-1)
     probs = mx.softmax(logits, axis=-1)
     picked = mx.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-    entropy = mx.stop_gradient(lse - mx.sum(probs * logits, axis=-1))  # a metric: no gradient
+    entropy = lse - mx.sum(probs * logits, axis=-1)
+    if not entropy_grad:
+        entropy = mx.stop_gradient(entropy)  # a metric: no gradient
     is_top = mx.stop_gradient(picked >= mx.max(logits, axis=-1)).astype(mx.float32)
     return TokenStats(picked - lse, entropy, is_top)
 
 
 def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, head: Head = Head.MLX,
                 vocab_chunk: int = 0, split_rows: bool = True,
-                embedding_offset: mx.array | None = None) -> TokenStats:
+                embedding_offset: mx.array | None = None, entropy_grad: bool = False) -> TokenStats:
     """``TokenStats`` of the targets (log-probs, entropy, top flags) on logits / temperature, (B, T)
     each, with the plan's
     ``head`` (eager graphs only, but ``MLX``): ``CHUNKED`` runs ``chunked_head``'s way,
@@ -81,29 +83,31 @@ def token_logps(model: nn.Module, batch: MicroBatch, temperature: float, head: H
     time (``accel.host_head``: the logits never exist whole); ``HOST_VOCAB`` the log-softmax alone
     in numpy (float32 logits, ``accel.host_vocab``'s chunks of positions) when they fit its buffer.
     Else, with ``split_rows``, the vocabulary-wide reductions run on half the rows per CPU stream.
-    ``embedding_offset``: ``tied_embedding``'s lookup offset."""
+    ``embedding_offset``: ``tied_embedding``'s lookup offset. ``entropy_grad``: the entropy is
+    differentiated too (the entropy bonus), on every head path; else it is a metric, no gradient."""
     if head in (Head.CHUNKED, Head.FUSED):
         chunk = vocab_chunk if head is Head.CHUNKED else chunked_head.fused_chunk(int(model.args.vocab_size))
         return chunked_head.logps_entropy(model, batch_hidden(model, batch, embedding_offset), batch.targets, temperature,
-                                          chunk, in_place=head is Head.FUSED)
+                                          chunk, in_place=head is Head.FUSED, entropy_grad=entropy_grad)
     if head is Head.HOST_HEAD:
         weight = chunked_head.plain_weight(model)
         assert weight is not None, "the plan picks the host head only for a plain head"
         return TokenStats(*host_head.logps_entropy(batch_hidden(model, batch, embedding_offset), weight, batch.targets,
-                                                   temperature, chunked_head.head_trainable(model)))
+                                                   temperature, chunked_head.head_trainable(model), entropy_grad))
     logits = tempered(batch_logits(model, batch, embedding_offset).astype(mx.float32), temperature)
     if head is Head.HOST_VOCAB and host_vocab.fits(logits):
         rows, steps, vocabulary = logits.shape
-        logps, entropy, is_top = host_vocab.logps_entropy(logits.reshape(rows * steps, vocabulary),
-                                                          batch.targets.reshape(-1))
-        return TokenStats(logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps),
+        fn = host_vocab.logps_entropy_grad if entropy_grad else host_vocab.logps_entropy
+        logps, entropy, is_top = fn(logits.reshape(rows * steps, vocabulary), batch.targets.reshape(-1))
+        entropy = entropy if entropy_grad else mx.stop_gradient(entropy)
+        return TokenStats(logps.reshape(rows, steps), entropy.reshape(rows, steps),
                           mx.stop_gradient(is_top).reshape(rows, steps))
     streams = two_cores.streams()
     if not split_rows or len(streams) == 1 or logits.shape[0] < 2:
-        return _logps_entropy(logits, batch.targets)
+        return _logps_entropy(logits, batch.targets, entropy_grad)
     half = logits.shape[0] // 2
     parts = []
     for stream, rows in zip(streams, (slice(0, half), slice(half, None))):
         with mx.stream(stream):
-            parts.append(_logps_entropy(logits[rows], batch.targets[rows]))
+            parts.append(_logps_entropy(logits[rows], batch.targets[rows], entropy_grad))
     return TokenStats(*(mx.concatenate([a, b]) for a, b in zip(*parts)))

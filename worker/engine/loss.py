@@ -59,13 +59,15 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
         batch = _micro_batch(arrays, start, group)
         # A part of a micro-batch already has a stream to itself: no further split of its rows.
         logps, entropy, is_top = token_logps(model, batch, temperature, head, vocab_chunk,
-                                             split_rows=batch_rows is None, embedding_offset=embedding_offset)
+                                             split_rows=batch_rows is None, embedding_offset=embedding_offset,
+                                             entropy_grad=settings.entropy_bonus)
         old = batch.old_logps if batch.old_logps is not None else mx.stop_gradient(logps)
-        part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"])
+        part_of = None if batch_rows is None else PartOf(rows=batch_rows, tokens=arrays["batch_tokens"],
+                                                         bonus_tokens=arrays.get("batch_bonus_tokens"))
         loss, metrics = policy_loss(
             logps, old, batch.advantages, batch.mask, settings, ref_logps=batch.ref_logps,
             num_items=arrays["num_items"], accumulation_steps=accumulation_steps, part_of=part_of,
-            entropy_mask=batch.entropy_mask,
+            entropy_mask=batch.entropy_mask, entropy=entropy, entropy_coef=arrays.get("entropy_coef", 0.0),
         )
         tokens = mx.maximum(metrics["tokens"], 1.0)
         metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / tokens
@@ -80,8 +82,8 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
 
 def loss_grad_parts(model: nn.Module, batch: MicroBatch, settings: LossSettings, temperature: float, num_items: float,
                     accumulation_steps: int, *, compiled: bool, head: Head = Head.MLX, vocab_chunk: int = 0,
-                    whole: MicroBatch | None = None, functions: LossFunctions | None = None
-                    ) -> tuple[Any, Any, LookupGradient | None]:
+                    whole: MicroBatch | None = None, functions: LossFunctions | None = None,
+                    entropy_coef: float = 0.0) -> tuple[Any, Any, LookupGradient | None]:
     """((loss, stop_gradient(logps), metrics), gradients, lookup gradient) of one micro-batch, or of a
     part of the micro-batch ``whole`` (normalised as a part of it), on the current default stream.
     ``head`` and ``vocab_chunk``: the plan's (``logps.token_logps``); a compiled trace runs MLX's
@@ -89,15 +91,20 @@ def loss_grad_parts(model: nn.Module, batch: MicroBatch, settings: LossSettings,
     the fused head is for eager losses). For a tied embedding (``tied_embedding``) the lookup's
     gradient comes apart: the gradients then hold the head's part alone, for
     ``tied_embedding.fold`` once they are evaluated. ``functions`` keeps the built functions
-    between calls (a fresh set without it)."""
+    between calls (a fresh set without it). ``entropy_coef``: the entropy bonus's coefficient this
+    step (with ``settings.entropy_bonus``; an input of the trace, not baked in)."""
     if compiled and head is not Head.CHUNKED:
         head = Head.MLX
     arrays = batch_layout.arrays(batch)
     arrays["num_items"] = mx.array(num_items, dtype=mx.float32)
+    if settings.entropy_bonus:
+        arrays["entropy_coef"] = mx.array(entropy_coef, dtype=mx.float32)
     batch_rows = None
     if whole is not None:
         batch_rows = whole.targets.shape[0]
         arrays["batch_tokens"] = mx.sum(whole.mask)
+        if settings.entropy_bonus and whole.entropy_mask is not None:
+            arrays["batch_bonus_tokens"] = mx.sum(whole.mask * whole.entropy_mask)
     # Everything the trace bakes in (which arrays exist, Python values, the settings, the stream
     # its ops run on) is in the key.
     stream = str(mx.default_stream(mx.default_device()))

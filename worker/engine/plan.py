@@ -177,7 +177,11 @@ def decide(model: nn.Module, config: Config, *, prompt_tokens: int = 0, extra_by
     host = _on(env, "host_vocab") and cpu and small and vocabulary >= host_vocab.MIN_VOCABULARY
     # A trace is one evaluation, while the memory switches evaluate piece by piece (the chunked
     # head per chunk, the row parts per part); the compiled loss is a small-model speed path anyway.
-    compiled = _on(env, "compiled_loss") and shared and small and not saves_memory(config) and not host
+    # TRL's entropy bonus runs eager: its mean entropy in a traced loss and gradient hits an MLX 0.32
+    # compile error ("_Map_base::at", tests/worker/engine/test_entropy_bonus.py).
+    bonus = config.grpo.entropy_coef != 0.0 or config.grpo.use_adaptive_entropy
+    compiled = (_on(env, "compiled_loss") and shared and small and not saves_memory(config) and not host
+                and not bonus)
     # Where the numpy log-softmax is not for (large models, GPUs) and the loss is eager: MLX's own
     # logsumexp, softmax and logsumexp gradient each take an exp over the vocabulary, one is enough.
     fused = _on(env, "fused_head") and chunked_head.supports(model) and not host and not compiled

@@ -60,7 +60,7 @@ def skipped_reasons(passes: list[PassResult]) -> list[str]:
 
 
 # what the loss types log of themselves beyond the clip ratios, under TRL's names (in extra_metrics)
-LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean")
+LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss")
 
 
 def step_frame(r: StepResults) -> Step:

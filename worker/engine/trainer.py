@@ -31,6 +31,7 @@ from grpo_tui.worker.engine.reward_call import TrainerState
 from grpo_tui.worker.engine.rewards import RewardError, score_completions
 from grpo_tui.worker.engine.schedule import scheduled_lr
 from grpo_tui.worker.engine.step_output import StepResults, step_frame
+from grpo_tui.worker.engine.grpo import EntropyCoefficient
 from grpo_tui.worker.engine.update import PassResult, make_optimizer, micro_batches, optimize_pass
 from grpo_tui.worker.records import EvalBatch, StepOutput
 
@@ -106,8 +107,8 @@ class Trainer:
         for model in (self.model, self.ref_model):
             if model is not None and self.plan.cpu_kernels:
                 patches.patch_model(model)
-        # Compiled functions live as long as the model they were traced for.
-        self.losses = LossFunctions()
+        self.losses = LossFunctions()  # compiled functions live as long as the model they were traced for
+        self.entropy_coef = EntropyCoefficient.from_config(config)  # TRL's entropy bonus, across steps
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
         self.retrace_from: float | None = None  # a live change dropped the traces then (live.py)
         if self.plan.memory_fit is not None:
@@ -271,7 +272,7 @@ class Trainer:
         passes = [
             optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
                           record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses,
-                          ranks=self.ranks)
+                          ranks=self.ranks, entropy_coef=self.entropy_coef)
             for k in range(cfg.grpo.num_iterations)
         ]
         self.model.eval()

@@ -17,7 +17,7 @@ from grpo_tui.protocol.config import Config, GrpoConfig
 from grpo_tui.worker.engine import tied_embedding
 from grpo_tui.worker.engine.accel import two_cores
 from grpo_tui.worker.engine.batch import MicroBatch, halves, pack, row_parts
-from grpo_tui.worker.engine.grpo import LossSettings, high_entropy_mask
+from grpo_tui.worker.engine.grpo import DAPO_NORMALISED, EntropyCoefficient, LossSettings, high_entropy_mask
 from grpo_tui.worker.engine.logps import token_logps
 from grpo_tui.worker.engine.loss import LossFunctions, loss_grad_parts
 from grpo_tui.worker.engine.plan import EnginePlan
@@ -195,16 +195,22 @@ def optimize_pass(
     record_old: bool,
     functions: LossFunctions | None = None,
     ranks: Ranks | None = None,
+    entropy_coef: EntropyCoefficient | None = None,
 ) -> PassResult:
     """Accumulate gradients over ``batches``, clip, and apply one AdamW update unless something is
     non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``.
     Which paths run is the ``plan``'s; ``functions`` keeps the loss functions between passes.
     ``ranks``: these are this rank's micro-batches; token counts, losses, statistics and gradients are
-    summed over the ranks before the norm, so clipping and the NaN guard see the global values."""
+    summed over the ranks before the norm, so clipping and the NaN guard see the global values.
+    ``entropy_coef``: the entropy bonus's coefficient (with ``grpo.entropy_coef`` or
+    ``use_adaptive_entropy``; the config's when not given), updated after the pass (``bonus_stats``)."""
     num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
     if ranks is not None:
         num_items = ranks.sum_floats([num_items])[0]  # dapo: the whole batch's active tokens
     settings = LossSettings.from_config(config)
+    if entropy_coef is None and settings.entropy_bonus:
+        entropy_coef = EntropyCoefficient.from_config(config)
+    coef = entropy_coef.applied() if entropy_coef is not None else 0.0
     # The compiled loss is written for the shared-prompt layout, which the plan's batches have.
     compiled = plan.compiled_loss and all(b.prompts is not None for b in batches)
     accumulation = len(batches) * (ranks.size if ranks is not None else 1)  # every rank has an equal share
@@ -229,6 +235,7 @@ def optimize_pass(
                         model, part, settings, config.generation.temperature, num_items, accumulation,
                         compiled=compiled, head=plan.head, vocab_chunk=plan.vocab_chunk_size,
                         whole=batch if len(parts) > 1 or len(pieces) > 1 else None, functions=functions,
+                        entropy_coef=coef,
                     )
                 results.append((value, part_grads))
                 lookups += [lookup] if lookup is not None else []
@@ -242,19 +249,45 @@ def optimize_pass(
                 mx.eval(grads)
         if record_old:
             batch.old_logps = mx.concatenate([logps for _, logps, _ in values])
-        for loss, _, metrics in values:
-            total_loss += loss.item()
-            tokens = metrics.pop("tokens").item()
-            for k, v in metrics.items():
-                sums[k] = sums.get(k, 0.0) + v.item() * tokens
-            sums["tokens"] = sums.get("tokens", 0.0) + tokens
+        total_loss += _add_metrics(sums, values)
     if ranks is not None and ranks.size > 1:
         keys = sorted(sums)
         total_loss, *summed = ranks.sum_floats([total_loss] + [sums[k] for k in keys])
         sums = dict(zip(keys, summed))
         grads = ranks.sum_tree(grads)
-    stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k != "tokens"}
+    stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k not in ("tokens", "policy_loss")}
+    if entropy_coef is not None and settings.entropy_bonus:
+        stats.update(bonus_stats(entropy_coef, stats, sums, settings, len(batches)))
     return _apply(model, optimizer, grads, total_loss, stats, config.training.max_grad_norm)
+
+
+def _add_metrics(sums: dict[str, float], values: list) -> float:
+    """Each part's metrics into ``sums`` (token-weighted; ``policy_loss`` summed as the loss is);
+    returns the parts' summed loss."""
+    total = 0.0
+    for loss, _, metrics in values:
+        total += loss.item()
+        tokens = metrics.pop("tokens").item()
+        if "policy_loss" in metrics:
+            sums["policy_loss"] = sums.get("policy_loss", 0.0) + metrics.pop("policy_loss").item()
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + v.item() * tokens
+        sums["tokens"] = sums.get("tokens", 0.0) + tokens
+    return total
+
+
+def bonus_stats(entropy_coef: EntropyCoefficient, stats: dict[str, float], sums: dict[str, float],
+                settings: LossSettings, micro_batches: int) -> dict[str, float]:
+    """After a pass with the entropy bonus: the coefficient moved by the pass's mean entropy over
+    every rank's tokens the bonus acted on, and what TRL logs, ``entropy_coef`` (after the move)
+    and ``policy_loss``, the mean of each micro-batch's policy loss before TRL divides it for
+    accumulation (DAPO's normalisation is not divided: the sum over a rank's micro-batches)."""
+    entropy, counted = stats.pop("bonus_entropy", 0.0), stats.pop("bonus_tokens", 0.0)
+    entropy_coef.update(entropy / counted if counted > 0 else 0.0)
+    policy = sums.get("policy_loss", 0.0)
+    if settings.loss_type in DAPO_NORMALISED:
+        policy /= micro_batches
+    return {"entropy_coef": entropy_coef.coef, "policy_loss": policy}
 
 
 def _apply(model: nn.Module, optimizer: optim.Optimizer, grads: Any, total_loss: float, stats: dict[str, float],

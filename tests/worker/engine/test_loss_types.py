@@ -14,13 +14,27 @@ import numpy as np
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
-from grpo_tui.worker.engine.grpo import LOSS_TYPES, LossSettings, policy_loss
+from grpo_tui.worker.engine.grpo import LOSS_TYPES, EntropyCoefficient, LossSettings, policy_loss
 
 MAX_LEN = 9
 
 
-def trl_compute_loss(logps, old, ref, adv, mask, a, *, num_items, accumulation):  # type: ignore[no-untyped-def]
-    """TRL 1.16 ``GRPOTrainer._compute_loss`` from the log-probs on (``a``: its args), in its order."""
+def trl_compute_loss(logps, old, ref, adv, mask, a, *, num_items, accumulation, entropies=None,  # type: ignore[no-untyped-def]
+                     apply_coef=0.0, metrics=None):
+    """TRL 1.16 ``GRPOTrainer._compute_loss`` from the log-probs on (``a``: its args), in its order;
+    ``entropies`` with the entropy bonus on, ``apply_coef`` the coefficient it applies."""
+    loss, policy_loss = _trl_policy_loss(logps, old, ref, adv, mask, a, num_items=num_items, accumulation=accumulation)
+    if entropies is not None:  # self._entropy_bonus_enabled (no top_entropy_quantile: effective_mask = mask)
+        effective_mask = mask
+        entropy_loss = mx.sum(entropies * effective_mask) / mx.maximum(mx.sum(effective_mask), 1.0) / accumulation
+        loss = loss - apply_coef * entropy_loss
+        if metrics is not None:
+            metrics["policy_loss"] = policy_loss
+    return loss
+
+
+def _trl_policy_loss(logps, old, ref, adv, mask, a, *, num_items, accumulation):  # type: ignore[no-untyped-def]
+    """(loss, policy_loss) of ``_compute_loss`` before the entropy bonus."""
     advantages = adv[:, None]
     if a.off_policy_mask_threshold is not None:  # get_off_policy_mask
         kl_div = old - mx.stop_gradient(logps)
@@ -63,14 +77,17 @@ def trl_compute_loss(logps, old, ref, adv, mask, a, *, num_items, accumulation):
     if a.beta != 0.0:
         per_token_loss = per_token_loss + a.beta * per_token_kl
     if a.loss_type in ["grpo", "sapo"]:
-        return mx.mean(mx.sum(per_token_loss * mask, -1) / mx.maximum(mx.sum(mask, -1), 1.0)) / accumulation
-    if a.loss_type == "bnpo":
-        return mx.sum(per_token_loss * mask) / mx.maximum(mx.sum(mask), 1.0) / accumulation
-    if a.loss_type == "dr_grpo":
-        return mx.sum(per_token_loss * mask) / (per_token_loss.shape[0] * MAX_LEN) / accumulation
-    if a.loss_type in ["cispo", "dapo", "vespo"]:  # num_items spans the accumulated batch (steps_per_generation = GA)
-        return mx.sum(per_token_loss * mask) / max(num_items, 1.0)
-    return mx.mean(mx.sum(per_token_loss * mask, -1)) / accumulation  # luspo
+        loss = mx.mean(mx.sum(per_token_loss * mask, -1) / mx.maximum(mx.sum(mask, -1), 1.0))
+    elif a.loss_type == "bnpo":
+        loss = mx.sum(per_token_loss * mask) / mx.maximum(mx.sum(mask), 1.0)
+    elif a.loss_type == "dr_grpo":
+        loss = mx.sum(per_token_loss * mask) / (per_token_loss.shape[0] * MAX_LEN)
+    elif a.loss_type in ["cispo", "dapo", "vespo"]:  # num_items spans the accumulated batch (steps_per_generation = GA)
+        loss = mx.sum(per_token_loss * mask) / max(num_items, 1.0)
+        return loss, mx.stop_gradient(loss)
+    else:  # luspo
+        loss = mx.mean(mx.sum(per_token_loss * mask, -1))
+    return loss / accumulation, mx.stop_gradient(loss)
 
 
 def case(seed: int, rows: int = 6):  # type: ignore[no-untyped-def]
@@ -148,3 +165,75 @@ def test_the_toml_keys_are_checked_as_any_other():
         parse_config(base + "sapo_temperature_neg = 0\n", check_paths=False)
     with pytest.raises(ConfigError, match="grpo.loss_type: 'gpg' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo"):
         parse_config(base + 'loss_type = "gpg"\n', check_paths=False)
+
+
+def trl_adaptive_entropy(window_entropies, a):  # type: ignore[no-untyped-def]
+    """TRL 1.16's adaptive entropy controller over optimizer steps: (apply_coef during each step,
+    the entropy_coef it logs after it), from each step's window entropy."""
+    entropy_coef, last_world_entropy, out = a.entropy_coef, float("inf"), []
+    for world_entropy in window_entropies:
+        apply_coef = entropy_coef if last_world_entropy <= a.entropy_target else 0.0
+        if world_entropy <= a.entropy_target:
+            entropy_coef = min(entropy_coef + a.entropy_coef_delta, a.entropy_coef_max)
+        else:
+            entropy_coef = max(entropy_coef - a.entropy_coef_delta, a.entropy_coef_min)
+        last_world_entropy = world_entropy
+        out.append((apply_coef, entropy_coef))
+    return out
+
+
+def entropies_of(seed: int, rows: int = 6):  # type: ignore[no-untyped-def]
+    return mx.array(np.random.default_rng(100 + seed).uniform(0.0, 3.0, (rows, MAX_LEN)).astype(np.float32))
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_the_entropy_bonus_loss_and_gradients_equal_trls(loss_type):
+    """The loss with TRL's entropy bonus, and its gradient with respect to both the log-probs and
+    the entropies, equal the transcription; whole and as two accumulated micro-batches; and
+    ``policy_loss`` is the loss before the bonus as TRL logs it."""
+    settings = LossSettings(loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, max_completion_length=MAX_LEN,
+                            beta=0.04, entropy_bonus=True)
+    for seed, parts, coef in ((0, [slice(0, 6)], 0.3), (1, [slice(0, 3), slice(3, 6)], -0.05)):
+        logps, old, ref, adv, mask = case(seed)
+        entropies = entropies_of(seed)
+        num_items = float(mx.sum(mask).item())
+        for part in parts:
+            args = (old[part], adv[part], mask[part])
+
+            def ours(lp, ent):  # type: ignore[no-untyped-def]
+                return policy_loss(lp, *args, settings, ref_logps=ref[part], num_items=num_items,
+                                   accumulation_steps=len(parts), entropy=ent, entropy_coef=coef)[0]
+
+            def theirs(lp, ent):  # type: ignore[no-untyped-def]
+                return trl_compute_loss(lp, old[part], ref[part], adv[part], mask[part], settings, num_items=num_items,
+                                        accumulation=len(parts), entropies=ent, apply_coef=coef)
+
+            lp, ent = logps[part], entropies[part]
+            np.testing.assert_allclose(np.array(ours(lp, ent)), np.array(theirs(lp, ent)), rtol=1e-5, atol=1e-7)
+            for got, want in zip(mx.grad(ours, argnums=(0, 1))(lp, ent), mx.grad(theirs, argnums=(0, 1))(lp, ent)):
+                np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-4, atol=1e-7)
+            trl_metrics: dict = {}
+            trl_compute_loss(lp, old[part], ref[part], adv[part], mask[part], settings, num_items=num_items,
+                             accumulation=len(parts), entropies=ent, apply_coef=coef, metrics=trl_metrics)
+            _, metrics = policy_loss(lp, *args, settings, ref_logps=ref[part], num_items=num_items,
+                                     accumulation_steps=len(parts), entropy=ent, entropy_coef=coef)
+            scale = 1 if loss_type in ("dapo", "cispo", "vespo") else len(parts)  # TRL's is before the division
+            assert float(metrics["policy_loss"].item()) * scale == pytest.approx(float(trl_metrics["policy_loss"].item()),
+                                                                               rel=1e-5, abs=1e-7)
+
+
+def test_the_adaptive_entropy_coefficient_moves_as_trls():
+    settings = parse_config('[model]\npath = "m"\n[data]\npath = "d.jsonl"\n[[rewards]]\nname = "accuracy"\n[grpo]\n'
+                            'entropy_coef = 0.01\nuse_adaptive_entropy = true\nentropy_coef_delta = 0.02\n'
+                            'entropy_coef_max = 0.05\nentropy_target = 0.5\n', check_paths=False).grpo
+    window = [0.9, 0.4, 0.3, 0.2, 0.1, 0.6, 0.7, 0.8, 0.9, 0.45]
+    controller = EntropyCoefficient(settings.entropy_coef, True, settings.entropy_coef_min, settings.entropy_coef_max,
+                                    settings.entropy_coef_delta, settings.entropy_target)
+    ours = []
+    for entropy in window:
+        applied = controller.applied()
+        controller.update(entropy)
+        ours.append((applied, controller.coef))
+    theirs = trl_adaptive_entropy(window, settings)
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-12)
+    assert {a for a, _ in theirs} > {0.0}  # it both applied and held back the bonus

@@ -18,7 +18,8 @@ The price is the head's matmul once more in the gradient; the block of logits st
 the passes over it, where the whole logits tensor went through memory in every pass.
 
 Only for eager graphs and small models: the forward evaluates the hidden states mid-graph (see
-``plan``). The entropy is a metric and has no gradient. Used wherever the plan's ``host_vocab``
+``plan``). The entropy has a gradient only for the entropy bonus (``entropy_grad``: the block's
+log-softmax kept beside its softmax). Used wherever the plan's ``host_vocab``
 runs on a plain (unquantized, bias-free) head (``chunked_head.plain_weight``).
 """
 
@@ -83,13 +84,15 @@ def forward(h: np.ndarray, w: np.ndarray, targets: np.ndarray, inv_temp: float) 
 
 
 def gradient(h: np.ndarray, w: np.ndarray, targets: np.ndarray, lse: np.ndarray, cotangent: np.ndarray,
-             inv_temp: float, d_weight: np.ndarray | None) -> np.ndarray:
+             inv_temp: float, d_weight: np.ndarray | None,
+             entropy: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """d(cotangent · log-probs) / d h, and into ``d_weight`` (when given) d / d w, block by block.
 
     With c = cotangent / temperature and p the softmax: d logits = c · (onehot(target) - p), so
     d h = c · (w[target] - p @ w) and d w = onehot^T (c · h) - p^T (c · h). The log-sum-exp is a
     column of the product ([h / T, -lse] @ [w, 1].T = logits - lse), and c sits on h's side, so a
-    block costs its matmuls and one ``exp`` pass."""
+    block costs its matmuls and one ``exp`` pass. ``entropy``: (the entropy H, its cotangent e), the
+    entropy bonus's part added: d logits -= e · q with q = p · (log p + H)."""
     width = h.shape[1]
     shifted = np.concatenate([h * np.float32(inv_temp), -lse[:, None]], axis=1)
     ones = scratch((len(w), width + 1), "head-weight")
@@ -97,15 +100,28 @@ def gradient(h: np.ndarray, w: np.ndarray, targets: np.ndarray, lse: np.ndarray,
     scaled = (cotangent * inv_temp).astype(np.float32)
     weighted = h * -scaled[:, None]  # -c · h: p^T of it is the softmax's part of d w
     expected = np.zeros(h.shape, np.float32)  # p @ w, summed over the blocks
+    if entropy is not None:
+        bonus_scaled = (entropy[1] * inv_temp).astype(np.float32)
+        bonus_weighted = h * -bonus_scaled[:, None]
+        bonus_expected = np.zeros(h.shape, np.float32)  # q @ w, summed over the blocks
     for block in _blocks(len(w)):
         p = _block_logits(shifted, ones, block)
+        log_p = p.copy() if entropy is not None else None
         by_halves(lambda x: np.exp(x, out=x), p)
         expected += p @ w[block]
         if d_weight is not None:
             np.matmul(p.T, weighted, out=d_weight[block])
+        if entropy is not None and log_p is not None:
+            q = p * (log_p + entropy[0][:, None])
+            bonus_expected += q @ w[block]
+            if d_weight is not None:
+                d_weight[block] += q.T @ bonus_weighted
     if d_weight is not None:
         np.add.at(d_weight, targets, -weighted)  # the onehot part: + c · h at each target's row
-    return scaled[:, None] * (w[targets] - expected)
+    d_h = scaled[:, None] * (w[targets] - expected)
+    if entropy is not None:
+        d_h -= bonus_scaled[:, None] * bonus_expected
+    return d_h
 
 
 def _float32(array: mx.array) -> np.ndarray:
@@ -115,7 +131,7 @@ def _float32(array: mx.array) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def _function(temperature: float, weight_grad: bool) -> Callable:
+def _function(temperature: float, weight_grad: bool, entropy_grad: bool = False) -> Callable:
     """The custom function for one setting (a custom function is built once per setting)."""
     inv_temp = inverse(temperature)
 
@@ -130,9 +146,10 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
         h, w = _float32(hidden), _float32(weight)
         d_weight = mx.zeros(weight.shape, mx.float32)
         out = host(d_weight) if weight_grad else None  # writable: MLX's buffer, filled in place
-        # The entropy, the log-sum-exp and the top flags are metrics: only the log-probs' cotangent counts.
+        # The log-sum-exp and the top flags are metrics; so is the entropy but for the entropy bonus.
+        bonus = (host(outputs[1]), _float32(cotangents[1])) if entropy_grad else None
         d_hidden = gradient(h, w, host(targets), host(outputs[2]), _float32(cotangents[0]),
-                            inv_temp, out)
+                            inv_temp, out, bonus)
         if weight.dtype != mx.float32:
             d_weight = d_weight.astype(weight.dtype)
         return mx.array(d_hidden).astype(hidden.dtype), d_weight, mx.zeros_like(targets)
@@ -141,12 +158,14 @@ def _function(temperature: float, weight_grad: bool) -> Callable:
 
 
 def logps_entropy(hidden: mx.array, weight: mx.array, targets: mx.array, temperature: float,
-                  weight_grad: bool) -> tuple[mx.array, mx.array, mx.array]:
+                  weight_grad: bool, entropy_grad: bool = False) -> tuple[mx.array, mx.array, mx.array]:
     """(log-probs of ``targets``, entropy, 1 where the target is the most likely token), (B, T) each,
     of ``hidden`` (B, T, H) through the head ``weight`` (V, H) on logits / temperature.
-    ``weight_grad``: the head is trained (LoRA's is not)."""
+    ``weight_grad``: the head is trained (LoRA's is not); ``entropy_grad``: the entropy is differentiated.
+    """
     rows, steps, width = hidden.shape
-    logps, entropy, _, is_top = _function(float(temperature), weight_grad)(
+    logps, entropy, _, is_top = _function(float(temperature), weight_grad, entropy_grad)(
         hidden.reshape(rows * steps, width), weight, targets.reshape(-1))
-    return (logps.reshape(rows, steps), mx.stop_gradient(entropy).reshape(rows, steps),
+    entropy = entropy if entropy_grad else mx.stop_gradient(entropy)
+    return (logps.reshape(rows, steps), entropy.reshape(rows, steps),
             mx.stop_gradient(is_top).reshape(rows, steps))

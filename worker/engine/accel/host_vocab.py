@@ -9,7 +9,8 @@ place (a view of MLX's memory) and the gradient is written straight into the MLX
 so neither makes a step-sized numpy copy.
 
 Only for eager (uncompiled) graphs: the forward evaluates the logits and the gradient evaluates its
-cotangent, both synchronously. The entropy is a metric and has no gradient. Whether a model gets
+cotangent, both synchronously. The entropy has a gradient in ``logps_entropy_grad`` alone (the
+entropy bonus); elsewhere it is a metric. Whether a model gets
 this is the plan's ``host_vocab`` (``GRPO_TUI_HOST_VOCAB=0`` turns it off).
 """
 
@@ -76,6 +77,19 @@ def _gradient_rows(x: np.ndarray, targets: np.ndarray, cotangent: np.ndarray, ou
     probs[np.arange(len(x)), targets] += cotangent
 
 
+def _bonus_gradient_rows(x: np.ndarray, targets: np.ndarray, cotangent: np.ndarray, entropy_cotangent: np.ndarray,
+                         out: np.ndarray) -> None:
+    """``_gradient_rows`` plus the entropy's part: d H / dx = -softmax(x) · (log softmax(x) + H)."""
+    probs, lse, _ = _probabilities(x, out)
+    entropy = lse - np.einsum("ij,ij->i", probs, x)
+    weight = np.subtract(x, (lse - entropy)[:, None])  # log softmax + H
+    weight *= entropy_cotangent[:, None]
+    weight += cotangent[:, None]
+    probs *= weight
+    np.negative(probs, out=probs)
+    probs[np.arange(len(x)), targets] += cotangent
+
+
 def by_halves(fn: Callable[..., Any], *rows: np.ndarray) -> list:
     """``fn`` on each half of the rows (every argument is sliced), the halves on two threads."""
     cut = len(rows[0]) // 2
@@ -106,12 +120,18 @@ def rows_forward(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.arra
     return mx.array(picked), mx.array(entropy), mx.array(is_top)
 
 
-def rows_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array) -> mx.array:
-    """d(cotangent · log softmax(logits)[target]) / d logits, evaluated now: computed chunk by
-    chunk into the (N, V) MLX array it returns (a fresh one per call)."""
+def rows_gradient(logits: mx.array, targets: mx.array, cotangent: mx.array,
+                  entropy_cotangent: mx.array | None = None) -> mx.array:
+    """d(cotangent · log softmax(logits)[target] [+ entropy_cotangent · entropy]) / d logits,
+    evaluated now: computed chunk by chunk into the (N, V) MLX array it returns (a fresh one per call)."""
     x, t, c = host(logits), host(targets), host(cotangent.astype(mx.float32))
     gradient = mx.zeros(x.shape, mx.float32)
     out = host(gradient)  # writable: MLX's buffer, filled in place
+    if entropy_cotangent is not None:
+        e = host(entropy_cotangent.astype(mx.float32))
+        for rows in _chunks(*x.shape):
+            by_halves(_bonus_gradient_rows, x[rows], t[rows], c[rows], e[rows], out[rows])
+        return gradient
     for rows in _chunks(*x.shape):
         by_halves(_gradient_rows, x[rows], t[rows], c[rows], out[rows])
     return gradient
@@ -128,3 +148,15 @@ def logps_entropy(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.arr
 def _logps_entropy_vjp(primals, cotangents, outputs):
     logits, targets = primals
     return rows_gradient(logits, targets, cotangents[0]), mx.zeros_like(targets)
+
+
+@mx.custom_function
+def logps_entropy_grad(logits: mx.array, targets: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+    """``logps_entropy`` whose entropy is differentiated too (the entropy bonus)."""
+    return rows_forward(logits, targets)
+
+
+@logps_entropy_grad.vjp
+def _logps_entropy_grad_vjp(primals, cotangents, outputs):
+    logits, targets = primals
+    return rows_gradient(logits, targets, cotangents[0], cotangents[1]), mx.zeros_like(targets)
