@@ -9,7 +9,7 @@ mean answers per episode). The start model is the quickstart's warm model (examp
 right about a third of the time at once), so GRPO has a signal from step 1.
 
     grpo-tui worker examples/guess_sum.toml --plain      # or: grpo-tui run examples/guess_sum.toml
-    python examples/guess_sum.py report runs/guess_sum   # held-out wins and mean turns, before -> after
+    python examples/guess_sum.py report examples/runs/guess_sum   # held-out wins and mean turns, before -> after
 """
 
 from __future__ import annotations
