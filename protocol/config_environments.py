@@ -39,7 +39,9 @@ class ReasoningGymTask(Section):
 
 class ReasoningGymConfig(Section):
     """``[data] reasoning_gym = { tasks = [...], size = 2000, seed = 1 }``: the training rows; the
-    eval rows come from ``eval_seed`` (default ``seed + 1``), ``eval_size`` of them."""
+    eval rows come from ``eval_seed`` (default ``seed + size``), ``eval_size`` of them. reasoning-gym
+    draws entry i of seed s from s + i, so eval rows are held out only when their seeds
+    (eval_seed .. eval_seed + eval_size - 1) miss the training rows' (seed .. seed + size - 1)."""
 
     tasks: list[str | ReasoningGymTask]
     size: int = 1000
@@ -61,8 +63,10 @@ class ReasoningGymConfig(Section):
             raise invalid("size", self.size, "must be at least 1")
         if self.eval_size < 0:
             raise invalid("eval_size", self.eval_size, "must be >= 0 (0: no eval rows)")
-        if self.eval_seed == self.seed:
-            raise invalid("eval_seed", self.eval_seed, "must differ from seed (the eval rows would be training rows)")
+        if self.eval_seed is not None and self.eval_size and self.seed - self.eval_size < self.eval_seed < self.seed + self.size:
+            raise invalid("eval_seed", self.eval_seed, f"gives eval rows that are training rows (reasoning-gym draws entry i of "
+                          f"seed s from s + i); use at least seed + size = {self.seed + self.size} (the default), or at "
+                          f"most seed - eval_size = {self.seed - self.eval_size}")
 
     def specs(self) -> list[ReasoningGymTask]:
         """Every task as a ``ReasoningGymTask`` (a bare name: weight 1, the task's default config)."""
@@ -70,7 +74,7 @@ class ReasoningGymConfig(Section):
 
     @property
     def held_out_seed(self) -> int:
-        return self.seed + 1 if self.eval_seed is None else self.eval_seed
+        return self.seed + self.size if self.eval_seed is None else self.eval_seed
 
     def fingerprint(self) -> str:
         """What the rows are a function of (with the package's version), for resume checks."""

@@ -150,5 +150,21 @@ def test_data_without_a_path_or_tasks_and_data_with_both_are_one_sentence_each(t
     (tmp_path / "rows.jsonl").write_text('{"prompt": "x"}\n')
     with pytest.raises(ConfigError, match="give data.path or data.reasoning_gym, not both"):
         parse_config(head + '[data]\npath = "rows.jsonl"\nreasoning_gym = { tasks = ["leg_counting"] }\n', base_dir=tmp_path)
-    with pytest.raises(ConfigError, match=r"data.reasoning_gym.eval_seed: 1 must differ from seed"):
-        parse_config(head + '[data]\nreasoning_gym = { tasks = ["leg_counting"], seed = 1, eval_seed = 1 }\n', base_dir=tmp_path)
+    for eval_seed in (1, 2, 1000):  # reasoning-gym's entry i of seed s is s + i's: these overlap seed 1's 1,000 rows
+        with pytest.raises(ConfigError, match=rf"data.reasoning_gym.eval_seed: {eval_seed} gives eval rows that are training "
+                                              r"rows .*use at least seed \+ size = 1001 \(the default\), or at most seed - eval_size = -99"):
+            parse_config(head + f'[data]\nreasoning_gym = {{ tasks = ["leg_counting"], seed = 1, eval_seed = {eval_seed} }}\n',
+                         base_dir=tmp_path)
+
+
+def test_the_default_eval_rows_are_held_out():
+    from grpo_tui.protocol.config_environments import ReasoningGymConfig, ReasoningGymTask
+    from grpo_tui.worker.engine import reasoning_gym_source
+
+    two_digits = {**ARITH, "min_digits": 2, "max_digits": 2}  # few enough repeats by chance to see it
+    tasks: list[str | ReasoningGymTask] = [ReasoningGymTask(name="basic_arithmetic", config=two_digits), "leg_counting"]
+    source = ReasoningGymConfig(tasks=tasks, size=40, seed=3, eval_size=40)
+    train = {row["prompt"] for row in reasoning_gym_source.build(source)[0]}
+    held_out = {row["prompt"] for row in reasoning_gym_source.build(source, held_out=True)[0]}
+    assert len(held_out) == 40 and source.held_out_seed == 43
+    assert not held_out & train  # seed + 1, the old default, gave 39 of the 40 training questions again
