@@ -292,6 +292,11 @@ def _convert_own(config: GRPOConfig, raw: dict[str, Any]) -> None:
                 f"({config.num_generations})"
             )
         training["batch_size"] = completions // config.num_generations
+        if training["batch_size"] % config.gradient_accumulation_steps:
+            # TRL's micro-batches may split a group; the worker's hold whole groups: the same
+            # completions in one optimizer step, over fewer micro-batches of TRL's forward size.
+            training["gradient_accumulation_steps"] = math.gcd(training["batch_size"], config.gradient_accumulation_steps)
+            training.setdefault("logprob_batch_size", config.per_device_train_batch_size)
     config._check_generation_batch()
     if config.reward_weights is not None and raw.get("rewards"):
         rewards = raw["rewards"]

@@ -227,7 +227,9 @@ class TRLFields:
     adam_beta1: float = _key("training.adam_beta1", 0.9)
     adam_beta2: float = _key("training.adam_beta2", 0.999)
     adam_epsilon: float = _key("training.adam_epsilon", 1e-8)
-    gradient_accumulation_steps: int = _key("training.gradient_accumulation_steps", 1)
+    gradient_accumulation_steps: int = _key(
+        "training.gradient_accumulation_steps", 1, note="micro-batches hold whole groups here: when it does not "
+        "divide the step's prompts, gcd(prompts, this) micro-batches of `logprob_batch_size` = per_device_train_batch_size")
     average_tokens_across_devices: bool = _inert(True, "the loss is normalised over every rank's tokens already")
     max_grad_norm: float = _key("training.max_grad_norm", 1.0)
     label_smoothing_factor: float = _inert(0.0, "GRPO's loss has no labels to smooth")

@@ -130,6 +130,15 @@ def test_trl_conventions_convert():
     assert [r["weight"] for r in raw["rewards"]] == [1.0, 0.5]
 
 
+def test_a_micro_batch_smaller_than_a_group_accumulates_the_same_step():
+    # TRL's per-device 1 × 4 micro-batches, one group of 4: the worker's micro-batches hold whole groups
+    raw = GRPOConfig(per_device_train_batch_size=1, gradient_accumulation_steps=4, num_generations=4).to_dict()
+    assert raw["training"]["batch_size"] == 1 and raw["training"]["gradient_accumulation_steps"] == 1
+    assert raw["training"]["logprob_batch_size"] == 1  # TRL's forward of one completion at a time
+    raw = GRPOConfig(per_device_train_batch_size=2, gradient_accumulation_steps=4, num_generations=4).to_dict()
+    assert raw["training"]["batch_size"] == 2 and raw["training"]["gradient_accumulation_steps"] == 2
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

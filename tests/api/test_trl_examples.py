@@ -1,6 +1,7 @@
 """TRL's own GRPO examples run to completion on the bundled tiny model, as a user runs them: the
-docs' quick start, trl/scripts/grpo.py and examples/scripts/gspo.py (tests/api/trl_examples/),
-with only their import lines changed and their hub ids replaced by local paths here."""
+docs' quick start, trl/scripts/grpo.py, examples/scripts/gspo.py and the widely copied GSM8K GRPO
+script with its many TrainingArguments (tests/api/trl_examples/), with only their import lines changed
+and their hub ids replaced by local paths here."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def long_context_copy(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.usefixtures("_math_verify")
 def test_the_docs_quickstart_trains_with_trl_s_defaults(tmp_path):
     data = data_folder(tmp_path / "deepmath", 1, math_row)
     model = long_context_copy(tmp_path / "model")
@@ -71,6 +73,7 @@ def test_the_docs_quickstart_trains_with_trl_s_defaults(tmp_path):
     assert "group_size = 8" in config and "learning_rate = 1e-06" in config
 
 
+@pytest.mark.usefixtures("_math_verify")
 def test_trl_s_grpo_script_runs_with_its_command_line(tmp_path):
     data = data_folder(tmp_path / "data", 4, math_row)
     path = script(tmp_path, "grpo_script.py", {})
@@ -83,6 +86,7 @@ def test_trl_s_grpo_script_runs_with_its_command_line(tmp_path):
     assert (tmp_path / "out" / "adapters.safetensors").exists()  # save_model: the LoRA adapters
 
 
+@pytest.mark.usefixtures("_math_verify")
 def test_trl_s_gspo_example_runs_with_its_documented_options_scaled_down(tmp_path):
     data = data_folder(tmp_path / "numina", 40, math_row)  # 5% of each split: 2 rows
     path = script(tmp_path, "gspo.py", {"AI-MO/NuminaMath-TIR": data})
@@ -96,6 +100,41 @@ def test_trl_s_gspo_example_runs_with_its_documented_options_scaled_down(tmp_pat
     assert (tmp_path / "out" / "adapters.safetensors").exists()
 
 
-@pytest.fixture(autouse=True)
+
+
+@pytest.fixture
 def _math_verify():
     pytest.importorskip("math_verify")  # accuracy_reward, as TRL's, verifies with it
+
+
+def gsm8k_folder(folder: Path) -> Path:
+    """openai/gsm8k as the hub has it: a README whose YAML names the configs ("main"), train.jsonl rows
+    of a question and an answer that ends in "#### N"."""
+    data_folder(folder / "main", 3, lambda i: {"question": f"What is {i}+{i}?", "answer": f"{i}+{i}={2 * i}\n#### {2 * i}"})
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files:\n"
+                                      "  - split: train\n    path: main/train.jsonl\n"
+                                      "  - split: test\n    path: main/test.jsonl\n---\n")
+    return folder
+
+
+def test_the_gsm8k_grpo_script_runs_with_its_training_arguments(tmp_path):
+    data = gsm8k_folder(tmp_path / "gsm8k")
+    path = script(tmp_path, "gsm8k_grpo.py", {"openai/gsm8k": data, "Qwen/Qwen2.5-1.5B-Instruct": TINY_MODEL})
+    path.write_text(path.read_text() + "\nimport json\njson.dump(trainer.state.log_history, open('history.json', 'w'))\n")
+    done = run(tmp_path, path)
+    history = [e for e in json.loads((tmp_path / "history.json").read_text()) if "loss" in e]
+    assert [e["step"] for e in history] == [1, 2, 3]  # logging_steps=1, max_steps=3
+    assert all("rewards/correctness_reward_func/mean" in e and "rewards/xmlcount_reward_func/mean" in e for e in history)
+    # learning_rate 5e-6, warmup_ratio 0.1 (one step of three), then cosine: halfway down at the last step
+    assert [e["learning_rate"] for e in history] == pytest.approx([0.0, 5e-6, 2.5e-6], rel=1e-5, abs=1e-12)
+    for field in ("dataloader_num_workers", "ddp_find_unused_parameters", "hub_model_id"):
+        assert done.stderr.count(f"[warning] {field}=") == 1, done.stderr[-3000:]
+    assert "use_vllm" not in done.stderr and "log_on_each_node" not in done.stderr  # TRL's default / no effect: silent
+    assert "Question:" in done.stdout + done.stderr  # correctness_reward_func's own print reaches the terminal
+    run_folder = tmp_path / "outputs" / "Qwen-1.5B-GRPO"  # output_dir, relative to the script's directory
+    config = (run_folder / "config.toml").read_text()
+    for line in ('name = "Qwen-1.5B-GRPO-gsm8k"', 'dtype = "bfloat16"', 'lr_scheduler_type = "cosine"', "adam_beta2 = 0.99",
+                 "weight_decay = 0.1", "max_grad_norm = 0.1", "save_every = 100", "max_prompt_length = 128",
+                 "batch_size = 1", "logprob_batch_size = 1"):
+        assert line in config, line
+    assert (run_folder / "final").is_dir()
