@@ -182,8 +182,7 @@ class TRLFields:
     vespo_lambda_neg: float = _key("grpo.vespo_lambda_neg", 2.0)
     importance_sampling_level: str = _key("grpo.importance_sampling_level", "token")
     reward_weights: list[float] | None = _own(None, note="`weight` of each `[[rewards]]` table, in order")
-    multi_objective_aggregation: str = _refused(
-        "sum_then_normalize", "normalize_then_sum is " + NOT_YET + "; sum_then_normalize is what runs")
+    multi_objective_aggregation: str = _key("grpo.multi_objective_aggregation", "sum_then_normalize")
     scale_rewards: str | bool = _key("grpo.scale_rewards", "group", note="True = \"group\", False = \"none\"")
     loss_type: str = _key("grpo.loss_type", "dapo")
     mask_truncated_completions: bool = _key("grpo.mask_truncated_completions", False)

@@ -217,6 +217,9 @@ class GrpoConfig(_Section):
     epsilon_high: float | None = None  # defaults to epsilon
     beta: float = 0.0
     scale_rewards: Literal["group", "batch", "none"] = "group"
+    # TRL 1.16's: advantages of the weighted sum (default), or each reward function normalised in its
+    # group, then weighted, summed and normalised over the batch (scale_rewards is then not read)
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
     importance_sampling_level: Literal["token", "sequence"] = "token"
     mask_truncated_completions: bool = False
     mask_repetition_completions: bool = False  # also drop finish = "repetition" completions

@@ -86,7 +86,6 @@ def test_ignored_fields_are_one_warning_line_each_and_refused_ones_one_sentence(
                           ({"save_strategy": "epoch"}, "save_strategy='epoch' is not supported"),
                           ({"steps_per_generation": 4}, "steps_per_generation: 4 differs"),
                           ({"chat_template_kwargs": {"tools_in_user": 1}}, "chat_template_kwargs: 'tools_in_user'"),
-                          ({"multi_objective_aggregation": "normalize_then_sum"}, "normalize_then_sum is not supported"),
                           ({"optim": "sgd"}, "optim='sgd' is not supported here")]:
         with pytest.raises(TrainingError, match=re.escape(words)):
             GRPOConfig(**kwargs)
@@ -105,6 +104,7 @@ def test_trl_spellings_and_companions_map_onto_the_run():
     assert run.training.warmup_ratio == 0.1 and run.generation.min_p == 0.0
     assert run.eval is not None and (run.eval.every, run.eval.at_start, run.eval.num_samples) == (5, False, 4)
     assert GRPOConfig(scale_rewards=True).scale_rewards == "group"
+    assert GRPOConfig(multi_objective_aggregation="normalize_then_sum").validate().grpo.multi_objective_aggregation == "normalize_then_sum"
 
 
 def test_a_field_set_after_construction_counts_and_a_misspelt_one_is_refused():
@@ -149,6 +149,7 @@ def test_a_micro_batch_smaller_than_a_group_accumulates_the_same_step():
         ({"report_to": ["mlflow"]}, "'mlflow' is not one of wandb, trackio, tensorboard"),
         ({"num_train_epochs": 1.5}, "num_train_epochs: 1.5"),
         ({"per_device_train_batch_size": 3, "num_generations": 2}, "per_device_train_batch_size: 3"),
+        ({"multi_objective_aggregation": "sum"}, "multi_objective_aggregation: 'sum' is not one of sum_then_normalize, normalize_then_sum"),
     ],
 )
 def test_a_bad_value_names_the_field(kwargs, message):

@@ -3,9 +3,13 @@ soft overlong punishment, recipes, dynamic sampling, the reference model's sync,
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 from grpo_tui.protocol import messages as m
+from tests.helpers.trl_advantages import trl_normalize_then_sum
 from tests.helpers.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
@@ -77,6 +81,14 @@ def split(prompts, completions, **kwargs):
 
 def flat(prompts, completions, **kwargs):
     return [1.0 for _ in completions]
+
+def other(prompts, completions, **kwargs):
+    """Flat where split is; on the others a second objective on another scale, None now and then."""
+    out = []
+    for p, c in zip(prompts, completions):
+        first = int(p.split("What is ")[1].split(" ")[0])
+        out.append(2.0 if first % 2 else None if len(c) % 3 == 0 else float(len(set(c)) % 4))
+    return out
 '''
 
 
@@ -118,13 +130,38 @@ def check_dynamic_run(worker: WorkerProcess, db, batch_size: int, group_size: in
         assert '"sampling/rounds"' in stored
 
 
+def check_normalize_then_sum(db, batch_size: int, group_size: int, weights: list[float]) -> None:
+    """Each step's stored advantages are TRL's normalize_then_sum of its trained groups' stored
+    per-function scores (the trained slots: the informative groups, then flat stand-ins)."""
+    rows = query(db, "SELECT step, prompt_index, reward, reward_details, advantage, dropped FROM generations ORDER BY id")
+    steps: dict = {}
+    for step, prompt_index, reward, details, advantage, dropped in rows:
+        steps.setdefault(step, {}).setdefault(prompt_index, []).append((reward, json.loads(details), advantage, dropped))
+    for groups in steps.values():
+        order = sorted(groups)
+        useful = [g for g in order if len({r or 0.0 for r, _, _, _ in groups[g]}) > 1]
+        slots = useful[:batch_size]
+        slots += [g for g in order if g not in useful][: batch_size - len(slots)]
+        labels = list(groups[order[0]][0][1])
+        scores = np.array([[np.nan if d[label] is None else d[label] for label in labels]
+                           for g in slots for _, d, _, _ in groups[g]], dtype=np.float64)
+        expected = trl_normalize_then_sum(scores, np.array(weights), group_size).reshape(-1, group_size)
+        for k, g in enumerate(slots):
+            if not groups[g][0][3]:  # a trained group (a stand-in's is stored as 0)
+                assert [a for _, _, a, _ in groups[g]] == pytest.approx(list(expected[k]), abs=1e-4)
+
+
 def test_dynamic_sampling_drops_equal_groups_and_rolls_out_more(tmp_path, tiny_model):
-    config = write_config(tmp_path, tiny_model, rewards=split_rewards(tmp_path),
-                          grpo={"group_size": 4, "dynamic_sampling": True, "max_sampling_rounds": 4},
+    # with two objectives and TRL 1.16's normalize_then_sum: the trained groups' scores give the advantages
+    rewards = split_rewards(tmp_path) + f'[[rewards]]\nfunction = "{tmp_path / "split.py"}:other"\nweight = 0.5\n'
+    config = write_config(tmp_path, tiny_model, rewards=rewards,
+                          grpo={"group_size": 4, "dynamic_sampling": True, "max_sampling_rounds": 4,
+                                "multi_objective_aggregation": "normalize_then_sum"},
                           training={"max_steps": 3, "batch_size": 2})
     worker = run_to_end(config)
     db = tmp_path / "out" / "outputs.db"
     check_dynamic_run(worker, db, 2, 4)
+    check_normalize_then_sum(db, 2, 4, [1.0, 0.5])
     steps = worker.of(m.Step)
     assert any(s.extra_metrics["sampling/rounds"] > 1 for s in steps)  # 5 of the 8 prompts are flat
     assert any(s.extra_metrics["sampling/dropped_groups"] > 0 for s in steps)

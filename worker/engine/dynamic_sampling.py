@@ -78,6 +78,12 @@ class Selection:
                 padding.append(k in self.padding)
         return examples, completions, totals, padding
 
+    def trained_scores(self, group_size: int) -> dict[str, list[float | None]]:
+        """Each reward function's scores of the trained batch, in ``trained``'s order (``per_fn``
+        holds every generated completion's, the dropped groups' too)."""
+        rows = [i for g in self.slots for i in range(g * group_size, (g + 1) * group_size)]
+        return {label: [scores[i] for i in rows] for label, scores in self.per_fn.items()}
+
 
 def informative_groups(totals: list[float | None], group_size: int) -> list[bool]:
     """Per group: its rewards are not all equal (``None`` counts as 0, as in the advantages)."""

@@ -149,6 +149,47 @@ def group_advantages(rewards: mx.array, group_size: int, scale: str = "group") -
     return centered / (std + 1e-4)
 
 
+def _nanmean(x: np.ndarray, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+    count = np.sum(~np.isnan(x), axis=axis, keepdims=keepdims)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.nansum(x, axis=axis, keepdims=keepdims) / count  # NaN where nothing counts (torch.nanmean)
+
+
+def _nanstd(x: np.ndarray, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
+    """TRL's ``nanstd``: Bessel-corrected over the non-NaN values; NaN with fewer than two."""
+    count = np.sum(~np.isnan(x), axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variance = _nanmean((x - _nanmean(x, axis, keepdims=True)) ** 2, axis, keepdims=True)
+        std = np.sqrt(variance * np.where(count > 1, count / (count - 1), np.nan))
+    return std if keepdims else np.squeeze(std, axis=axis)
+
+
+def normalize_then_sum(per_fn: np.ndarray, weights: np.ndarray, group_size: int) -> mx.array:
+    """TRL 1.16's ``multi_objective_aggregation = "normalize_then_sum"``, shape (N,): each reward
+    function's scores (``per_fn``, (N, K) group by group, NaN where it returned None) normalised
+    within each group, ``(r − mean) / (std + 1e-4)`` (nan-aware), weighted and summed ignoring NaN;
+    the sums then normalised over the batch the same way. A completion every function returned None
+    for (or whose batch has no spread to measure) gets 0.
+
+    As in ``group_advantages``, a function whose scores in a group are all equal contributes
+    exactly 0 there (float rounding of the mean would otherwise leave ~1e-8 / 1e-4)."""
+    per_fn = np.asarray(per_fn, dtype=np.float64)
+    n, k = per_fn.shape
+    grouped = per_fn.reshape(-1, group_size, k)
+    mean_k = _nanmean(grouped, axis=1, keepdims=True)
+    std_k = _nanstd(grouped, axis=1, keepdims=True) if group_size > 1 else np.zeros_like(mean_k)
+    with np.errstate(invalid="ignore"):
+        same = np.nanmax(np.where(np.isnan(grouped), -np.inf, grouped), axis=1, keepdims=True) == \
+            np.nanmin(np.where(np.isnan(grouped), np.inf, grouped), axis=1, keepdims=True)
+    centered = np.where(same, 0.0, grouped - mean_k)
+    reward_k = (centered / (std_k + 1e-4)).reshape(n, k)
+    rewards = np.nansum(reward_k * np.asarray(weights, dtype=np.float64)[None, :], axis=1)
+    rewards[np.isnan(per_fn).all(axis=1)] = np.nan
+    std = _nanstd(rewards) if n > 1 else np.zeros(())
+    advantages = (rewards - _nanmean(rewards)) / (std + 1e-4)
+    return mx.array(np.nan_to_num(advantages, nan=0.0).astype(np.float32))
+
+
 def high_entropy_mask(entropy: mx.array, mask: mx.array, quantile: float) -> mx.array:
     """TRL's ``get_high_entropy_mask`` with ``threshold = 1 - top_entropy_quantile``: 1.0 where a
     counted token's entropy is at least the ``1 - quantile`` quantile (linear interpolation, as

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 import mlx.core as mx
+import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.protocol.config import Config
@@ -24,7 +25,7 @@ from grpo_tui.worker.engine import environments, judge, model_source
 from grpo_tui.worker.engine import plan as engine_plan, rollout, rollout_func, sampling, timed_calls
 from grpo_tui.worker.engine import step_output
 from grpo_tui.worker.engine.accel import fastgen, patches
-from grpo_tui.worker.engine.grpo import group_advantages, group_std
+from grpo_tui.worker.engine.grpo import group_advantages, group_std, normalize_then_sum
 from grpo_tui.worker.engine.inputs import Inputs, load_inputs
 from grpo_tui.worker.engine.loss import LossFunctions
 from grpo_tui.worker.engine.reward_call import TrainerState
@@ -47,6 +48,21 @@ def _advantage_by_completion(selection: dynamic_sampling.Selection, trained: lis
         if k not in selection.padding:
             out[g * G : (g + 1) * G] = trained[k * G : (k + 1) * G]
     return out
+
+
+def _advantages(config: Config, selection: dynamic_sampling.Selection, totals: list[float | None],
+                weights: dict[str, float]) -> mx.array:
+    """The trained batch's advantages under ``grpo.multi_objective_aggregation`` (TRL 1.16's):
+    from the weighted ``totals`` (``sum_then_normalize``) or from each function's scores
+    (``normalize_then_sum``; an environment's reward columns weigh 1)."""
+    g = config.grpo
+    if g.multi_objective_aggregation == "normalize_then_sum":
+        scores = selection.trained_scores(g.group_size)
+        matrix = np.array([[np.nan if v is None else v for v in column] for column in scores.values()], dtype=np.float64)
+        return normalize_then_sum(matrix.reshape(len(scores), len(totals)).T,
+                                  np.array([weights.get(label, 1.0) for label in scores]), g.group_size)
+    rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
+    return group_advantages(rewards, g.group_size, g.scale_rewards)
 
 
 def _judge_metrics(rewards: list) -> dict[str, float]:
@@ -190,8 +206,7 @@ class Trainer:
         generated, all_totals, per_fn, logged = selection.completions, selection.totals, selection.per_fn, selection.logged
         owners = [selection.examples[c.prompt_index] for c in generated]
         t0 = time.perf_counter()
-        rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
-        advantages = group_advantages(rewards, G, cfg.grpo.scale_rewards)
+        advantages = _advantages(cfg, selection, totals, {r.label: r.weight for r in self.rewards})
         stds = group_std(mx.array([t if t is not None else 0.0 for t in all_totals], dtype=mx.float32), G)
         mx.eval(advantages, stds)
         scoring_s += time.perf_counter() - t0
