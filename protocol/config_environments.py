@@ -16,7 +16,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 # "verifiers environments"): measured with verifiers 0.4, its NullHarness in the subprocess runtime.
 VERIFIERS_REFUSED = ("verifiers environments do not run offline, so grpo-tui does not run them: every verifiers v1 "
                      "harness (NullHarness too) prepares its program with `uv sync --script` at the start of each run, "
-                     "which needs the `uv` command (`pip install uv`, else verifiers fetches it from astral.sh) and PyPI "
+                     "which needs the `uv` command (uv from PyPI, else verifiers fetches it from astral.sh) and PyPI "
                      "reachable to install openai, mcp, httpx, httpx2, tenacity and certifi (a warm uv cache is not "
                      "enough); drive the policy offline with a rollout_func and the policy's endpoint instead "
                      "(docs/environments.md, \"Your own rollout function\")")

@@ -158,7 +158,7 @@ def test_a_verifiers_environment_is_refused_in_one_sentence_naming_what_it_needs
     assert err.value.exit_code == Exit.MISTAKE
     said = str(err.value)
     assert said.startswith("environment: verifiers environments do not run offline")
-    for needed in ("`uv sync --script`", "`pip install uv`", "astral.sh", "PyPI", "openai, mcp", "rollout_func",
+    for needed in ("`uv sync --script`", "astral.sh", "PyPI", "openai, mcp", "rollout_func",
                    "policy's endpoint"):
         assert needed in said, needed
     config = tmp_path / "config.toml"
