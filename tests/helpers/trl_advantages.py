@@ -1,5 +1,5 @@
-"""TRL 1.16's normalize_then_sum advantages, transcribed from torch to numpy (the reference the
-worker's are checked against)."""
+"""TRL 1.16's advantages (both multi_objective_aggregation branches), transcribed from torch to
+numpy (the reference the worker's are checked against)."""
 
 from __future__ import annotations
 
@@ -37,4 +37,31 @@ def _trl(rewards_per_func: np.ndarray, reward_weights: np.ndarray, num_generatio
     rewards[unscorable_mask] = np.nan
     std_rewards = np.broadcast_to(trl_nanstd(rewards), rewards.shape) if rewards.size > 1 else np.zeros_like(rewards)
     advantages = (rewards - np.nanmean(rewards)) / (std_rewards + 1e-4)
+    return np.nan_to_num(advantages, nan=0.0)
+
+
+def trl_sum_then_normalize(rewards_per_func: np.ndarray, reward_weights: np.ndarray, num_generations: int,
+                           scale_rewards: str = "group") -> np.ndarray:
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _trl_sum(rewards_per_func, reward_weights, num_generations, scale_rewards)
+
+
+def _trl_sum(rewards_per_func: np.ndarray, reward_weights: np.ndarray, num_generations: int, scale_rewards: str) -> np.ndarray:
+    # trl/trainer/grpo_trainer.py (1.16.0) _generate_and_score_completions, the sum_then_normalize branch
+    unscorable_mask = np.isnan(rewards_per_func).all(axis=1)
+    rewards = np.nansum(rewards_per_func * reward_weights[None, :], axis=1)
+    rewards[unscorable_mask] = np.nan
+    mean_grouped_rewards = np.nanmean(rewards.reshape(-1, num_generations), axis=1)
+    mean_grouped_rewards = np.repeat(mean_grouped_rewards, num_generations)
+    if scale_rewards in ("group", "none"):
+        if num_generations > 1:
+            std_rewards = np.repeat(trl_nanstd(rewards.reshape(-1, num_generations), axis=1), num_generations)
+        else:
+            std_rewards = np.zeros_like(rewards)
+    else:  # "batch"
+        std_rewards = np.broadcast_to(trl_nanstd(rewards), rewards.shape) if rewards.size > 1 else np.zeros_like(rewards)
+    advantages = rewards - mean_grouped_rewards
+    if scale_rewards != "none":
+        advantages = advantages / (std_rewards + 1e-4)
     return np.nan_to_num(advantages, nan=0.0)

@@ -86,9 +86,13 @@ class Selection:
 
 
 def informative_groups(totals: list[float | None], group_size: int) -> list[bool]:
-    """Per group: its rewards are not all equal (``None`` counts as 0, as in the advantages)."""
-    values = np.array([0.0 if t is None else t for t in totals], dtype=np.float32).reshape(-1, group_size)
-    return list(values.max(axis=1) != values.min(axis=1))
+    """Per group: its scored rewards are not all equal (an unscored completion, ``None``, is left
+    out, as in the advantages: a group with fewer than two scores teaches nothing)."""
+    values = np.array([np.nan if t is None else t for t in totals], dtype=np.float64).reshape(-1, group_size)
+    scored = ~np.isnan(values)
+    high = np.where(scored, values, -np.inf).max(axis=1)
+    low = np.where(scored, values, np.inf).min(axis=1)
+    return [bool(h > l) for h, l in zip(high, low)]
 
 
 def extra_prompts(step: int, round_: int, dataset_size: int, batch_size: int, seed: int, used: set[int]) -> list[int]:

@@ -113,40 +113,54 @@ class PartOf:
     bonus_tokens: mx.array | None = None  # the whole's tokens the entropy bonus acts on (None: ``tokens``)
 
 
-def _sample_std(x: mx.array, axis: int | None = None) -> mx.array:
-    """Bessel-corrected standard deviation (``torch.std``'s default); 0 for a single element."""
-    n = x.size if axis is None else x.shape[axis]
-    return mx.sqrt(mx.var(x, axis=axis, ddof=1)) if n > 1 else mx.zeros_like(mx.mean(x, axis=axis))
+def _zero_spread(grouped: np.ndarray) -> np.ndarray:
+    """Per group (keepdims): its scored values are all equal (NaN, unscored, left out)."""
+    with np.errstate(invalid="ignore"):
+        return np.nanmax(np.where(np.isnan(grouped), -np.inf, grouped), axis=1, keepdims=True) == \
+            np.nanmin(np.where(np.isnan(grouped), np.inf, grouped), axis=1, keepdims=True)
 
 
-def group_std(rewards: mx.array, group_size: int) -> mx.array:
-    """Per-completion sample std of its group's rewards, shape (N,)."""
-    grouped = rewards.reshape(-1, group_size)
-    return mx.repeat(_sample_std(grouped, axis=1), group_size)
+def _unscored(rewards: mx.array | np.ndarray | list) -> np.ndarray:
+    """The rewards as float64, NaN where a completion is unscored (``None``: every reward function
+    returned None for it)."""
+    if isinstance(rewards, list):
+        return np.array([np.nan if r is None else r for r in rewards], dtype=np.float64)
+    return np.asarray(rewards.astype(mx.float32) if isinstance(rewards, mx.array) else rewards, dtype=np.float64)
 
 
-def group_advantages(rewards: mx.array, group_size: int, scale: str = "group") -> mx.array:
+def group_std(rewards: mx.array | np.ndarray | list, group_size: int) -> mx.array:
+    """Per-completion sample std of its group's scored rewards, shape (N,); 0 for a group with
+    fewer than two scored completions (nothing to spread)."""
+    grouped = _unscored(rewards).reshape(-1, group_size)
+    std = np.nan_to_num(_nanstd(grouped, axis=1), nan=0.0)
+    return mx.array(np.repeat(std, group_size).astype(np.float32))
+
+
+def group_advantages(rewards: mx.array | np.ndarray | list, group_size: int, scale: str = "group") -> mx.array:
     """``A_ij = (r_ij − mean_j r_i) / (s + 1e-4)`` for rewards laid out group by group, shape (N,).
 
     ``scale``: ``"group"`` (s = the group's sample std), ``"batch"`` (s = the whole batch's sample
-    std) or ``"none"`` (no division).
+    std) or ``"none"`` (no division). As in TRL 1.16, an unscored completion (NaN, or ``None`` in a
+    list: every reward function returned None) is left out of its group's mean and std and of the
+    batch's std, and its advantage is 0; so is every advantage whose std cannot be measured (one
+    scored completion in the group).
     """
-    rewards = rewards.astype(mx.float32)
-    grouped = rewards.reshape(-1, group_size)
-    centered = grouped - mx.mean(grouped, axis=1, keepdims=True)
-    # A group of equal rewards has exactly zero advantage; float32 rounding of the mean (e.g. of
-    # eight 0.2s) would otherwise leave ~1e-8 that the 1e-4 denominator blows up to ~1e-4.
-    same = mx.max(grouped, axis=1, keepdims=True) == mx.min(grouped, axis=1, keepdims=True)
-    centered = mx.where(same, 0.0, centered).reshape(-1)
-    if scale == "none":
-        return centered
-    if scale == "group":
-        std = group_std(rewards, group_size)
-    elif scale == "batch":
-        std = _sample_std(rewards)
-    else:
+    if scale not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be group, batch or none, not {scale!r}")
-    return centered / (std + 1e-4)
+    values = _unscored(rewards)
+    grouped = values.reshape(-1, group_size)
+    # A group of equal rewards has exactly zero advantage; float rounding of the mean (e.g. of
+    # eight 0.2s) would otherwise leave ~1e-8 that the 1e-4 denominator blows up to ~1e-4.
+    centered = np.where(_zero_spread(grouped), 0.0, grouped - _nanmean(grouped, axis=1, keepdims=True))
+    if scale == "none":
+        advantages = centered.reshape(-1)
+    elif scale == "group":
+        std = _nanstd(grouped, axis=1, keepdims=True) if group_size > 1 else np.zeros((len(grouped), 1))
+        advantages = (centered / (std + 1e-4)).reshape(-1)
+    else:
+        std = _nanstd(values) if values.size > 1 else np.zeros(())
+        advantages = centered.reshape(-1) / (std + 1e-4)
+    return mx.array(np.nan_to_num(advantages, nan=0.0).astype(np.float32))
 
 
 def _nanmean(x: np.ndarray, axis: int | None = None, keepdims: bool = False) -> np.ndarray:
@@ -178,10 +192,7 @@ def normalize_then_sum(per_fn: np.ndarray, weights: np.ndarray, group_size: int)
     grouped = per_fn.reshape(-1, group_size, k)
     mean_k = _nanmean(grouped, axis=1, keepdims=True)
     std_k = _nanstd(grouped, axis=1, keepdims=True) if group_size > 1 else np.zeros_like(mean_k)
-    with np.errstate(invalid="ignore"):
-        same = np.nanmax(np.where(np.isnan(grouped), -np.inf, grouped), axis=1, keepdims=True) == \
-            np.nanmin(np.where(np.isnan(grouped), np.inf, grouped), axis=1, keepdims=True)
-    centered = np.where(same, 0.0, grouped - mean_k)
+    centered = np.where(_zero_spread(grouped), 0.0, grouped - mean_k)
     reward_k = (centered / (std_k + 1e-4)).reshape(n, k)
     rewards = np.nansum(reward_k * np.asarray(weights, dtype=np.float64)[None, :], axis=1)
     rewards[np.isnan(per_fn).all(axis=1)] = np.nan

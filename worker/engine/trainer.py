@@ -61,8 +61,7 @@ def _advantages(config: Config, selection: dynamic_sampling.Selection, totals: l
         matrix = np.array([[np.nan if v is None else v for v in column] for column in scores.values()], dtype=np.float64)
         return normalize_then_sum(matrix.reshape(len(scores), len(totals)).T,
                                   np.array([weights.get(label, 1.0) for label in scores]), g.group_size)
-    rewards = mx.array([t if t is not None else 0.0 for t in totals], dtype=mx.float32)  # TRL's nansum
-    return group_advantages(rewards, g.group_size, g.scale_rewards)
+    return group_advantages(totals, g.group_size, g.scale_rewards)  # None: unscored, left out as in TRL 1.16
 
 
 def _judge_metrics(rewards: list) -> dict[str, float]:
@@ -207,7 +206,7 @@ class Trainer:
         owners = [selection.examples[c.prompt_index] for c in generated]
         t0 = time.perf_counter()
         advantages = _advantages(cfg, selection, totals, {r.label: r.weight for r in self.rewards})
-        stds = group_std(mx.array([t if t is not None else 0.0 for t in all_totals], dtype=mx.float32), G)
+        stds = group_std(all_totals, G)
         mx.eval(advantages, stds)
         scoring_s += time.perf_counter() - t0
         sampling_metrics = dynamic_sampling.metrics(selection, G) if cfg.grpo.dynamic_sampling else {}

@@ -1,6 +1,7 @@
-"""``grpo.multi_objective_aggregation = "normalize_then_sum"`` (TRL 1.16): the advantages against a
-transcription of TRL's code on random cases (None scores among them), and the trained batch's
-scores, not every generated completion's, with dynamic sampling."""
+"""``grpo.multi_objective_aggregation`` (TRL 1.16): both branches' advantages against a
+transcription of TRL's code on random cases (None scores among them: a completion every function
+scored None is left out of its group's baseline), and the trained batch's scores, not every
+generated completion's, with dynamic sampling."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 
 from grpo_tui.protocol.config import validate
 from grpo_tui.worker.engine import dynamic_sampling as ds
-from grpo_tui.worker.engine.grpo import normalize_then_sum
+from grpo_tui.worker.engine.grpo import group_advantages, normalize_then_sum
 from grpo_tui.worker.engine.reward_call import StepLog
 from grpo_tui.worker.engine.rollout import Completion
 from grpo_tui.worker.engine.trainer import _advantages
-from tests.helpers.trl_advantages import trl_normalize_then_sum
+from tests.helpers.trl_advantages import trl_normalize_then_sum, trl_sum_then_normalize
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -29,6 +30,36 @@ def test_normalize_then_sum_is_trls(seed):
     ours = np.array(normalize_then_sum(scores, weights, group_size))
     np.testing.assert_allclose(ours, trl_normalize_then_sum(scores, weights, group_size), atol=2e-5, rtol=1e-5)
     assert np.all(ours[np.isnan(scores).all(axis=1)] == 0.0)
+
+
+def _weighted_totals(scores: np.ndarray, weights: np.ndarray) -> list[float | None]:
+    """The worker's totals: the weighted sum of the scores that are not None, None when none is."""
+    return [None if np.isnan(row).all() else float(np.nansum(row * weights)) for row in scores]
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("seed", range(12))
+def test_sum_then_normalize_is_trls_with_unscored_completions(seed, scale):
+    rng = np.random.default_rng(100 + seed)
+    groups, group_size, k = int(rng.integers(1, 5)), int(rng.integers(2, 6)), int(rng.integers(1, 3))
+    n = groups * group_size
+    scores = rng.normal(size=(n, k)) if seed % 2 else rng.integers(0, 3, size=(n, k)).astype(np.float64)
+    scores[rng.random((n, k)) < [0.2, 0.5, 0.7][seed % 3]] = np.nan
+    if seed % 4 == 0:
+        scores[:group_size] = np.nan  # a whole group unscorable
+    weights = rng.uniform(0.5, 2.0, size=k)
+    ours = np.array(group_advantages(_weighted_totals(scores, weights), group_size, scale))
+    np.testing.assert_allclose(ours, trl_sum_then_normalize(scores, weights, group_size, scale), atol=2e-5, rtol=1e-5)
+    assert np.all(ours[np.isnan(scores).all(axis=1)] == 0.0)
+
+
+def test_an_unscored_completion_is_not_a_zero_in_its_groups_baseline():
+    # TRL 1.16: [1, 1, None, 0] has baseline 2/3 over its three scores; counting None as 0 gave 1/2
+    adv = np.array(group_advantages([1.0, 1.0, None, 0.0], 4, "none"))
+    np.testing.assert_allclose(adv, [1 / 3, 1 / 3, 0.0, -2 / 3], atol=1e-6)
+    # a group whose only scored completion stands alone has nothing to compare it with
+    assert np.array(group_advantages([None, 1.0, None, None], 4, "group")).tolist() == [0.0] * 4
+    assert ds.informative_groups([None, 1.0, None, None, 0.0, None, 1.0, None], 4) == [False, True]
 
 
 def test_it_is_not_the_normalised_weighted_sum():
