@@ -192,20 +192,32 @@ class GRPOConfig(TRLFields):
         """False when ``eval_strategy="no"`` was given: TRL then evaluates only in ``evaluate()``."""
         return not ("eval_strategy" in self.__dict__["_given"] and _text(self.eval_strategy) == "no")
 
-    def _check_generation_batch(self) -> None:
-        step = self.per_device_train_batch_size * self.gradient_accumulation_steps
+    def _optimizer_steps_per_generation(self) -> int:
+        """TRL's ``steps_per_generation`` (or ``generation_batch_size``) as the run's
+        ``training.steps_per_generation``: the optimizer steps one generation feeds. TRL counts
+        micro-steps of ``per_device_train_batch_size`` completions; the worker's steps are whole
+        optimizer steps, so the generation must span whole ones (a divisor of
+        ``gradient_accumulation_steps`` samples every micro-batch of a step with the same policy:
+        one generation per step)."""
         if self.generation_batch_size is not None and self.steps_per_generation is not None:
             raise TrainingError("generation_batch_size, steps_per_generation: give one of them (as TRL)")
-        if self.generation_batch_size is not None and self.generation_batch_size != step:
+        micro_steps = self.steps_per_generation
+        if self.generation_batch_size is not None:
+            if self.generation_batch_size % self.per_device_train_batch_size:
+                raise TrainingError(
+                    f"generation_batch_size: {self.generation_batch_size} must be a multiple of "
+                    f"per_device_train_batch_size ({self.per_device_train_batch_size}), as in TRL")
+            micro_steps = self.generation_batch_size // self.per_device_train_batch_size
+        accumulation = self.gradient_accumulation_steps
+        if micro_steps is None or accumulation % micro_steps == 0:
+            return 1
+        if micro_steps % accumulation:
+            name = "steps_per_generation" if self.steps_per_generation is not None else "generation_batch_size"
             raise TrainingError(
-                f"generation_batch_size: {self.generation_batch_size} completions at once is not one optimizer step's "
-                f"({step} = per_device_train_batch_size × gradient_accumulation_steps); reusing generations over "
-                "several optimizer steps is not supported yet")
-        if self.steps_per_generation is not None and self.steps_per_generation != self.gradient_accumulation_steps:
-            raise TrainingError(
-                f"steps_per_generation: {self.steps_per_generation} differs from gradient_accumulation_steps "
-                f"({self.gradient_accumulation_steps}); reusing generations over several optimizer steps is not "
-                "supported yet")
+                f"{name}: a generation of {micro_steps} micro-steps of per_device_train_batch_size completions ends inside "
+                f"an optimizer step of gradient_accumulation_steps = {accumulation}; give a multiple of "
+                f"{accumulation} (one generation for whole optimizer steps) or a divisor of it")
+        return micro_steps // accumulation
 
     def _check_refused(self) -> None:
         for f in dataclasses.fields(self):
@@ -297,7 +309,8 @@ def _convert_own(config: GRPOConfig, raw: dict[str, Any]) -> None:
             # completions in one optimizer step, over fewer micro-batches of TRL's forward size.
             training["gradient_accumulation_steps"] = math.gcd(training["batch_size"], config.gradient_accumulation_steps)
             training.setdefault("logprob_batch_size", config.per_device_train_batch_size)
-    config._check_generation_batch()
+    if (reuse := config._optimizer_steps_per_generation()) > 1:
+        training["steps_per_generation"] = reuse
     if config.reward_weights is not None and raw.get("rewards"):
         rewards = raw["rewards"]
         if len(rewards) != len(config.reward_weights):

@@ -126,11 +126,12 @@ class TRLFields:
     max_prompt_length: int | None = _key("generation.max_prompt_length", None, note="removed from TRL 1.x; kept")
     ds3_gather_for_generation: bool = _ignored(True, "there is no DeepSpeed here")
     generation_batch_size: int | None = _own(
-        None, note="completions generated at once: must be one optimizer step's (per_device_train_batch_size × "
-        "gradient_accumulation_steps); generations reused over several optimizer steps are refused (not supported yet)")
+        None, note="completions generated at once, as TRL's: `training.steps_per_generation` = generation_batch_size ÷ "
+        "(per_device_train_batch_size × gradient_accumulation_steps) optimizer steps fed by one generation")
     steps_per_generation: int | None = _own(
-        None, note="must equal gradient_accumulation_steps (one generation per optimizer step); more is refused "
-        "(not supported yet)")
+        None, note="micro-steps per generation, as TRL's: `training.steps_per_generation` = steps_per_generation ÷ "
+        "gradient_accumulation_steps optimizer steps fed by one generation (the later ones off-policy, as in TRL); "
+        "a generation must span whole optimizer steps")
     temperature: float = _key("generation.temperature", 1.0)
     top_p: float = _key("generation.top_p", 1.0)
     top_k: int = _key("generation.top_k", 0)

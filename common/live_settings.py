@@ -35,6 +35,7 @@ NOT_LIVE: dict[str, str] = {
     "grpo.group_size": "the groups, the sample keys and the compiled shapes are built for it",
     "training.batch_size": "the data order of every step (and of a resume) follows from it",
     "training.gradient_accumulation_steps": "the micro-batches and the ranks' shares follow from it",
+    "training.steps_per_generation": "the generation in hand was made and split for it",
 }
 
 

@@ -353,6 +353,7 @@ class TrainingConfig(_Section):
     learning_rate: float = 1e-5
     batch_size: int = 4  # prompts per step
     gradient_accumulation_steps: int = 1
+    steps_per_generation: int = 1  # steps one generation feeds (TRL's generation reuse); > 1 trains off-policy
     num_epochs: int = 1
     max_steps: int = 0  # 0 = until the epochs end; > 0 overrides num_epochs (TRL)
     max_grad_norm: float = 1.0  # 0 = no clipping
@@ -386,6 +387,8 @@ class TrainingConfig(_Section):
                 self.gradient_accumulation_steps,
                 f"must divide training.batch_size ({self.batch_size})",
             )
+        if self.steps_per_generation < 1:
+            raise _invalid("steps_per_generation", self.steps_per_generation, "must be at least 1 (1 = a generation per step)")
         if self.num_epochs < 1:
             raise _invalid("num_epochs", self.num_epochs, "must be at least 1")
         if self.max_steps < 0:
@@ -594,6 +597,11 @@ def validate(raw: dict[str, Any], file: str = "<config>") -> Config:
         key, message = explain(str(exc), raw, Config)
         raise ConfigError(key, message, file) from None
     check_finite(config, [], file)
+    if config.training.steps_per_generation > 1 and config.grpo.dynamic_sampling:
+        raise ConfigError("training.steps_per_generation",
+                          f"{config.training.steps_per_generation} reuses one generation over several steps, while "
+                          "grpo.dynamic_sampling rolls out more prompts within a step: set steps_per_generation = 1 "
+                          "or dynamic_sampling = false", file)
     if config.grpo.sync_ref_model and config.model.lora is not None:
         raise ConfigError("grpo.sync_ref_model", "is not supported with [model.lora] (as in TRL with PEFT): the "
                           "reference is the base model; fine-tune fully or set sync_ref_model = false", file)

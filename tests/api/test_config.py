@@ -84,11 +84,22 @@ def test_ignored_fields_are_one_warning_line_each_and_refused_ones_one_sentence(
     for kwargs, words in [({"load_best_model_at_end": True}, "load_best_model_at_end=True: the final model"),
                           ({"neftune_noise_alpha": 5.0}, "neftune_noise_alpha=5.0"),
                           ({"save_strategy": "epoch"}, "save_strategy='epoch' is not supported"),
-                          ({"steps_per_generation": 4}, "steps_per_generation: 4 differs"),
+                          ({"steps_per_generation": 3, "gradient_accumulation_steps": 2}, "steps_per_generation: a generation of 3 micro-steps"),
+                          ({"generation_batch_size": 6, "per_device_train_batch_size": 4, "num_generations": 4}, "generation_batch_size: 6 must be a multiple"),
                           ({"chat_template_kwargs": {"tools_in_user": 1}}, "chat_template_kwargs: 'tools_in_user'"),
                           ({"optim": "sgd"}, "optim='sgd' is not supported here")]:
         with pytest.raises(TrainingError, match=re.escape(words)):
             GRPOConfig(**kwargs)
+
+
+def test_a_generation_for_several_optimizer_steps_maps_as_trls_counts_it():
+    # TRL counts micro-steps of per_device_train_batch_size completions; the run counts optimizer steps
+    def reuse(**kwargs):
+        return GRPOConfig(num_generations=4, per_device_train_batch_size=4, **kwargs).validate().training.steps_per_generation
+    assert reuse() == 1 and reuse(gradient_accumulation_steps=2) == 1
+    assert reuse(gradient_accumulation_steps=2, steps_per_generation=8) == 4  # TRL's gspo example, scaled down
+    assert reuse(generation_batch_size=16) == 4
+    assert reuse(gradient_accumulation_steps=4, steps_per_generation=2) == 1  # whole generations inside one step
 
 
 def test_trl_spellings_and_companions_map_onto_the_run():

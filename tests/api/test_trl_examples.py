@@ -95,8 +95,9 @@ def test_trl_s_gspo_example_runs_with_its_documented_options_scaled_down(tmp_pat
                "--lora_target_modules", "q_proj", "v_proj", "--log_completions", "--per_device_train_batch_size", "4",
                "--num_generations", "4", "--importance_sampling_level", "sequence", "--epsilon", "3e-4",
                "--epsilon_high", "4e-4", "--beta", "0.0", "--loss_type", "grpo", "--gradient_accumulation_steps", "2",
-               "--steps_per_generation", "2", "--max_steps", "2", "--eval_strategy", "no")
-    assert "Step 2" in done.stdout and "Advantage" in done.stdout  # log_completions' table
+               "--steps_per_generation", "8", "--max_steps", "4", "--eval_strategy", "no")
+    # its documented generation of 8 micro-steps feeds 4 optimizer steps (2 accumulated each)
+    assert "Step 4" in done.stdout and "Advantage" in done.stdout  # log_completions' table
     assert (tmp_path / "out" / "adapters.safetensors").exists()
 
 

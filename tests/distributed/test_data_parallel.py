@@ -44,7 +44,11 @@ SETTINGS = {
     # rank's tokens' entropy (applied from step 2: below the target)
     "grpo-adaptive-entropy": ('loss_type = "grpo"\nentropy_coef = 0.05\nuse_adaptive_entropy = true\n'
                               'entropy_target = 100.0\nentropy_coef_delta = 0.05'),
+    # one generation for both steps (TRL's steps_per_generation): step 2 trains off-policy against
+    # the sampling policy's log-probabilities, each rank its micro-batches', dapo over the generation's tokens
+    "dapo-reused-generation": 'loss_type = "dapo"\nscale_rewards = "batch"',
 }
+TRAINING = {"dapo-reused-generation": "steps_per_generation = 2"}  # [training] keys beside the shared ones
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
@@ -63,6 +67,7 @@ batch_size = 4
 gradient_accumulation_steps = 2
 learning_rate = 1e-2
 max_grad_norm = 0.5
+{TRAINING.get(name, "")}
 """
     config = write_config(tmp_path, tiny_model, extra)
     _train(config, tmp_path / "one", 1)

@@ -132,3 +132,20 @@ def test_resume_flag_false_overrides_the_config(tmp_path, tiny_model):
     worker.wait_for(m.Complete)
     assert worker.finish() == 0
     assert not worker.of(m.ResumeState) and [s.step for s in worker.of(m.Step)] == [1, 2, 3, 4]
+
+
+def test_a_run_that_reuses_generations_resumes_inside_a_block(tmp_path, tiny_model):
+    """steps_per_generation = 2: the checkpoint after step 1 falls inside the block of steps 1-2, so
+    the resumed run generates afresh for step 2 alone, then steps 3-4 share a generation."""
+    rewards = reward_config(tmp_path, "varied")
+    settings = dict(training={"steps_per_generation": 2}, checkpoint={"save_every": 1})
+    run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, **{**settings, "training": {"steps_per_generation": 2, "max_steps": 1}}))
+    resumed = run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, **settings))
+    assert resumed.of(m.ResumeState)[0].step == 1
+    assert [e.step for e in resumed.of(m.Step)] == [2, 3, 4]
+    phases = [e.message for e in resumed.of(m.Status) if e.phase == "generating"]
+    assert phases == ["step 2", "step 3"]  # step 2's own generation, then one for steps 3 and 4
+    db = tmp_path / "out" / "outputs.db"
+    assert query(db, "SELECT step, count(*) FROM generations GROUP BY step") == [(s, 4) for s in range(1, 5)]
+    prompts = query(db, "SELECT step, prompt FROM generations WHERE group_index = 0 ORDER BY step, prompt_index")
+    assert len({p for _, p in prompts}) == 8  # each step trained its own two prompts of the eight

@@ -201,6 +201,19 @@ def normalize_then_sum(per_fn: np.ndarray, weights: np.ndarray, group_size: int)
     return mx.array(np.nan_to_num(advantages, nan=0.0).astype(np.float32))
 
 
+def advantages(config: Config, totals: list[float | None], scores: dict[str, list[float | None]],
+                weights: dict[str, float]) -> mx.array:
+    """The trained batch's advantages under ``grpo.multi_objective_aggregation`` (TRL 1.16's):
+    from the weighted ``totals`` (``sum_then_normalize``) or from each function's ``scores`` in
+    the same order (``normalize_then_sum``; an environment's reward columns weigh 1)."""
+    g = config.grpo
+    if g.multi_objective_aggregation == "normalize_then_sum":
+        matrix = np.array([[np.nan if v is None else v for v in column] for column in scores.values()], dtype=np.float64)
+        return normalize_then_sum(matrix.reshape(len(scores), len(totals)).T,
+                                  np.array([weights.get(label, 1.0) for label in scores]), g.group_size)
+    return group_advantages(totals, g.group_size, g.scale_rewards)  # None: unscored, left out as in TRL 1.16
+
+
 def high_entropy_mask(entropy: mx.array, mask: mx.array, quantile: float) -> mx.array:
     """TRL's ``get_high_entropy_mask`` with ``threshold = 1 - top_entropy_quantile``: 1.0 where a
     counted token's entropy is at least the ``1 - quantile`` quantile (linear interpolation, as

@@ -6,7 +6,7 @@ engine API runs the same three pieces of the same ``Trainer`` (plan, speed paths
 functions, keyed sampling) with the caller in between: ``generate`` begins the step and rolls out,
 ``score`` applies the configured rewards (or the caller brings its own numbers), ``train_step``
 learns from them. With the dataset's batch, N rounds of the three equal N worker steps of the same
-config (tests/worker/engine/test_stepwise.py). Dynamic sampling, several ranks and the live
+config (tests/worker/engine/test_stepwise.py). Dynamic sampling, several ranks, generation reuse and the live
 channel belong to the worker and are not offered here.
 """
 
@@ -83,6 +83,10 @@ class Engine:
     def __init__(self, config: Config | str | Path, *, overrides: list[str] | None = None,
                  store: str | Path | None = None, log: Callable[[m.LogLevel, str], None] = default_log) -> None:
         self.config = config if isinstance(config, Config) else load_config(config, overrides=overrides or ())
+        if self.config.training.steps_per_generation > 1:
+            raise EngineError(f"training.steps_per_generation = {self.config.training.steps_per_generation}: the engine "
+                              "generates one step at a time, so each generate() is its own generation; "
+                              "set it to 1, or train with the worker (GRPOTrainer, grpo-tui run)")
         self.trainer = Trainer(self.config, log)
         self.step = 0  # the last step trained
         self._store: Any = None

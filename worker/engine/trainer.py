@@ -21,11 +21,11 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import OPTIMIZER_FILE
 from grpo_tui.protocol.messages import LogLevel, Phase
 from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, live, memory_fit, model as model_io
-from grpo_tui.worker.engine import environments, judge, model_source
-from grpo_tui.worker.engine import plan as engine_plan, rollout, rollout_func, sampling, timed_calls
+from grpo_tui.worker.engine import environments, generation_reuse, judge, model_source
+from grpo_tui.worker.engine import plan as engine_plan, rollout, rollout_func, sampling, scored_round
 from grpo_tui.worker.engine import step_output
 from grpo_tui.worker.engine.accel import fastgen, patches
-from grpo_tui.worker.engine.grpo import group_advantages, group_std, normalize_then_sum
+from grpo_tui.worker.engine.grpo import advantages as grpo_advantages, group_std
 from grpo_tui.worker.engine.inputs import Inputs, load_inputs
 from grpo_tui.worker.engine.loss import LossFunctions
 from grpo_tui.worker.engine.reward_call import TrainerState
@@ -50,20 +50,6 @@ def _advantage_by_completion(selection: dynamic_sampling.Selection, trained: lis
     return out
 
 
-def _advantages(config: Config, selection: dynamic_sampling.Selection, totals: list[float | None],
-                weights: dict[str, float]) -> mx.array:
-    """The trained batch's advantages under ``grpo.multi_objective_aggregation`` (TRL 1.16's):
-    from the weighted ``totals`` (``sum_then_normalize``) or from each function's scores
-    (``normalize_then_sum``; an environment's reward columns weigh 1)."""
-    g = config.grpo
-    if g.multi_objective_aggregation == "normalize_then_sum":
-        scores = selection.trained_scores(g.group_size)
-        matrix = np.array([[np.nan if v is None else v for v in column] for column in scores.values()], dtype=np.float64)
-        return normalize_then_sum(matrix.reshape(len(scores), len(totals)).T,
-                                  np.array([weights.get(label, 1.0) for label in scores]), g.group_size)
-    return group_advantages(totals, g.group_size, g.scale_rewards)  # None: unscored, left out as in TRL 1.16
-
-
 def _judge_metrics(rewards: list) -> dict[str, float]:
     """``judge/seconds``: the judge models' time this step (part of ``scoring_ms``), when there are any."""
     seconds = judge.take_seconds(rewards)
@@ -75,12 +61,6 @@ def _cut_metrics(config: Config, examples: list[data.Example]) -> dict[str, floa
     if config.generation.max_prompt_length is None:
         return {}
     return {"prompts_truncated": float(sum(e.cut > 0 for e in examples))}
-
-
-def _report_hung(log: Callable[[LogLevel, str], None]) -> None:
-    """A tool or reward function that stays hung, said once (``timed_calls``)."""
-    for sentence in timed_calls.take_reports():
-        log("warning", sentence)
 
 
 def default_log(level: LogLevel, message: str) -> None:
@@ -126,6 +106,7 @@ class Trainer:
         self.entropy_coef = EntropyCoefficient.from_config(config)  # TRL's entropy bonus, across steps
         self.decode = fastgen.DecodeStep(self.model) if self.plan.fast_rollout else None
         self.retrace_from: float | None = None  # a live change dropped the traces then (live.py)
+        self.held: dict[int, generation_reuse.HeldStep] = {}  # steps_per_generation: the later steps' shares
         if self.plan.memory_fit is not None:
             mx.set_memory_limit(memory_fit.evaluation_limit(config.training.memory_limit_gb))
             log("info", f"{self.plan.memory_fit}; MLX's evaluation waits for queued work "
@@ -176,25 +157,33 @@ class Trainer:
         cfg = self.config
         self.begin_step(step)
         epoch, _, indices = self.batch(step)
+        if cfg.training.steps_per_generation > 1:  # this step's share of a generation (generation_reuse.py)
+            held = self.held.pop(step, None) or generation_reuse.generate(self, step, on_phase)
+            return self.learn(step, epoch, held.selection, on_phase, held=held)
         # round 0: the step's own prompts; with dynamic sampling, more rounds until the groups teach
-        rounds, used = [self._sampling_round(step, 0, [self.dataset[i] for i in indices], on_phase)], set(indices)
+        rounds, used = [scored_round.roll_and_score(self, step, 0, [self.dataset[i] for i in indices], on_phase)], set(indices)
         while (more := dynamic_sampling.next_round(step, rounds, used, self.dataset_size, cfg)) is not None:
-            rounds.append(self._sampling_round(step, len(rounds), [self.dataset[i] for i in more], on_phase))
+            rounds.append(scored_round.roll_and_score(self, step, len(rounds), [self.dataset[i] for i in more], on_phase))
         selection = dynamic_sampling.select(rounds, cfg.grpo.group_size, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
         return self.learn(step, epoch, selection, on_phase)
 
     def begin_step(self, step: int) -> None:
         """What every step starts with, before its rollout (also ``stepwise.Engine.generate``'s)."""
-        # Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py).
-        mx.random.seed((self.config.training.seed * 1_000_003 + step + 7919 * self.ranks.rank) % 2**32)
+        self.seed(step)
         mx.reset_peak_memory()
         self.ranks.start_step()
         judge.take_seconds(self.rewards)  # an evaluation's judging since the last step is not this step's
 
+    def seed(self, step: int) -> None:
+        """Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py)."""
+        mx.random.seed((self.config.training.seed * 1_000_003 + step + 7919 * self.ranks.rank) % 2**32)
+
     def learn(self, step: int, epoch: int, selection: dynamic_sampling.Selection,
-              on_phase: Callable[[Phase], None] = lambda p: None) -> StepOutput:
+              on_phase: Callable[[Phase], None] = lambda p: None,
+              held: generation_reuse.HeldStep | None = None) -> StepOutput:
         """The step's scored rollouts (``selection``) -> advantages -> optimiser passes -> its
-        metrics and generations."""
+        metrics and generations. ``held``: the step's share of a generation made earlier
+        (``steps_per_generation``), with its advantages and packed micro-batches."""
         cfg = self.config
         G = cfg.grpo.group_size
         generation_s, scoring_s = selection.generation_s, selection.scoring_s
@@ -205,7 +194,8 @@ class Trainer:
         generated, all_totals, per_fn, logged = selection.completions, selection.totals, selection.per_fn, selection.logged
         owners = [selection.examples[c.prompt_index] for c in generated]
         t0 = time.perf_counter()
-        advantages = _advantages(cfg, selection, totals, {r.label: r.weight for r in self.rewards})
+        advantages = held.advantages if held is not None else grpo_advantages(
+            cfg, totals, selection.trained_scores(G), {r.label: r.weight for r in self.rewards})
         stds = group_std(all_totals, G)
         mx.eval(advantages, stds)
         scoring_s += time.perf_counter() - t0
@@ -215,7 +205,7 @@ class Trainer:
 
         on_phase("training")
         t0 = time.perf_counter()
-        passes = self._optimize(step, examples, completions, advantages.tolist(), padding)
+        passes = self._optimize(step, examples, completions, advantages.tolist(), padding, held)
         g = cfg.grpo
         if self.ref_model is not None and g.sync_ref_model and step % g.ref_model_sync_steps == 0:
             # TRL syncs at the end of every ref_model_sync_steps-th optimizer step (on each rank alike)
@@ -243,50 +233,22 @@ class Trainer:
                                               dropped=selection.dropped)
         return StepOutput(metrics=metrics, generations=generations)
 
-    def _sampling_round(self, step: int, round_: int, examples: list[data.Example],
-                        on_phase: Callable[[Phase], None]) -> dynamic_sampling.Round:
-        """Roll out and score ``examples`` (this rank's share), then gather every rank's: one round
-        of the step (dynamic_sampling.py; the step's only round without dynamic sampling)."""
-        cfg = self.config
-        mine = self.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
-        on_phase("generating")
-        t0 = time.perf_counter()
-        if self.rollout_func is not None:  # TRL's rollout_func generates (rollout_func.py)
-            examples, completions, owners, episodes = rollout_func.roll(self, step, examples, mine, round_ * cfg.training.batch_size, n=cfg.grpo.group_size)
-        else:
-            examples, episodes = environments.start(self.environment, examples, (cfg.training.seed, step, round_ * cfg.training.batch_size),
-                                                    cfg.grpo.group_size, self.tokenizer)
-            completions = self.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
-                                        environments.row_tools(self.environment, episodes, self.tools, mine, cfg.grpo.group_size))
-            owners = [examples[mine.start + c.prompt_index] for c in completions]
-        generation_s = time.perf_counter() - t0
-        _report_hung(self.log)
-        on_phase("scoring")
-        t0 = time.perf_counter()
-        totals, per_fn, logged = self.score(owners, completions, step, environments.instances(episodes, mine.start * cfg.grpo.group_size))
-        totals, per_fn = environments.add_rewards(self.environment, episodes, mine.start * cfg.grpo.group_size, totals, per_fn,
-                                                  lambda message: self.log("warning", message))
-        # Every rank's scored completions (and what its reward functions logged), so what follows
-        # sees the whole round on every rank.
-        completions, totals, per_fn, logged = distributed.gather_scored(
-            self.ranks, completions, totals, per_fn, logged, mine.start
-        )
-        scoring_s = time.perf_counter() - t0
-        _report_hung(self.log)
-        return dynamic_sampling.Round(examples, completions, totals, per_fn, logged, generation_s, scoring_s)
-
     def _optimize(self, step: int, examples: list[data.Example], completions: list[rollout.Completion],
-                  advantages: list[float], padding: list[bool] | None = None) -> list[PassResult]:
-        """``grpo.num_iterations`` optimiser passes over this rank's micro-batches."""
+                  advantages: list[float], padding: list[bool] | None = None,
+                  held: generation_reuse.HeldStep | None = None) -> list[PassResult]:
+        """``grpo.num_iterations`` optimiser passes over this rank's micro-batches (``held``'s, packed
+        when its generation was made)."""
         cfg = self.config
-        batches = micro_batches(examples, completions, advantages, padding, cfg, self.plan, self.ranks, self.ref_model)
+        batches = held.batches if held is not None else micro_batches(
+            examples, completions, advantages, padding, cfg, self.plan, self.ranks, self.ref_model)
         # A pure function of the step: a resumed run continues the same sequence.
         self.optimizer.learning_rate = scheduled_lr(step, cfg.training, self.total_steps)
         self.model.train()
         passes = [
             optimize_pass(self.model, self.optimizer, batches, cfg, self.plan,
                           record_old=(k == 0 and cfg.grpo.num_iterations > 1), functions=self.losses,
-                          ranks=self.ranks, entropy_coef=self.entropy_coef)
+                          ranks=self.ranks, entropy_coef=self.entropy_coef,
+                          num_items=held.num_items if held is not None else None)
             for k in range(cfg.grpo.num_iterations)
         ]
         self.model.eval()
@@ -298,9 +260,9 @@ class Trainer:
         the step (a later round's rows continue after the step's), which keys its rows' draws."""
         self.model.eval()  # no LoRA dropout while sampling
         G = self.config.grpo.group_size
-        return self._rollout(prompts, G, keys=sampling.step_keys(self.config.training.seed, step, positions, G), row_tools=row_tools)
+        return self.rollout_rows(prompts, G, keys=sampling.step_keys(self.config.training.seed, step, positions, G), row_tools=row_tools)
 
-    def _rollout(self, prompts: list[list[int]], n: int, greedy: bool = False,
+    def rollout_rows(self, prompts: list[list[int]], n: int, greedy: bool = False,
                  keys: list[int] | None = None, row_tools: list | None = None) -> list[rollout.Completion]:
         """``n`` completions per prompt; ``keys`` (sampling.step_keys) make a row's tokens independent
         of its batch, agent rollouts' included (each row draws at its own position)."""
@@ -334,7 +296,7 @@ class Trainer:
             examples, completions, owners, episodes = rollout_func.roll(self, 0, examples, range(len(examples)), indices[0], n=num_samples, training=False)
         else:
             examples, episodes = environments.start(self.environment, examples, (seed or 0, -1, indices[0]), num_samples, self.tokenizer)
-            completions = self._rollout([e.prompt_ids for e in examples], num_samples, greedy=greedy,
+            completions = self.rollout_rows([e.prompt_ids for e in examples], num_samples, greedy=greedy,
                                         row_tools=environments.row_tools(self.environment, episodes, self.tools, range(len(examples)), num_samples))
             owners = [examples[c.prompt_index] for c in completions]
         totals, per_fn, _ = self.score(owners, completions, 1, environments.instances(episodes, 0))

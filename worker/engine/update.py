@@ -196,17 +196,22 @@ def optimize_pass(
     functions: LossFunctions | None = None,
     ranks: Ranks | None = None,
     entropy_coef: EntropyCoefficient | None = None,
+    num_items: float | None = None,
 ) -> PassResult:
     """Accumulate gradients over ``batches``, clip, and apply one AdamW update unless something is
-    non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``.
+    non-finite. ``record_old`` stores each batch's ``stop_gradient(logp)`` as its ``old_logps``
+    (unless it has them: the sampling policy's, recorded when its generation was made).
     Which paths run is the ``plan``'s; ``functions`` keeps the loss functions between passes.
     ``ranks``: these are this rank's micro-batches; token counts, losses, statistics and gradients are
     summed over the ranks before the norm, so clipping and the NaN guard see the global values.
     ``entropy_coef``: the entropy bonus's coefficient (with ``grpo.entropy_coef`` or
-    ``use_adaptive_entropy``; the config's when not given), updated after the pass (``bonus_stats``)."""
-    num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
-    if ranks is not None:
-        num_items = ranks.sum_floats([num_items])[0]  # dapo: the whole batch's active tokens
+    ``use_adaptive_entropy``; the config's when not given), updated after the pass (``bonus_stats``).
+    ``num_items``: the tokens the batch-normalised losses divide by (default: the batch's, every
+    rank's; a reused generation's per step, ``generation_reuse``)."""
+    if num_items is None:
+        num_items = sum(float(mx.sum(b.mask).item()) for b in batches)
+        if ranks is not None:
+            num_items = ranks.sum_floats([num_items])[0]  # dapo: the whole batch's active tokens
     settings = LossSettings.from_config(config)
     if entropy_coef is None and settings.entropy_bonus:
         entropy_coef = EntropyCoefficient.from_config(config)
@@ -247,7 +252,7 @@ def optimize_pass(
             if lookups:  # a tied embedding: its lookup's rows go into the evaluated head gradient, in place
                 grads = tied_embedding.fold(grads, lookups)
                 mx.eval(grads)
-        if record_old:
+        if record_old and batch.old_logps is None:
             batch.old_logps = mx.concatenate([logps for _, logps, _ in values])
         total_loss += _add_metrics(sums, values)
     if ranks is not None and ranks.size > 1:

@@ -13,7 +13,7 @@ from grpo_tui.worker.engine import dynamic_sampling as ds
 from grpo_tui.worker.engine.grpo import group_advantages, normalize_then_sum
 from grpo_tui.worker.engine.reward_call import StepLog
 from grpo_tui.worker.engine.rollout import Completion
-from grpo_tui.worker.engine.trainer import _advantages
+from grpo_tui.worker.engine.grpo import advantages as _advantages
 from tests.helpers.trl_advantages import trl_normalize_then_sum, trl_sum_then_normalize
 
 
@@ -93,9 +93,9 @@ def test_with_dynamic_sampling_the_trained_groups_scores_make_the_advantages():
     scores = sel.trained_scores(2)
     assert scores == {"f": [0, 1, 3, 5], "h": [1, None, 2, 0]}
     _, _, totals, _ = sel.trained(2)
-    adv = np.array(_advantages(_config("normalize_then_sum"), sel, totals, {"f": 1.0, "h": 0.5}))
+    adv = np.array(_advantages(_config("normalize_then_sum"), totals, sel.trained_scores(2), {"f": 1.0, "h": 0.5}))
     expected = trl_normalize_then_sum(np.array([[0, 1], [1, np.nan], [3, 2], [5, 0]], dtype=np.float64), np.array([1.0, 0.5]), 2)
     np.testing.assert_allclose(adv, expected, atol=1e-5)
     # the default still normalises the weighted totals per group
-    np.testing.assert_allclose(np.array(_advantages(_config("sum_then_normalize"), sel, totals, {"f": 1.0, "h": 0.5})),
+    np.testing.assert_allclose(np.array(_advantages(_config("sum_then_normalize"), totals, sel.trained_scores(2), {"f": 1.0, "h": 0.5})),
                                [-0.7071, 0.7071, -0.7071, 0.7071], atol=1e-3)
