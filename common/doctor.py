@@ -250,7 +250,9 @@ def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
                "a larger grpo.group_size or a higher temperature spreads them")
     gens = [(s.step, g.prompt_index, g.group_index) for s, grp in flat for g in grp]
     evidence = m.Evidence(steps=sorted({s.step for s, _ in flat}), generations=gens[-EVIDENCE_LIMIT:])
-    suggestion = None if fix == "grpo.dynamic_sampling=true" and config.grpo.dynamic_sampling else fix
+    # dynamic sampling cannot be turned on beside a reused generation (protocol/config.py)
+    taken = config.grpo.dynamic_sampling or config.training.steps_per_generation > 1
+    suggestion = None if fix == "grpo.dynamic_sampling=true" and taken else fix
     return Verdict(severity, message, {"flat_share": share, "all_zero": zero, "all_max": at_max}, evidence, suggestion)
 
 
@@ -340,8 +342,9 @@ def clipping(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: 
     if severity is None:
         return None
     lr = config.training.learning_rate
+    fewer = "grpo.num_iterations" + (" or training.steps_per_generation" if config.training.steps_per_generation > 1 else "")
     message = (f"{_pct(value)} of tokens had their ratio clipped over the last {len(window)} steps: the updates are "
-               "too large for the trust region; a lower training.learning_rate (or fewer grpo.num_iterations) fits them")
+               f"too large for the trust region; a lower training.learning_rate (or fewer {fewer}) fits them")
     return Verdict(severity, message, {"clip_ratio": value}, _steps_of(window),
                    f"training.learning_rate={lr / 2:g}")
 

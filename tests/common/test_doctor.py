@@ -73,6 +73,14 @@ def test_flat_groups_are_no_signal_and_say_which_side(value, kind):
         assert names(doctor.findings()) == {"converged"}
 
 
+def test_a_run_that_reuses_generations_is_not_told_to_turn_dynamic_sampling_on():
+    # the two cannot go together (protocol/config.py): the live change the suggestion makes would be refused
+    doctor = Doctor(config("[training]\nsteps_per_generation = 2\n"))
+    said = feed(doctor, [varied(1), *[step(n, [[0.0] * 4] * 4) for n in range(2, 12)]])
+    [finding] = [f for f in said if f.name == "no_signal" and f.severity == "critical" and not f.cleared]
+    assert finding.suggestion is None and "dynamic sampling skips such groups" in finding.message
+
+
 def test_flat_groups_in_the_first_half_window_are_info_and_grow_once_the_window_is_full():
     """A run that learns from scratch starts with many all-0 groups: not a warning before a window of steps."""
     doctor = Doctor(config())

@@ -304,6 +304,23 @@ def test_an_environment_run_resumed_mid_way_equals_one_run_straight(tmp_path):
     assert any('"role":"user"' in (r[4] or "") for r in straight)  # respond replied somewhere
 
 
+def test_an_environment_run_reuses_its_generation_over_steps_with_each_steps_own_episodes(tmp_path):
+    """steps_per_generation = 2: step 1 rolls out step 1's and step 2's episodes (their resets keyed
+    by their own step), one step at a time through the environment; step 2 trains them."""
+    from tests.helpers.environments import write_game_run
+
+    for name, extra in (("reused", {"steps_per_generation": 2}), ("fresh", {})):
+        config = write_game_run(tmp_path / name, 2, **extra)
+        out = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
+                             capture_output=True, text=True, timeout=300, cwd=config.parent)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    sql = "SELECT step, prompt, completion FROM generations ORDER BY step, id"
+    reused, fresh = (query(tmp_path / f / "out" / "outputs.db", sql) for f in ("reused", "fresh"))
+    assert [r[0] for r in reused] == [1] * 4 + [2] * 4
+    assert reused[:4] == fresh[:4]  # step 1 is the same step either way
+    assert [r[1] for r in reused[4:]] == [r[1] for r in fresh[4:]]  # step 2's own episodes
+
+
 class CodingEnv:  # TRL's docs/source/grpo_trainer.md, "Multiple environments", as written there
     def reset(self, **kwargs) -> str:
         n = random.randint(1, 20)
