@@ -29,8 +29,8 @@ def _load(out: Path, rank: int) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 SETTINGS = {
-    # dapo's global token count, the batch-wide reward scale, clipping that binds
-    "dapo-batch": 'loss_type = "dapo"\nscale_rewards = "batch"',
+    # SAPO's soft gates (TRL 1.16), the batch-wide reward scale, clipping that binds
+    "sapo-batch": 'loss_type = "sapo"\nscale_rewards = "batch"',
     # per-micro-batch token denominators, the KL to a reference, two passes with recorded old log-probs
     "bnpo-beta-iterations": 'loss_type = "bnpo"\nbeta = 0.05\nnum_iterations = 2',
     # the reference synced after every step on each rank alike (TR-DPO): step 2's KL is to the synced one
@@ -45,10 +45,11 @@ SETTINGS = {
     "grpo-adaptive-entropy": ('loss_type = "grpo"\nentropy_coef = 0.05\nuse_adaptive_entropy = true\n'
                               'entropy_target = 100.0\nentropy_coef_delta = 0.05'),
     # one generation for both steps (TRL's steps_per_generation): step 2 trains off-policy against
-    # the sampling policy's log-probabilities, each rank its micro-batches', dapo over the generation's tokens
-    "dapo-reused-generation": 'loss_type = "dapo"\nscale_rewards = "batch"',
+    # the sampling policy's log-probabilities, each rank its micro-batches'; VESPO's weights over the
+    # generation's tokens per step (TRL 1.16)
+    "vespo-reused-generation": 'loss_type = "vespo"\nscale_rewards = "batch"',
 }
-TRAINING = {"dapo-reused-generation": "steps_per_generation = 2"}  # [training] keys beside the shared ones
+TRAINING = {"vespo-reused-generation": "steps_per_generation = 2"}  # [training] keys beside the shared ones
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
