@@ -23,13 +23,15 @@ class Follower:
     events. ``barrier``: the worker waits after each step for the answer this sends (resume, stop)."""
 
     def __init__(self, state: Any, logging_steps: int, live: LiveLink | None = None, handler: Any = None,
-                 *, barrier: bool = False, completions: Callable[[int], None] | None = None) -> None:
+                 *, barrier: bool = False, completions: Callable[[int], None] | None = None,
+                 first_step: bool = False, progress: bool = True) -> None:
         self.state = state
         self.live = live or LiveLink()
         self.handler = handler  # callbacks.CallbackHandler, or None
         self.barrier = barrier
         self.completions = completions  # prints a step's completions (log_completions)
-        self.window = StepWindow(logging_steps)
+        self.window = StepWindow(logging_steps, first=first_step)  # logging_first_step: an entry for step 1 too
+        self.progress = progress  # disable_tqdm: no bar; warnings and evaluations still print
         self.steps_per_epoch = 0
         self.error: str | None = None
         self.callback_error: BaseException | None = None  # raised by train() once the worker has stopped
@@ -55,7 +57,7 @@ class Follower:
             self.steps_per_epoch = max(event.steps_per_epoch, 1)
             state.max_steps, state.num_train_epochs = event.total_steps, event.num_epochs
             self.window.total = event.total_steps
-            if self.show:
+            if self.show and self.progress:
                 from tqdm.auto import tqdm
 
                 self.bar = tqdm(total=event.total_steps, initial=state.global_step, desc="GRPO", unit="step")
@@ -178,10 +180,10 @@ class Follower:
             self.bar = None
 
 
-def replay(state: Any, logging_steps: int, log_file: Path, end: int) -> None:
+def replay(state: Any, logging_steps: int, log_file: Path, end: int, *, first_step: bool = False) -> None:
     """The frames of the earlier sessions of a run (``run.jsonl`` up to ``end``) into ``state``:
     ``log_history`` goes on across a resume in a new process, as TRL's checkpoints keep it."""
-    follower = Follower(state, logging_steps)
+    follower = Follower(state, logging_steps, first_step=first_step)
     follower.replaying = True
     with open(log_file, "rb") as f:
         for line in f.read(end).splitlines():

@@ -286,13 +286,14 @@ class GRPOTrainer:
         self.state.save_steps, self.state.eval_steps = self.args.save_steps, self.args.eval_steps or self.args.logging_steps
         if resume and offset:  # the history so far, from this run's own record (a new process knows none)
             self.state.log_history.clear()
-            replay(self.state, int(self.args.logging_steps), log_file, offset)
+            replay(self.state, int(self.args.logging_steps), log_file, offset, first_step=self.args.logging_first_step)
         if dashboard and not (sys.stdin.isatty() and sys.stdout.isatty()):
             print("grpo-tui: dashboard=True needs a terminal; showing a progress bar instead", file=sys.stderr)
             dashboard = False
         handler = self.callback_handler if self.callbacks else None
         follower = Follower(self.state, int(self.args.logging_steps), self._live, handler,
-                            barrier=handler is not None and not dashboard, completions=_completions_printer(self.args, self.output_dir))
+                            barrier=handler is not None and not dashboard, completions=_completions_printer(self.args, self.output_dir),
+                            first_step=self.args.logging_first_step, progress=not self.args.disable_tqdm)
         if handler is not None:
             handler.control._new_training()
         if dashboard:

@@ -69,11 +69,12 @@ def eval_metrics(result: Eval) -> dict[str, float]:
 
 class StepWindow:
     """TRL's ``logging_steps``: every ``every`` steps (and at the last step), the mean of each metric
-    over the steps since the last entry."""
+    over the steps since the last entry; ``first``: step 1 too (``logging_first_step``)."""
 
-    def __init__(self, every: int, total: int = 0) -> None:
+    def __init__(self, every: int, total: int = 0, *, first: bool = False) -> None:
         self.every = max(1, every)
         self.total = total
+        self.first = first
         self._sums: dict[str, float] = {}
         self._counts: dict[str, int] = {}
 
@@ -82,7 +83,7 @@ class StepWindow:
         for name, value in step_metrics(step).items():
             self._sums[name] = self._sums.get(name, 0.0) + value
             self._counts[name] = self._counts.get(name, 0) + 1
-        if step.step % self.every and step.step != self.total:
+        if step.step % self.every and step.step != self.total and not (self.first and step.step == 1):
             return None
         entry = {name: total / self._counts[name] for name, total in self._sums.items()}
         if "num_tokens" in entry:  # a count, summed (TRL's num_tokens is cumulative; this is per entry)

@@ -150,3 +150,13 @@ def test_callbacks_see_the_evaluations_while_the_worker_waits_for_them_after_eac
     trainer.train()
     assert [s for e, s in seen if e == "step_end"] == [1, 2, 3, 4]
     assert [s for e, s in seen if e == "evaluate"][-2:] == [2, 4]  # an evaluation after a step waits for no one
+
+
+def test_logging_first_step_and_disable_tqdm_reach_the_run(tmp_path, capsys):
+    rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(8)]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", train_dataset=rows,
+                          args=quick_args(tmp_path, max_steps=3, logging_steps=3, save_steps=0,
+                                          logging_first_step=True, disable_tqdm=True))
+    trainer.train()
+    assert [e["step"] for e in trainer.state.log_history if "reward" in e] == [1, 3]  # step 1 too, as TRL logs it
+    assert "GRPO:" not in capsys.readouterr().err  # no progress bar
