@@ -347,9 +347,10 @@ def _convert_own(config: GRPOConfig, raw: dict[str, Any]) -> None:
     if isinstance(config.logging_steps, float) and config.logging_steps < 1:
         raise TrainingError(f"logging_steps: {config.logging_steps} — a ratio of the run is not supported; "
                             "give a number of steps")
-    if isinstance(config.save_steps, float) and config.save_steps < 1:
-        raise TrainingError(f"save_steps: {config.save_steps} — a ratio of the run is not supported; "
-                            "give a number of steps")
+    for name in ("save_steps", "eval_steps"):  # TRL's ratio of the run; int() would make eval_steps 0
+        value = getattr(config, name)
+        if isinstance(value, float) and value < 1:
+            raise TrainingError(f"{name}: {value} — a ratio of the run is not supported; give a number of steps")
     checkpoint = raw.setdefault("checkpoint", {})
     strategy = _text(config.save_strategy)
     _check_choice("save_strategy", strategy, ("steps", "no"), "give save_steps, a number of steps")
@@ -511,10 +512,12 @@ def _absolute_paths(raw: dict[str, Any], config: Config) -> None:
 
 
 def trl_name(toml_key: str) -> str:
-    """The GRPOConfig field for a TOML key path (itself when none stands for it)."""
+    """The GRPOConfig field for a TOML key path (itself when none stands for it); an item's index
+    stays (``logging.report_to[0]`` is ``report_to[0]``)."""
+    key, bracket, index = toml_key.partition("[")
     for f in dataclasses.fields(GRPOConfig):
-        if f.metadata.get("toml") == toml_key:
-            return f.name
+        if f.metadata.get("toml") == key:
+            return f.name + bracket + index
     return toml_key
 
 

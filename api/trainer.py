@@ -32,6 +32,9 @@ from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, S
                                       parse_checkpoint_dir_name)
 from grpo_tui.protocol.outcome import Exit
 
+# The keys train() fills from the trainer's own arguments: a mistake there names the argument
+_ARGUMENT_KEYS = {"model.path": "model", "data.path": "train_dataset", "data.eval_path": "eval_dataset",
+                  "checkpoint.resume": "resume_from_checkpoint"}
 CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
 REWARDS_FILE = "rewards.pkl"
 TOOLS_FILE = "tools.pkl"
@@ -240,7 +243,8 @@ class GRPOTrainer:
         try:
             config = load_config(path)
         except ConfigError as exc:  # name the GRPOConfig field when one stands for the key
-            raise TrainingError(f"{trl_name(exc.key)}: {exc.detail}" if exc.key else str(exc)) from None
+            name = _ARGUMENT_KEYS.get(exc.key or "") or trl_name(exc.key or "")
+            raise TrainingError(f"{name}: {exc.detail}" if exc.key else str(exc)) from None
         from grpo_tui.protocol.outcome import Mistake
         from grpo_tui.worker.trackers import check_installed
 

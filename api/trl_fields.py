@@ -273,7 +273,7 @@ class TRLFields:
     eval_strategy: str = _own("no", note="\"steps\" → `[eval]` every eval_steps (else logging_steps), at_start = "
                               "eval_on_start, no evaluation after the last step; \"no\" given: no evaluation while "
                               "training; unset with an eval_dataset: `[eval]`'s defaults; \"epoch\" refused")
-    eval_steps: float | None = _key("eval.every", None)
+    eval_steps: float | None = _key("eval.every", None, note="a ratio below 1 is refused")
     eval_delay: float = _ignored(0, "evaluation follows eval_strategy from the first step")
     per_device_eval_batch_size: int = _inert(8, "the evaluation batches its prompts itself (eval.batch_size)")
     prediction_loss_only: bool = _inert(False, "evaluation generates and scores; it computes no loss")

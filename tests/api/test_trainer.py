@@ -128,8 +128,11 @@ def test_mistakes_in_the_arguments_name_them(root, tmp_path, rows):
         trainer.train()
     trainer = GRPOTrainer(model=str(tmp_path / "nowhere"), reward_funcs=["accuracy"], train_dataset=rows,
                           args=quick_args(tmp_path))
-    with pytest.raises(ValueError, match="model.path: .* does not exist"):
+    with pytest.raises(ValueError, match="^model: .* does not exist"):  # the argument, not the TOML key
         trainer.train()
+    trainer = GRPOTrainer(model=model, reward_funcs=["accuracy"], train_dataset=rows, args=quick_args(tmp_path))
+    with pytest.raises(ValueError, match="^resume_from_checkpoint: .* does not exist"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-9"))
 
 
 def test_dashboard_runs_grpo_tui_run_on_the_written_config_and_fills_the_state(root, tmp_path, rows, monkeypatch):
