@@ -191,7 +191,10 @@ def _is_dataframe(value: Any) -> bool:
 
 _PEFT_REFUSED: dict[str, Any] = {"use_dora": False, "use_rslora": False, "modules_to_save": None, "bias": "none",
                                  "layers_pattern": None, "rank_pattern": {}, "alpha_pattern": {},
-                                 "target_parameters": None}
+                                 "target_parameters": None, "lora_bias": False, "trainable_token_indices": None,
+                                 "layer_replication": None, "use_qalora": False}
+# B starts at zero with these, so the adapted model starts as the base one, as mlx-lm's LoRA does
+_PEFT_INITS = (True, "gaussian")
 _PEFT_TASKS = (None, "CAUSAL_LM")
 
 
@@ -200,6 +203,9 @@ def lora_table(peft: Any, model_path: str) -> dict[str, Any]:
     every block of the model, as PEFT adapts; ``target_modules`` matched by suffix on the model's
     module names (``"q_proj"`` is ``self_attn.q_proj``), a string as PEFT's regular expression,
     ``"all-linear"`` every linear module of a block; None: PEFT's ``q_proj``, ``v_proj``."""
+    kind = getattr(getattr(peft, "peft_type", None), "value", getattr(peft, "peft_type", None))
+    if not isinstance(peft, dict) and kind not in (None, "LORA"):  # a PromptTuningConfig is not LoRA with defaults
+        raise TrainingError(f"peft_config: {type(peft).__name__} ({kind}) is not supported here; LoRA (LoraConfig) is")
     items = dict(peft) if isinstance(peft, dict) else {k: v for k, v in vars(peft).items() if not k.startswith("_")}
     task = getattr(items.get("task_type"), "value", items.get("task_type"))
     if task not in _PEFT_TASKS:
@@ -208,6 +214,9 @@ def lora_table(peft: Any, model_path: str) -> dict[str, Any]:
         value = items.get(key, allowed)
         if value not in (allowed, None, {}, [], False) or (key == "bias" and value not in ("none", None)):
             raise TrainingError(f"peft_config: {key}={value!r} is not supported here (plain LoRA is)")
+    if items.get("init_lora_weights", True) not in _PEFT_INITS:
+        raise TrainingError(f"peft_config: init_lora_weights={items['init_lora_weights']!r} is not supported here; "
+                            "give True or \"gaussian\" (the adapter starts at zero)")
     own = {"rank", "alpha", "dropout", "keys", "layers"}
     table: dict[str, Any] = {k: v for k, v in items.items() if k in own and v is not None}
     names = {"r": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout"}
@@ -220,6 +229,8 @@ def lora_table(peft: Any, model_path: str) -> dict[str, Any]:
     if is_peft:
         table.setdefault("layers", _peft_layers(items.get("layers_to_transform"), model_path))
         keys = _match_modules(items.get("target_modules"), model_path)
+        if keys is not None and items.get("exclude_modules"):
+            keys = _exclude(keys, items["exclude_modules"])
         if keys is not None:
             table["keys"] = keys
     return table
@@ -257,6 +268,18 @@ def _match_modules(targets: Any, model_path: str) -> list[str] | None:
         raise TrainingError(f"peft_config: target_modules {targets!r} match no linear module of the model's blocks "
                             f"({', '.join(sorted(modules))})")
     return sorted(keys)
+
+
+def _exclude(keys: list[str], excluded: Any) -> list[str]:
+    """PEFT's ``exclude_modules``: names by suffix, or a string as a regular expression."""
+    if isinstance(excluded, str):
+        pattern = re.compile(excluded)
+        left = [k for k in keys if not (pattern.fullmatch(k) or pattern.fullmatch(f"model.layers.0.{k}"))]
+    else:
+        left = [k for k in keys if not any(_suffix(k, str(e)) for e in excluded)]
+    if not left:
+        raise TrainingError(f"peft_config: exclude_modules {excluded!r} leaves no module of target_modules to adapt")
+    return left
 
 
 def _suffix(module: str, target: str) -> bool:

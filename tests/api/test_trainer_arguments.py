@@ -5,6 +5,7 @@ evaluate(), log_history across a resume by a new trainer, and the mistakes TRL r
 from __future__ import annotations
 
 import datetime
+import re
 import sys
 import tomllib
 
@@ -12,7 +13,7 @@ import pytest
 
 from grpo_tui import GRPOTrainer, TrainingError
 from tests.helpers.api_runs import TINY_MODEL, quick_args
-from tests.helpers.peft_like import LoraConfig
+from tests.helpers.peft_like import LoraConfig, PromptTuningConfig
 
 
 def typed(completions, when, vector, **kwargs):
@@ -160,3 +161,21 @@ def test_logging_first_step_and_disable_tqdm_reach_the_run(tmp_path, capsys):
     trainer.train()
     assert [e["step"] for e in trainer.state.log_history if "reward" in e] == [1, 3]  # step 1 too, as TRL logs it
     assert "GRPO:" not in capsys.readouterr().err  # no progress bar
+
+
+def test_peft_exclude_modules_apply_and_what_would_train_something_else_is_refused(tmp_path):
+    rows = [{"prompt": "What is 1+1?", "answer": "2"}] * 4
+
+    def lora_keys(peft):
+        trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", train_dataset=rows,
+                              args=quick_args(tmp_path), peft_config=peft)
+        return tomllib.loads(trainer.write_config().read_text())["model"]["lora"]["keys"]
+
+    keys = lora_keys(LoraConfig(target_modules="all-linear", exclude_modules=["v_proj", "mlp.up_proj"]))
+    assert "self_attn.v_proj" not in keys and "mlp.up_proj" not in keys and "self_attn.q_proj" in keys
+    assert not any(k.startswith("mlp.") for k in lora_keys({"target_modules": "all-linear", "exclude_modules": ".*mlp.*"}))
+    for peft, words in [(PromptTuningConfig(task_type="CAUSAL_LM"), "PromptTuningConfig (PROMPT_TUNING) is not supported"),
+                        (LoraConfig(init_lora_weights="pissa"), "init_lora_weights='pissa' is not supported"),
+                        ({"r": 8, "lora_bias": True}, "lora_bias=True is not supported")]:
+        with pytest.raises(TrainingError, match=re.escape(f"peft_config: {words}")):
+            lora_keys(peft)

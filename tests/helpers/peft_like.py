@@ -26,6 +26,21 @@ class LoraConfig:
     alpha_pattern: dict[str, Any] = dataclasses.field(default_factory=dict)
     use_dora: bool = False
 
+    peft_type: str | None = None
+
     def __post_init__(self) -> None:
+        self.peft_type = "LORA"  # as PEFT does (its PeftType is a str enum)
         if isinstance(self.target_modules, list):  # as PEFT does
             self.target_modules = set(self.target_modules)  # type: ignore[assignment]
+
+
+@dataclasses.dataclass
+class PromptTuningConfig:
+    """Another of PEFT's methods, which is not LoRA."""
+
+    task_type: str | None = None
+    num_virtual_tokens: int = 20
+    peft_type: str | None = None
+
+    def __post_init__(self) -> None:
+        self.peft_type = "PROMPT_TUNING"
