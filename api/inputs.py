@@ -165,7 +165,10 @@ class _NoJson(TypeError):
 def _json_value(value: Any) -> Any:
     """numpy scalars and arrays (a DataFrame's or a Dataset's row holds them) as JSON values; other
     values without a JSON form go to Parquet instead (``_NoJson``), never silently into strings."""
-    if callable(getattr(value, "tolist", None)) and type(value).__module__.startswith("numpy"):
+    numpy = type(value).__module__.startswith("numpy")
+    if numpy and getattr(getattr(value, "dtype", None), "kind", None) in ("m", "M"):
+        raise _NoJson(type(value).__name__)  # datetime64/timedelta64: tolist() makes nanoseconds plain ints
+    if numpy and callable(getattr(value, "tolist", None)):
         return value.tolist()
     raise _NoJson(type(value).__name__)
 

@@ -179,3 +179,16 @@ def test_peft_exclude_modules_apply_and_what_would_train_something_else_is_refus
                         ({"r": 8, "lora_bias": True}, "lora_bias=True is not supported")]:
         with pytest.raises(TrainingError, match=re.escape(f"peft_config: {words}")):
             lora_keys(peft)
+
+
+def test_numpy_datetimes_in_rows_reach_the_worker_as_datetimes(tmp_path):
+    import numpy as np
+
+    from grpo_tui.worker.engine.dataset_sources import read
+
+    when = np.datetime64("2026-01-02T03:04:05.000000000")  # nanoseconds: tolist() would give an int
+    rows = [{"prompt": "What is 1+1?", "answer": "2", "when": when, "gap": np.timedelta64(5_000_000_000, "ns")}] * 4
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", train_dataset=rows, args=quick_args(tmp_path))
+    data = tomllib.loads(trainer.write_config().read_text())["data"]["path"]
+    [(_, row)] = read(data).rows[:1]
+    assert row["when"] == datetime.datetime(2026, 1, 2, 3, 4, 5) and row["gap"] == datetime.timedelta(seconds=5)
