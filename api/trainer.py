@@ -159,6 +159,10 @@ class GRPOTrainer:
         rollout_func: Callable[..., Any] | str | None = None,
         environment: Any = None,
     ) -> None:
+        if args is not None and not isinstance(args, GRPOConfig):  # a dict, or trl's own GRPOConfig left imported
+            kind = type(args)
+            raise TrainingError(f"args: {kind.__module__}.{kind.__qualname__} is not grpo_tui's GRPOConfig; build it "
+                                "with `from grpo_tui import GRPOConfig` (TRL's fields), e.g. GRPOConfig(**fields)")
         self.args = args if args is not None else GRPOConfig()
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
             model = self.args.extra["model"]["path"]

@@ -120,6 +120,8 @@ def test_mistakes_in_the_arguments_name_them(root, tmp_path, rows):
     model = str(root / "examples" / "models" / "tiny-arith")
     with pytest.raises(ValueError, match=r"reward_funcs\[0\]: 'gpt-judge' is not a built-in"):
         GRPOTrainer(model=model, reward_funcs=["gpt-judge"], train_dataset=rows)
+    with pytest.raises(TrainingError, match="args: builtins.dict is not grpo_tui's GRPOConfig"):
+        GRPOTrainer(model=model, reward_funcs=["accuracy"], args={"learning_rate": 1e-5}, train_dataset=rows)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="model: object"):
         GRPOTrainer(model=object(), reward_funcs=["accuracy"], train_dataset=rows)  # type: ignore[arg-type]
     trainer = GRPOTrainer(model=model, reward_funcs=["accuracy"], train_dataset=rows,
