@@ -159,11 +159,7 @@ class GRPOTrainer:
         rollout_func: Callable[..., Any] | str | None = None,
         environment: Any = None,
     ) -> None:
-        if args is not None and not isinstance(args, GRPOConfig):  # a dict, or trl's own GRPOConfig left imported
-            kind = type(args)
-            raise TrainingError(f"args: {kind.__module__}.{kind.__qualname__} is not grpo_tui's GRPOConfig; build it "
-                                "with `from grpo_tui import GRPOConfig` (TRL's fields), e.g. GRPOConfig(**fields)")
-        self.args = args if args is not None else GRPOConfig()
+        self.args = _checked_args(args)
         if model is None and "path" in self.args.extra.get("model", {}):  # a config read with from_toml
             model = self.args.extra["model"]["path"]
         if not isinstance(model, (str, os.PathLike)):
@@ -398,6 +394,14 @@ class GRPOTrainer:
             if kind is not None and kind[1] is not None and (path / STATE_FILE).exists():
                 found.append((kind[1], path))
         return max(found)[1] if found else None
+
+
+def _checked_args(args: Any) -> GRPOConfig:
+    if args is not None and not isinstance(args, GRPOConfig):  # a dict, or trl's own GRPOConfig left imported
+        kind = type(args)
+        raise TrainingError(f"args: {kind.__module__}.{kind.__qualname__} is not grpo_tui's GRPOConfig; build it "
+                            "with `from grpo_tui import GRPOConfig` (TRL's fields), e.g. GRPOConfig(**fields)")
+    return args if args is not None else GRPOConfig()
 
 
 def _completions_printer(args: GRPOConfig, output_dir: Path) -> Callable[[int], None] | None:
