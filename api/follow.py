@@ -119,7 +119,8 @@ class Follower:
         if control is None:
             return
         if control.should_training_stop or self.callback_error is not None:
-            self.stop_requested = self.live.send(m.Stop())
+            # once: a second stop (the flag stays set after on_evaluate's) is refused with an error line
+            self.stop_requested = self.stop_requested or self.live.send(m.Stop())
         else:
             if control.should_save:
                 self.live.send(m.SaveCheckpoint())
@@ -140,7 +141,7 @@ class Follower:
         self._say(f"eval at step {event.step}: reward {_short(event.reward)}"
                   + (f", accuracy {_short(event.accuracy)}" if event.accuracy is not None else ""))
         control = self._event("on_evaluate", metrics=entry)
-        if control is not None and control.should_training_stop:
+        if control is not None and control.should_training_stop and not self.stop_requested:
             self.stop_requested = self.live.send(m.Stop())
 
     def _event(self, name: str, **kwargs: Any) -> Any:

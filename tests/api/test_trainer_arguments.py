@@ -192,3 +192,17 @@ def test_numpy_datetimes_in_rows_reach_the_worker_as_datetimes(tmp_path):
     data = tomllib.loads(trainer.write_config().read_text())["data"]["path"]
     [(_, row)] = read(data).rows[:1]
     assert row["when"] == datetime.datetime(2026, 1, 2, 3, 4, 5) and row["gap"] == datetime.timedelta(seconds=5)
+
+
+def test_a_stop_asked_in_on_evaluate_ends_the_run_without_an_error_line(tmp_path, capsys):
+    class StopOnEval:
+        def on_evaluate(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step >= 2
+
+    rows = [{"prompt": f"What is {i}+{i}?", "answer": str(2 * i)} for i in range(8)]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs="accuracy", train_dataset=rows, eval_dataset=rows[:2],
+                          callbacks=[StopOnEval()], args=quick_args(tmp_path, max_steps=6, eval_steps=2, save_steps=0))
+    trainer.train()
+    # the worker may have begun step 3 when the evaluation's answer comes (it does not wait for it)
+    assert trainer.state.global_step in (2, 3) and trainer.state.last_checkpoint is not None
+    assert "[error]" not in capsys.readouterr().err
