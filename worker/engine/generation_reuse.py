@@ -14,7 +14,8 @@ usual. The loss types normalised by the batch's tokens (``dapo``, ``cispo``, ``v
 the generation's tokens per step, as TRL does.
 
 A resume inside a block generates afresh for the block's remaining steps (TRL regenerates after a
-resume too); a live change of a ``generation.*`` key applies from the next generation.
+resume too); a live change of a ``generation.*`` key, ``grpo.scale_rewards`` or a reward's weight
+applies from the next generation (the loss's keys, read when a step trains, from the next step).
 """
 
 from __future__ import annotations
