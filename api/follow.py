@@ -43,6 +43,7 @@ class Follower:
         self.show = False
         self.replaying = False  # earlier sessions' frames (a resume): state only, no callbacks
         self._greedy_eval_step: int | None = None  # the step of the last eval frame when it was greedy
+        self._control: Any = None  # with the barrier: the callbacks' control of the step, till its barrier
 
     def feed(self, line: bytes) -> None:
         try:
@@ -85,6 +86,10 @@ class Follower:
             self.live.on_event(event)
         elif isinstance(event, m.Eval):
             self._on_eval(event)
+        elif isinstance(event, m.StepBarrier):
+            control, self._control = self._control, None
+            if control is not None and not self.replaying:
+                self._answer(control, event.step)
         elif isinstance(event, m.Checkpoint):
             state.last_checkpoint = event.path
             self._event("on_save")
@@ -118,6 +123,13 @@ class Follower:
                 self.completions(event.step)
         if control is None:
             return
+        if self.barrier:
+            self._control = control  # answered at the step's barrier, after its evaluations' on_evaluate
+        else:
+            self._answer(control, event.step)
+
+    def _answer(self, control: Any, step: int) -> None:
+        """The callbacks' verdict on ``step`` (on_step_end's, and on_evaluate's), sent to the worker."""
         if control.should_training_stop or self.callback_error is not None:
             # once: a second stop (the flag stays set after on_evaluate's) is refused with an error line
             self.stop_requested = self.stop_requested or self.live.send(m.Stop())
@@ -126,7 +138,7 @@ class Follower:
                 self.live.send(m.SaveCheckpoint())
             if self.barrier:
                 self.live.send(m.Resume())
-            if event.step < state.max_steps:
+            if step < self.state.max_steps:
                 self._event("on_step_begin")
         control._new_step()
 
@@ -141,7 +153,8 @@ class Follower:
         self._say(f"eval at step {event.step}: reward {_short(event.reward)}"
                   + (f", accuracy {_short(event.accuracy)}" if event.accuracy is not None else ""))
         control = self._event("on_evaluate", metrics=entry)
-        if control is not None and control.should_training_stop and not self.stop_requested:
+        waiting = self.barrier and self._control is not None  # the step's barrier says it (step 0's has none)
+        if control is not None and control.should_training_stop and not self.stop_requested and not waiting:
             self.stop_requested = self.live.send(m.Stop())
 
     def _event(self, name: str, **kwargs: Any) -> Any:

@@ -161,6 +161,7 @@ def status_of_exit(code: int, completed: m.Complete | None) -> RunStatus:
 
 
 # A worker started with this variable set to "1" (GRPOTrainer does, when it has callbacks) waits
-# after each step, as if paused and without saying so, until its follower answers the step's frame
-# with ``resume`` (or ``stop``): a callback's verdict then lands before the next step begins.
+# after each step (its frame, evaluations and checkpoint), paused, says ``step_barrier``, and goes
+# on when its follower answers ``resume`` (or ``stop``): a callback's verdict, on_evaluate's too,
+# then lands before the next step begins.
 STEP_BARRIER_ENV = "GRPO_TUI_STEP_BARRIER"

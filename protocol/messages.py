@@ -273,6 +273,13 @@ class Resumed(_Message):
     step: int
 
 
+class StepBarrier(_Message):
+    """A worker started with ``control.STEP_BARRIER_ENV`` has done ``step`` (its frame, evaluations
+    and checkpoint) and waits, paused, for its follower's ``resume`` or ``stop``."""
+
+    step: int
+
+
 class SampleDisplayChanged(_Message):
     """The worker's answer to ``set_sample_display``: the mode it uses from now on. Every viewer shows
     the worker's mode (this, the ``init`` frame's and each sample's), never its own."""
@@ -369,6 +376,7 @@ Event = Union[
     Log,
     Paused,
     Resumed,
+    StepBarrier,
     SampleDisplayChanged,
     SettingChanged,
     SettingRefused,

@@ -297,6 +297,8 @@ class RunState:
                 return {"header", "progress", "config"}
             case m.SettingRefused():  # said in the log (``log_entry_for``); nothing in the run changed
                 return set()
+            case m.StepBarrier():  # GRPOTrainer's callbacks answer it within moments: not a pause to show
+                return set()
             case m.Finding():  # the run doctor's word: the header's health badge, the Doctor tab, the log
                 if event.cleared:
                     self.findings.pop(event.name, None)

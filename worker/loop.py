@@ -69,9 +69,11 @@ class TrainingLoop:
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
         self.epoch_started = time.time()
         self.trackers: Trackers | None = None  # [logging] report_to, rank 0 only
-        # GRPOTrainer with callbacks: after each step the run waits for resume (or stop) from its
-        # follower, so a callback's verdict (should_training_stop, trainer.set) lands before the next step
+        # GRPOTrainer with callbacks: after each step, its evaluations and checkpoint, the run says
+        # ``step_barrier`` and waits for resume (or stop) from its follower, so a callback's verdict
+        # (on_step_end's or on_evaluate's should_training_stop, trainer.set) lands before the next step
         self.step_barrier = self.leader and os.environ.get(STEP_BARRIER_ENV) == "1"
+        self.barrier_owed: int | None = None  # the step whose barrier the next boundary holds
 
     # ------------------------------------------------------------ what main.Inputs uses
 
@@ -164,6 +166,10 @@ class TrainingLoop:
                 await self.checkpoints.save("manual")
             if self.control.stop_reason is not None:
                 return changes
+            if live and self.barrier_owed is not None:  # paused before it is said: the answer may come at once
+                self.control.paused = True
+                self.run_context.emit(m.StepBarrier(step=self.barrier_owed))
+                self.barrier_owed = None
             if self.control.take_pause():
                 self.run_context.emit(m.Paused(step=self.step))
                 self.run_context.emit(m.Status(phase="idle", message="paused"))
@@ -212,8 +218,8 @@ class TrainingLoop:
             self.control.stepping = False
         self.control.step = step
         run.phase = "idle"
-        if self.step_barrier:  # silently, before the step's frame: its answer may come at once
-            self.control.paused = True
+        if self.step_barrier:  # held at the next boundary, once the step's evaluation is done too
+            self.barrier_owed = step
         if run.store is not None:
             await run.store.write_step(run.run_id, output)
         self.run_context.emit(output.metrics)

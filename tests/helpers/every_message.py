@@ -26,6 +26,7 @@ EVENTS = [
     m.Log(level="warning", message="careful", time=1.5),
     m.Paused(step=4),
     m.Resumed(step=4),
+    m.StepBarrier(step=4),
     m.SampleDisplayChanged(mode="all"),
     m.SettingChanged(step=121, key="training.learning_rate", old=1e-5, new=5e-6, source="cli", time=2.5, id="a1"),
     m.SettingRefused(key="model.path", value='"x"', message="model.path: cannot change in a live run", source="api"),
