@@ -66,6 +66,7 @@ class Follower:
         elif isinstance(event, m.ResumeState):
             state.global_step = event.step
             state.log_history[:] = [e for e in state.log_history if e.get("step", 0) <= event.step]
+            self.window.resume(event.step, event.aggregates.total_tokens)  # num_tokens goes on from there
             if self.bar is not None:
                 self.bar.n = event.step
                 self.bar.refresh()

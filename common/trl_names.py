@@ -4,12 +4,16 @@
 TRL's own names where it has the metric (``reward``, ``reward_std``, ``rewards/<name>/mean``,
 ``kl``, ``entropy``, ``clip_ratio/low_mean``, ``completions/mean_length``, ``grad_norm``, ...);
 grpo-tui's extras (timings, tokens/s, memory, what reward functions logged) keep their own names.
-Missing and non-finite values are left out, as TRL leaves out what it did not measure.
+The metrics TRL logs that the frame has no field for travel in ``extra_metrics`` under TRL's names
+(the worker's ``step_output``: ``rewards/<name>/std``, ``completions/*_terminated_length``,
+``clip_ratio/low_min``, ...). Missing and non-finite values are left out, as TRL leaves out what
+it did not measure.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 from grpo_tui.protocol.messages import Eval, Step
 
@@ -33,7 +37,9 @@ def step_metrics(step: Step) -> dict[str, float]:
     for name, value in step.rewards.items():
         _put(out, f"rewards/{name}/mean", value)
     _put(out, "reward", step.reward)
-    _put(out, "reward_std", step.reward_std)
+    # TRL 1.16's reward_std is the whole batch's (nanstd); the frame's own is the mean within groups
+    scored = [r for r in step.completion_rewards if r is not None and math.isfinite(r)]
+    _put(out, "reward_std", statistics.stdev(scored) if len(scored) > 1 else None)
     _put(out, "frac_reward_zero_std", step.frac_reward_zero_std)
     _put(out, "kl", step.kl)
     _put(out, "entropy", step.entropy)
@@ -77,16 +83,28 @@ class StepWindow:
         self.first = first
         self._sums: dict[str, float] = {}
         self._counts: dict[str, int] = {}
+        self._tokens: dict[int, int] = {}  # each step's tokens, by step (a step seen again replaces its own)
+        self._tokens_seen = 0  # their total (and the resumed steps'): TRL's num_tokens, the run's so far
+
+    def resume(self, step: int, total_tokens: int = 0) -> None:
+        """The run goes on after ``step``: the steps after it seen so far are abandoned;
+        ``total_tokens``: the tokens of steps up to it, when known (the store's), else those seen."""
+        gone = sum(tokens for s, tokens in self._tokens.items() if s > step)
+        self._tokens = {s: tokens for s, tokens in self._tokens.items() if s <= step}
+        self._tokens_seen = total_tokens or self._tokens_seen - gone
 
     def add(self, step: Step) -> dict[str, float] | None:
         """Add one step; the entry to log when this step is a logging step, else None."""
+        self._tokens_seen += step.num_tokens - self._tokens.get(step.step, 0)
+        self._tokens[step.step] = step.num_tokens
         for name, value in step_metrics(step).items():
+            if name == "num_tokens":
+                continue  # TRL's is the run's total so far, not a mean
             self._sums[name] = self._sums.get(name, 0.0) + value
             self._counts[name] = self._counts.get(name, 0) + 1
         if step.step % self.every and step.step != self.total and not (self.first and step.step == 1):
             return None
         entry = {name: total / self._counts[name] for name, total in self._sums.items()}
-        if "num_tokens" in entry:  # a count, summed (TRL's num_tokens is cumulative; this is per entry)
-            entry["num_tokens"] = self._sums["num_tokens"]
+        entry["num_tokens"] = float(self._tokens_seen)
         self._sums, self._counts = {}, {}
         return entry

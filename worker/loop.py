@@ -106,6 +106,7 @@ class TrainingLoop:
                 self.trackers = Trackers(self.config, run.output_dir, resumed=self.step > 0,
                                          warn=lambda message: self.run_context.log("warning", message))
                 self.trackers.set_total(run.trainer.total_steps)
+                self.trackers.resumed(self.step, self.starter.tokens_seen)
             self.epoch_metrics = self.starter.epoch_metrics
             return await self._train()
         except Mistake as exc:  # the user's to fix: one sentence, never restarted

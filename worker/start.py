@@ -43,6 +43,7 @@ class Start:
         self.distributed = distributed
         self.lock: IO[Any] | None = None
         self.epoch_metrics: list[tuple[float | None, float | None]] = []  # the resumed epoch's steps so far
+        self.tokens_seen = 0  # the resumed steps' tokens (the store's; 0 without it)
 
     async def start(self) -> None:
         """Load the run; a run that cannot start raises a ``Mistake`` that says why."""
@@ -170,6 +171,7 @@ class Start:
         history, aggregates = await run.store.history(run.run_id) if run.store else ([], m.Aggregates())
         epoch, step_in_epoch = run.position(state.step)
         self.epoch_metrics = [(h.loss, h.reward) for h in history if h.epoch == epoch and h.step <= state.step]
+        self.tokens_seen = aggregates.total_tokens
         run.emit(
             m.ResumeState(
                 step=state.step, epoch=epoch, total_epochs=trainer.num_epochs, step_in_epoch=step_in_epoch,

@@ -193,6 +193,10 @@ class Trackers:
     def set_total(self, total_steps: int) -> None:
         self.window.total = total_steps
 
+    def resumed(self, step: int, total_tokens: int) -> None:
+        """A resumed run: TRL's num_tokens goes on from the tokens of its steps so far."""
+        self.window.resume(step, total_tokens)
+
     def step(self, output: StepOutput) -> None:
         if not self.trackers:
             return

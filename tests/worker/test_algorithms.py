@@ -234,7 +234,7 @@ def test_dynamic_sampling_with_agent_rollouts(tmp_path):
     check_dynamic_run(worker, db, 4, 4)
     steps = worker.of(m.Step)
     assert any(s.extra_metrics["sampling/dropped_groups"] > 0 for s in steps)
-    assert all("tools/calls_per_completion" in s.extra_metrics for s in steps)
+    assert all("tools/call_frequency" in s.extra_metrics for s in steps)
     with_turns = query(db, "SELECT count(*) FROM generations WHERE dropped = 1 AND turns IS NOT NULL")[0][0]
     assert with_turns > 0  # dropped agent completions keep their conversation
 

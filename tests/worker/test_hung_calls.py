@@ -121,7 +121,7 @@ def test_a_tool_error_with_no_room_left_in_the_completion_is_still_stored_and_fi
     worker.wait_for(m.Complete)
     assert worker.finish() == 0
     (step,) = worker.of(m.Step)
-    assert step.extra_metrics["tools/failed_call_rate"] == 1.0 and step.reward == 1.0  # failed_tool_calls saw it
+    assert step.extra_metrics["tools/failure_frequency"] == 1.0 and step.reward == 1.0  # failed_tool_calls saw it
     db = tmp_path / "out" / "outputs.db"
     errors = query(db, "SELECT error FROM tool_calls")
     assert len(errors) == 4 and all("ConnectionError: the adding service is down" in e for (e,) in errors)

@@ -300,8 +300,8 @@ def test_an_agent_run_calls_its_tools_mid_rollout_and_stores_the_turns(tmp_path)
     assert worker.bad_lines == [] and b"add printing to stdout" in worker.stderr
     assert any("tools: add" in e.message for e in worker.of(m.Log))
     steps = worker.of(m.Step)
-    assert [s.extra_metrics["tools/calls_per_completion"] for s in steps] == [1.0, 1.0]
-    assert all(s.extra_metrics["tools/failed_call_rate"] == 0.0 and s.reward == 1.5 for s in steps)
+    assert [s.extra_metrics["tools/call_frequency"] for s in steps] == [1.0, 1.0]
+    assert all(s.extra_metrics["tools/failure_frequency"] == 0.0 and s.reward == 1.5 for s in steps)
     sample = worker.of(m.Sample)[0]
     assert [t.role for t in sample.turns] == ["assistant", "tool", "assistant"]
     assert sample.turns[1].content == "3" and sample.reward_notes == {"roles": "assistant,tool,assistant"}

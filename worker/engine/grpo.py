@@ -288,11 +288,23 @@ def _clip_metrics(ratio: mx.array, adv: mx.array, mask: mx.array, tokens: mx.arr
     low = ((ratio_b < 1.0 - settings.epsilon) & (adv < 0)).astype(mx.float32)
     high = ((ratio_b > 1.0 + settings.epsilon_high) & (adv > 0)).astype(mx.float32)
     denom = mx.maximum(tokens, 1.0)
+    # TRL 1.16's clip_ratio/low_min and high_max: each completion's share of clipped tokens, then the
+    # micro-batch's least (most); a completion without loss tokens is NaN there, left out here
+    seq_tokens = mx.sum(mask, axis=-1)
+    has = seq_tokens > 0
+    per_row = mx.maximum(seq_tokens, 1.0)
     return {
         "clip_ratio_low": mx.sum(low * mask) / denom,
         "clip_ratio_high": mx.sum(high * mask) / denom,
         "clip_ratio_region": mx.sum(mx.maximum(low, high) * mask) / denom,
+        "clip_ratio/low_min": mx.min(mx.where(has, mx.sum(low * mask, axis=-1) / per_row, mx.inf)),
+        "clip_ratio/high_max": mx.max(mx.where(has, mx.sum(high * mask, axis=-1) / per_row, -mx.inf)),
     }
+
+
+# The metrics that are a micro-batch's extreme, not a token mean: min or max over its parts, then
+# the mean over the micro-batches that had one (TRL appends one per micro-batch and averages them).
+EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max}
 
 
 def policy_loss(
@@ -322,7 +334,8 @@ def policy_loss(
     micro-batch's, or ``part_of``'s whole), divided by ``accumulation_steps`` alone whatever the loss
     type (``entropy_bonus``).
     Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
-    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``; with the bonus ``policy_loss``
+    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``, and ``EXTREMES``' (the
+    rows' least or most, not a mean); with the bonus ``policy_loss``
     (the loss without it: a sum, not a mean) and ``bonus_entropy``, ``bonus_tokens`` (the bonus's
     entropy sum and token count over ``tokens``).
     """

@@ -59,8 +59,26 @@ def skipped_reasons(passes: list[PassResult]) -> list[str]:
             for i, p in enumerate(passes) if not p.applied]
 
 
-# what the loss types log of themselves beyond the clip ratios, under TRL's names (in extra_metrics)
-LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss")
+# what the loss types log of themselves beyond the clip ratios' means, under TRL's names (in extra_metrics)
+LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss", "clip_ratio/low_min",
+                "clip_ratio/high_max")
+
+
+def batch_metrics(r: StepResults) -> dict[str, float]:
+    """TRL's metrics of the scored batch that only its log shows (in extra_metrics, under TRL's
+    names): each reward function's standard deviation (TRL's nanstd: Bessel-corrected, None left
+    out; with fewer than two scores NaN there, absent here), and the lengths of the completions that
+    ended on their own (``stop``; TRL's EOS), 0 when none did, as TRL gives."""
+    out = {}
+    for label, values in r.per_fn.items():
+        scored = [v for v in values if v is not None and math.isfinite(v)]
+        if len(scored) > 1:
+            out[f"rewards/{label}/std"] = float(np.std(scored, ddof=1))
+    ended = [c.model_tokens for c in r.completions if c.finish_reason == "stop"] or [0]
+    out["completions/mean_terminated_length"] = float(np.mean(ended))
+    out["completions/min_terminated_length"] = float(min(ended))
+    out["completions/max_terminated_length"] = float(max(ended))
+    return out
 
 
 def step_frame(r: StepResults) -> Step:
@@ -104,7 +122,7 @@ def step_frame(r: StepResults) -> Step:
         active_memory_mb=r.active_memory / MB,
         gradients_applied=not skipped,
         skipped_reason="; ".join(skipped) or None,
-        extra_metrics={**r.extra_metrics, **{k: stats[k] for k in LOSS_METRICS if k in stats}},
+        extra_metrics={**r.extra_metrics, **batch_metrics(r), **{k: stats[k] for k in LOSS_METRICS if k in stats}},
         perplexity=finite(math.exp(min(first["nll"], 700.0))) if "nll" in first else None,
         token_accuracy=finite(first.get("token_accuracy")),
         ranks=r.ranks,
@@ -145,13 +163,12 @@ def generations(owners: list[Example], completions: list[Completion], totals: li
 
 
 def tool_metrics(tools: list, completions: list[Completion]) -> dict[str, float]:
-    """Per-step tool metrics (in ``extra_metrics``): calls per completion, the share of calls
-    that failed, seconds spent in tools."""
+    """Per-step tool metrics (in ``extra_metrics``), TRL's where it has them: calls per completion
+    (``tools/call_frequency``), the share of calls that failed (``tools/failure_frequency``, 0
+    without calls, as TRL), and seconds spent in tools."""
     if not tools:
         return {}
     calls = [t for c in completions for t in c.turns if t.role == "tool"]
-    out = {"tools/calls_per_completion": len(calls) / max(len(completions), 1),
-           "tools/seconds": sum(t.seconds or 0.0 for t in calls)}
-    if calls:
-        out["tools/failed_call_rate"] = sum(t.error is not None for t in calls) / len(calls)
-    return out
+    return {"tools/call_frequency": len(calls) / max(len(completions), 1),
+            "tools/failure_frequency": sum(t.error is not None for t in calls) / len(calls) if calls else 0.0,
+            "tools/seconds": sum(t.seconds or 0.0 for t in calls)}

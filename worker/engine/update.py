@@ -3,6 +3,8 @@ gradient, clip, guard against non-finite values and apply AdamW (a fused kernel 
 
 from __future__ import annotations
 
+import math
+
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -17,7 +19,7 @@ from grpo_tui.protocol.config import Config, GrpoConfig
 from grpo_tui.worker.engine import tied_embedding
 from grpo_tui.worker.engine.accel import two_cores
 from grpo_tui.worker.engine.batch import MicroBatch, halves, pack, row_parts
-from grpo_tui.worker.engine.grpo import DAPO_NORMALISED, EntropyCoefficient, LossSettings, high_entropy_mask
+from grpo_tui.worker.engine.grpo import DAPO_NORMALISED, EXTREMES, EntropyCoefficient, LossSettings, high_entropy_mask
 from grpo_tui.worker.engine.logps import token_logps
 from grpo_tui.worker.engine.loss import LossFunctions, loss_grad_parts
 from grpo_tui.worker.engine.plan import EnginePlan
@@ -260,25 +262,45 @@ def optimize_pass(
         total_loss, *summed = ranks.sum_floats([total_loss] + [sums[k] for k in keys])
         sums = dict(zip(keys, summed))
         grads = ranks.sum_tree(grads)
-    stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items() if k not in ("tokens", "policy_loss")}
+    stats = pass_stats(sums)
     if entropy_coef is not None and settings.entropy_bonus:
         stats.update(bonus_stats(entropy_coef, stats, sums, settings, len(batches)))
     return _apply(model, optimizer, grads, total_loss, stats, config.training.max_grad_norm)
 
 
 def _add_metrics(sums: dict[str, float], values: list) -> float:
-    """Each part's metrics into ``sums`` (token-weighted; ``policy_loss`` summed as the loss is);
-    returns the parts' summed loss."""
+    """One micro-batch's parts' metrics into ``sums`` (token-weighted; ``policy_loss`` summed as the
+    loss is; each of ``EXTREMES`` the micro-batch's extreme, summed with its count in ``<name>#n``, so
+    the ranks' sums give the mean over every micro-batch); returns the parts' summed loss."""
     total = 0.0
+    extremes: dict[str, list[float]] = {}
     for loss, _, metrics in values:
         total += loss.item()
         tokens = metrics.pop("tokens").item()
         if "policy_loss" in metrics:
             sums["policy_loss"] = sums.get("policy_loss", 0.0) + metrics.pop("policy_loss").item()
+        for k in EXTREMES:
+            if k in metrics:
+                extremes.setdefault(k, []).append(metrics.pop(k).item())
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + v.item() * tokens
         sums["tokens"] = sums.get("tokens", 0.0) + tokens
+    for k, found in extremes.items():
+        # ±inf: no completion of the micro-batch had a loss token (TRL's NaN, left out of its mean);
+        # the keys are set all the same, as every rank must sum the same keys
+        value = EXTREMES[k](found)
+        sums[k] = sums.get(k, 0.0) + (value if math.isfinite(value) else 0.0)
+        sums[f"{k}#n"] = sums.get(f"{k}#n", 0.0) + math.isfinite(value)
     return total
+
+
+def pass_stats(sums: dict[str, float]) -> dict[str, float]:
+    """A pass's metrics from ``_add_metrics``' sums (every rank's): token means, and each of
+    ``EXTREMES`` the mean over the micro-batches that had one."""
+    stats = {k: v / max(sums["tokens"], 1.0) for k, v in sums.items()
+             if k not in ("tokens", "policy_loss") and k.split("#")[0] not in EXTREMES}
+    stats.update({k: sums[k] / sums[f"{k}#n"] for k in EXTREMES if sums.get(f"{k}#n")})
+    return stats
 
 
 def bonus_stats(entropy_coef: EntropyCoefficient, stats: dict[str, float], sums: dict[str, float],

@@ -185,3 +185,33 @@ def test_gradient_is_advantage_times_grad_logp_when_ratio_is_one(loss_type):
     fd = [(g(theta + h * mx.array(e)) - g(theta - h * mx.array(e))) / (2 * h) for e in eye]
     close(grad, fd, tol=2e-3)
     assert np.abs(np.array(grad)).max() > 1e-3  # the check is not vacuous
+
+
+def test_clip_extremes_are_each_completions_clipped_share_at_its_least_and_most():
+    # TRL 1.16's clip_ratio/low_min and high_max: per completion, the share of its tokens clipped
+    # low (high); seq 0 (A=+1): high 1/2 (1.5), low 0; seq 1 (A=-1): low 1/3 (0.7), high 0
+    _, m = loss("grpo")
+    close(m["clip_ratio/low_min"], 0.0)
+    close(m["clip_ratio/high_max"], 1 / 2)
+    # a completion without loss tokens (masked out) is left out, as TRL's NaN is, not counted as 0
+    _, m = policy_loss(NEW, OLD, ADV, mx.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]),
+                       loss_type="grpo", epsilon=0.2, epsilon_high=0.28)
+    close(m["clip_ratio/low_min"], 1 / 3)
+    close(m["clip_ratio/high_max"], 0.0)
+
+
+def test_clip_extremes_are_the_micro_batch_extreme_then_the_mean_over_micro_batches():
+    from grpo_tui.worker.engine.update import _add_metrics, pass_stats
+
+    def part(low_min, high_max, tokens):
+        return mx.array(0.0), None, {"tokens": mx.array(tokens), "clip_ratio_low": mx.array(0.5),
+                                     "clip_ratio/low_min": mx.array(low_min), "clip_ratio/high_max": mx.array(high_max)}
+
+    sums: dict = {}
+    _add_metrics(sums, [part(0.5, 0.25, 2.0), part(0.25, 0.75, 2.0)])  # one micro-batch in two parts
+    _add_metrics(sums, [part(0.125, 0.5, 4.0)])
+    _add_metrics(sums, [part(math.inf, -math.inf, 0.0)])  # every completion masked out: no value
+    stats = pass_stats(sums)
+    close(stats["clip_ratio/low_min"], (0.25 + 0.125) / 2)
+    close(stats["clip_ratio/high_max"], (0.75 + 0.5) / 2)
+    close(stats["clip_ratio_low"], 0.5)  # the token means as before
