@@ -360,12 +360,21 @@ def _convert_own(config: GRPOConfig, raw: dict[str, Any]) -> None:
         seed = config.data_seed if config.data_seed is not None else config.seed
         if seed != toml_default("data.seed") or "data_seed" in given:
             raw.setdefault("data", {})["seed"] = int(seed)
-    sampling = _text(config.train_sampling_strategy)
-    if sampling == "sequential":
+    _check_as_trl(config)
+    if _text(config.train_sampling_strategy) == "sequential":
         raw.setdefault("data", {})["shuffle"] = False
     eval_table = _eval_table(config, raw.get("eval"))
     if eval_table is not None:
         raw["eval"] = eval_table
+
+def _check_as_trl(config: GRPOConfig) -> None:
+    """What TRL and transformers refuse of the fields that are otherwise ignored here."""
+    _check_choice("train_sampling_strategy", config.train_sampling_strategy, ("random", "sequential", "group_by_length"),
+                  "give one of transformers' samplers")
+    if config.log_completions_hub_repo is not None and not config.log_completions:  # TRL's GRPOConfig raises
+        raise TrainingError("log_completions_hub_repo is set, but log_completions is False: enable log_completions "
+                            "or unset log_completions_hub_repo (as TRL)")
+
 
 def _eval_table(config: GRPOConfig, given_table: Any) -> dict[str, Any] | None:
     """``[eval]`` from eval_strategy and its companions (None: leave it as it is)."""

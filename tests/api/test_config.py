@@ -199,3 +199,15 @@ def test_adam_betas_and_epsilon_reach_the_optimizer():
     run = GRPOConfig(adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-6).validate()
     optimizer = make_optimizer(run)
     assert list(optimizer.betas) == [0.8, 0.95] and optimizer.eps == 1e-6
+
+
+def test_an_unknown_sampler_and_a_hub_repo_without_log_completions_are_refused(tmp_path):
+    with pytest.raises(TrainingError, match="^train_sampling_strategy='shuffled' is not supported"):
+        GRPOConfig(output_dir=str(tmp_path), train_sampling_strategy="shuffled")
+    with pytest.raises(TrainingError, match="^log_completions_hub_repo is set, but log_completions is False"):
+        GRPOConfig(output_dir=str(tmp_path), log_completions_hub_repo="me/completions")
+    GRPOConfig(output_dir=str(tmp_path), log_completions_hub_repo="me/completions", log_completions=True)  # as TRL
+    args = GRPOConfig(output_dir=str(tmp_path))
+    args.train_sampling_strategy = "length"  # set after construction: checked when the run is built
+    with pytest.raises(TrainingError, match="^train_sampling_strategy='length'"):
+        args.to_dict()
