@@ -136,6 +136,19 @@ class RankTiming(msgspec.Struct, kw_only=True):
     all_reduce_ms: float  # time inside this rank's collectives (gather, all-sums), waiting included
 
 
+# The step's ``extra_metrics`` the worker computes itself, under TRL's names: the loss types' own
+# figures, and (by prefix) the batch's figures only TRL's log shows, tools, dynamic sampling, the
+# judge. Every other key is what a reward function logged with ``log_metric``.
+LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss", "clip_ratio/low_min",
+                "clip_ratio/high_max")
+WORKER_METRIC_PREFIXES = ("rewards/", "completions/", "tools/", "sampling/", "judge/")
+
+
+def logged_by_rewards(name: str) -> bool:
+    """Whether an ``extra_metrics`` key is a reward function's ``log_metric`` (not the worker's own)."""
+    return name not in LOSS_METRICS and not name.startswith(WORKER_METRIC_PREFIXES)
+
+
 class Step(_Message):
     step: int
     epoch: int

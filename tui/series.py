@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from math import isfinite
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from grpo_tui.protocol import messages as m
@@ -215,18 +215,21 @@ class PanelSpec:
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """A titled grid of charts; ``prefix`` adds a chart per column whose key starts with it."""
+    """A titled grid of charts; ``prefix`` adds a chart per column whose key starts with it (and
+    whose rest ``keep`` takes, when given)."""
 
     name: str
     panels: tuple[PanelSpec, ...] = ()
     prefix: str | None = None
+    keep: Callable[[str], bool] | None = None
 
     def resolve(self, keys: Sequence[str]) -> list[PanelSpec]:
         panels = list(self.panels)
         if self.prefix is not None:
             charted = {key for panel in panels for key, _ in panel.lines}
-            panels += [PanelSpec(k[len(self.prefix):] or k, ((k, k[len(self.prefix):] or k),))
-                       for k in keys if k.startswith(self.prefix) and k not in charted]
+            n = len(self.prefix)
+            panels += [PanelSpec(k[n:] or k, ((k, k[n:] or k),)) for k in keys
+                       if k.startswith(self.prefix) and k not in charted and (self.keep is None or self.keep(k[n:]))]
         return panels
 
 
@@ -241,7 +244,7 @@ STEP_GROUPS: tuple[GroupSpec, ...] = (
         single("frac_reward_zero_std", "groups with equal rewards", percent=True),
         single("advantage_std", "advantage std"),
     ), prefix="rewards/"),
-    GroupSpec("reward metrics", prefix="extra_metrics/"),  # what reward functions log_metric
+    GroupSpec("reward metrics", prefix="extra_metrics/", keep=m.logged_by_rewards),  # what reward functions log_metric
     GroupSpec("policy", (
         single("loss", "loss"),
         single("kl", "KL"),
@@ -255,7 +258,10 @@ STEP_GROUPS: tuple[GroupSpec, ...] = (
         PanelSpec("completion length", (("completion_mean_length", "mean"), ("completion_min_length", "min"),
                                         ("completion_max_length", "max"))),
         single("completion_clipped_ratio", "clipped (hit max length)", percent=True),
-    )),
+    ), prefix="extra_metrics/completions/"),  # TRL's terminated lengths
+    # the worker's own extra figures, under TRL's names (protocol/messages.py, LOSS_METRICS)
+    GroupSpec("more step metrics", prefix="extra_metrics/",
+              keep=lambda key: not m.logged_by_rewards(key) and not key.startswith("completions/")),
     GroupSpec("optimizer", (
         single("grad_norm", "grad norm"),
         single("learning_rate", "learning rate"),

@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.text import Text
 from textual.widget import Widget
 
+from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import number, megabytes, whole
 from grpo_tui.tui.state import RunState
 from grpo_tui.tui.tidy import tidy
@@ -68,8 +69,9 @@ class StatsPanel(Widget):
                 cell("lr", ("", number(s.learning_rate))),
                 cell("grad norm", ("", number(s.grad_norm))),
             ]
-            if s.extra_metrics:  # what reward functions logged with log_metric
-                cells.append(cell("reward metrics", *((k, number(v)) for k, v in sorted(s.extra_metrics.items()))))
+            logged = sorted((k, v) for k, v in s.extra_metrics.items() if m.logged_by_rewards(k))
+            if logged:  # what reward functions logged with log_metric (the worker's own figures: the Charts tab)
+                cells.append(cell("reward metrics", *((k, number(v)) for k, v in logged)))
             if not s.gradients_applied:
                 cells.append(Text(f"update skipped: {s.skipped_reason or 'non-finite loss'}", "bold red"))
         plain = "\n".join(c.plain for c in cells)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grpo_tui.protocol.messages import ClipRatio, RankTiming, Step, finite, mean_of
+from grpo_tui.protocol.messages import LOSS_METRICS, ClipRatio, RankTiming, Step, finite, mean_of
 from grpo_tui.worker.engine.agent import tool_calls
 from grpo_tui.worker.engine.data import Example
 from grpo_tui.worker.engine.parsing import parse_tool_calls, split_thinking
@@ -57,11 +57,6 @@ def skipped_reasons(passes: list[PassResult]) -> list[str]:
     n = len(passes)
     return [f"{p.skipped_reason} (pass {i + 1}/{n})" if n > 1 else str(p.skipped_reason)
             for i, p in enumerate(passes) if not p.applied]
-
-
-# what the loss types log of themselves beyond the clip ratios' means, under TRL's names (in extra_metrics)
-LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss", "clip_ratio/low_min",
-                "clip_ratio/high_max")
 
 
 def batch_metrics(r: StepResults) -> dict[str, float]:
