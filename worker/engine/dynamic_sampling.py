@@ -24,6 +24,7 @@ import numpy as np
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.worker.engine import data
+from grpo_tui.worker.engine.grpo import zero_spread
 from grpo_tui.worker.engine.reward_call import StepLog
 from grpo_tui.worker.engine.rollout import Completion
 
@@ -89,10 +90,7 @@ def informative_groups(totals: list[float | None], group_size: int) -> list[bool
     """Per group: its scored rewards are not all equal (an unscored completion, ``None``, is left
     out, as in the advantages: a group with fewer than two scores teaches nothing)."""
     values = np.array([np.nan if t is None else t for t in totals], dtype=np.float64).reshape(-1, group_size)
-    scored = ~np.isnan(values)
-    high = np.where(scored, values, -np.inf).max(axis=1)
-    low = np.where(scored, values, np.inf).min(axis=1)
-    return [bool(h > l) for h, l in zip(high, low)]
+    return [not flat for flat in zero_spread(values)[:, 0]]
 
 
 def extra_prompts(step: int, round_: int, dataset_size: int, batch_size: int, seed: int, used: set[int]) -> list[int]:

@@ -113,11 +113,12 @@ class PartOf:
     bonus_tokens: mx.array | None = None  # the whole's tokens the entropy bonus acts on (None: ``tokens``)
 
 
-def _zero_spread(grouped: np.ndarray) -> np.ndarray:
-    """Per group (keepdims): its scored values are all equal (NaN, unscored, left out)."""
-    with np.errstate(invalid="ignore"):
-        return np.nanmax(np.where(np.isnan(grouped), -np.inf, grouped), axis=1, keepdims=True) == \
-            np.nanmin(np.where(np.isnan(grouped), np.inf, grouped), axis=1, keepdims=True)
+def zero_spread(grouped: np.ndarray) -> np.ndarray:
+    """Per group (axis 1, kept): fewer than two different scored values (NaN, unscored, left out),
+    so the group teaches nothing (its advantages are 0; dynamic sampling drops it)."""
+    scored = ~np.isnan(grouped)
+    return ~(np.where(scored, grouped, -np.inf).max(axis=1, keepdims=True)
+             > np.where(scored, grouped, np.inf).min(axis=1, keepdims=True))
 
 
 def _unscored(rewards: mx.array | np.ndarray | list) -> np.ndarray:
@@ -151,7 +152,7 @@ def group_advantages(rewards: mx.array | np.ndarray | list, group_size: int, sca
     grouped = values.reshape(-1, group_size)
     # A group of equal rewards has exactly zero advantage; float rounding of the mean (e.g. of
     # eight 0.2s) would otherwise leave ~1e-8 that the 1e-4 denominator blows up to ~1e-4.
-    centered = np.where(_zero_spread(grouped), 0.0, grouped - _nanmean(grouped, axis=1, keepdims=True))
+    centered = np.where(zero_spread(grouped), 0.0, grouped - _nanmean(grouped, axis=1, keepdims=True))
     if scale == "none":
         advantages = centered.reshape(-1)
     elif scale == "group":
@@ -192,7 +193,7 @@ def normalize_then_sum(per_fn: np.ndarray, weights: np.ndarray, group_size: int)
     grouped = per_fn.reshape(-1, group_size, k)
     mean_k = _nanmean(grouped, axis=1, keepdims=True)
     std_k = _nanstd(grouped, axis=1, keepdims=True) if group_size > 1 else np.zeros_like(mean_k)
-    centered = np.where(_zero_spread(grouped), 0.0, grouped - mean_k)
+    centered = np.where(zero_spread(grouped), 0.0, grouped - mean_k)
     reward_k = (centered / (std_k + 1e-4)).reshape(n, k)
     rewards = np.nansum(reward_k * np.asarray(weights, dtype=np.float64)[None, :], axis=1)
     rewards[np.isnan(per_fn).all(axis=1)] = np.nan

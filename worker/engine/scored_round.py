@@ -27,22 +27,22 @@ def roll_and_score(trainer: Any, step: int, round_: int, examples: list[data.Exa
     generation (``generation_reuse``)."""
     cfg = trainer.config
     mine = trainer.ranks.prompts(len(examples), cfg.training.gradient_accumulation_steps)
-    if rolled is None:
-        on_phase("generating")
-    t0 = time.perf_counter()
     episodes = None
     if rolled is not None:
-        completions = rolled[0]
-    elif trainer.rollout_func is not None:  # TRL's rollout_func generates (rollout_func.py)
-        examples, completions, owners, episodes = rollout_func.roll(trainer, step, examples, mine, round_ * cfg.training.batch_size, n=cfg.grpo.group_size)
+        completions, generation_s = rolled
     else:
-        examples, episodes = environments.start(trainer.environment, examples, (cfg.training.seed, step, round_ * cfg.training.batch_size),
-                                                cfg.grpo.group_size, trainer.tokenizer)
-        completions = trainer.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
-                                       environments.row_tools(trainer.environment, episodes, trainer.tools, mine, cfg.grpo.group_size))
+        on_phase("generating")
+        t0 = time.perf_counter()
+        if trainer.rollout_func is not None:  # TRL's rollout_func generates (rollout_func.py)
+            examples, completions, owners, episodes = rollout_func.roll(trainer, step, examples, mine, round_ * cfg.training.batch_size, n=cfg.grpo.group_size)
+        else:
+            examples, episodes = environments.start(trainer.environment, examples, (cfg.training.seed, step, round_ * cfg.training.batch_size),
+                                                    cfg.grpo.group_size, trainer.tokenizer)
+            completions = trainer.roll_out(step, [examples[i].prompt_ids for i in mine], [round_ * cfg.training.batch_size + i for i in mine],
+                                           environments.row_tools(trainer.environment, episodes, trainer.tools, mine, cfg.grpo.group_size))
+        generation_s = time.perf_counter() - t0
     if trainer.rollout_func is None:
         owners = [examples[mine.start + c.prompt_index] for c in completions]
-    generation_s = time.perf_counter() - t0 if rolled is None else rolled[1]
     report_hung(trainer.log)
     on_phase("scoring")
     t0 = time.perf_counter()
