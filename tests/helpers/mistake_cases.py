@@ -223,6 +223,11 @@ CASES: list[Case] = [
                                     f"{', '.join(TrainingConfig.__struct_fields__)})"), check=True),
     Case("bad-value", "config", cfg(grpo={"loss_type": "dpo"}),
          lambda f: _config_error(f, "grpo.loss_type: 'dpo' is not one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo"), check=True),
+    Case("reused-generation-with-dynamic-sampling", "config",
+         cfg(training={"steps_per_generation": 2}, grpo={"dynamic_sampling": True}),
+         lambda f: _config_error(f, "training.steps_per_generation: 2 reuses one generation over several steps, while "
+                                    "grpo.dynamic_sampling rolls out more prompts within a step: set steps_per_generation = 1 "
+                                    "or dynamic_sampling = false"), check=True),
     Case("missing-data-file", "data", cfg(data={"path": "no-such.jsonl"}),
          lambda f: _config_error(f, f"data.path: 'no-such.jsonl' does not exist (looked at {f / 'no-such.jsonl'})"), check=True),
     # ---- model
