@@ -44,10 +44,10 @@ import msgspec  # noqa: E402
 from mlx_lm import load  # noqa: E402
 
 from grpo_tui.protocol.config import GenerationConfig  # noqa: E402
-from grpo_tui.worker.engine import agent, rollout, sampling  # noqa: E402
+from grpo_tui.worker.engine.policy import agent, rollout, sampling  # noqa: E402
 from grpo_tui.worker.engine.accel import fastgen  # noqa: E402
-from grpo_tui.worker.engine.tool_schema import function_schema  # noqa: E402
-from grpo_tui.worker.engine.tools import Tool  # noqa: E402
+from grpo_tui.worker.engine.scoring.tool_schema import function_schema  # noqa: E402
+from grpo_tui.worker.engine.scoring.tools import Tool  # noqa: E402
 from eval_arith import render_prompt  # noqa: E402
 
 LATENCY = [0.1]

@@ -33,7 +33,7 @@ reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imp
 
 import mlx.core as mx  # noqa: E402
 
-from grpo_tui.worker.engine import chunked_head  # noqa: E402
+from grpo_tui.worker.engine.learning import chunked_head  # noqa: E402
 from grpo_tui.worker.engine.accel import memory  # noqa: E402
 
 MiB = 2**20
@@ -114,7 +114,7 @@ def _planned_shape(model, work: dict, lora: dict | None):
     """A random Qwen3's step shape from its dimensions, before its folder is built (to skip it)."""
     import shapes
 
-    from grpo_tui.worker.engine import memory_fit
+    from grpo_tui.worker.engine.models import memory_fit
 
     if isinstance(model, str):
         return None
@@ -132,7 +132,7 @@ def _planned_shape(model, work: dict, lora: dict | None):
 
 
 def _estimate(shape, switches: dict) -> float:
-    from grpo_tui.worker.engine import memory_fit
+    from grpo_tui.worker.engine.models import memory_fit
 
     return memory_fit.estimate(shape, bool(switches.get("gradient_checkpointing")),
                                int(switches.get("vocab_chunk_size", 0)), int(switches.get("logprob_batch_size", 0)))
@@ -148,7 +148,7 @@ def check_estimate(only: list[str], saved_only: bool) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from step_vs_peers import BENCH, MEMORY_PROBE, run_system, summarise
 
-    from grpo_tui.worker.engine import memory_fit
+    from grpo_tui.worker.engine.models import memory_fit
 
     data = Path(__file__).resolve().parent.parent / "examples" / "data" / "arith.jsonl"
     (BENCH / "logs").mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ import mlx.core as mx  # noqa: E402
 from mlx_lm import load  # noqa: E402
 
 from grpo_tui.protocol.config import GenerationConfig  # noqa: E402
-from grpo_tui.worker.engine import rollout  # noqa: E402
+from grpo_tui.worker.engine.policy import rollout  # noqa: E402
 from grpo_tui.worker.engine.accel import fastgen  # noqa: E402
 from tests.helpers.plans import stock_plan  # noqa: E402
 from tests.helpers.tiny_model import build_tiny_model  # noqa: E402

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from grpo_tui.protocol.config import GenerationConfig  # noqa: E402
-from grpo_tui.worker.engine import sampling  # noqa: E402
+from grpo_tui.worker.engine.policy import sampling  # noqa: E402
 from grpo_tui.worker.engine.accel import host_sampling  # noqa: E402
 
 

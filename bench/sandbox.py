@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from grpo_tui.sandbox import call, run_python
-from grpo_tui.worker.engine import timed_calls
+from grpo_tui.worker.engine.scoring import timed_calls
 
 TOOL = 'def add(a: int, b: int) -> int:\n    """Add."""\n    return a + b\n'
 

@@ -230,7 +230,7 @@ def smollm2_model() -> Path:
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
-    from grpo_tui.worker.engine import gguf, model as model_io
+    from grpo_tui.worker.engine.models import gguf, model_io
 
     source = cache_dir() / FILE
     if not source.exists():

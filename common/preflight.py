@@ -251,7 +251,7 @@ def undescribed_parameter(param: str, function: str) -> str:
 
 def _undescribed(fn: ast.FunctionDef | ast.AsyncFunctionDef, params: list[str]) -> str | None:
     """The first parameter that the docstring's ``Args:`` section does not describe (the rule of
-    transformers' ``get_json_schema``, which the worker applies: engine/tool_schema.py)."""
+    transformers' ``get_json_schema``, which the worker applies: engine/scoring/tool_schema.py)."""
     doc = ast.get_docstring(fn) or ""
     args = doc.split("Args:", 1)[1] if "Args:" in doc else ""
     return next((p for p in params if not re.search(rf"^\s*{re.escape(p)}\s*(\([^)]*\))?\s*:", args, re.M)), None)

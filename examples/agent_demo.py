@@ -43,8 +43,9 @@ from mlx_lm.utils import save_model  # noqa: E402
 
 from grpo_tui.protocol.config import GenerationConfig, ToolConfig  # noqa: E402
 from grpo_tui.protocol.messages import Turn  # noqa: E402
-from grpo_tui.worker.engine import agent, plan as engine_plan  # noqa: E402
-from grpo_tui.worker.engine.tools import load_tools  # noqa: E402
+from grpo_tui.worker.engine.policy import agent  # noqa: E402
+from grpo_tui.worker.engine.models import plan as engine_plan
+from grpo_tui.worker.engine.scoring.tools import load_tools  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -124,7 +124,7 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
                             overrides=overrides or [])
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
         Inputs(training).start(asyncio.get_running_loop())
-    from grpo_tui.worker.engine import timed_calls  # standard library only, no MLX
+    from grpo_tui.worker.engine.scoring import timed_calls  # standard library only, no MLX
 
     timed_calls.use_main_loop(asyncio.get_running_loop())  # synchronous rewards run on this thread, as in TRL
     try:

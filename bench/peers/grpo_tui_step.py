@@ -2,7 +2,7 @@
 
 Drives ``worker.engine.trainer.Trainer.train_step`` exactly as the worker does, on the spec's rows. When
 the spec asks for it, also measures, in the same process and with the same BLAS:
-- rollout tokens/s of ``worker.engine.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
+- rollout tokens/s of ``worker.engine.policy.rollout.generate`` against raw ``mlx_lm.generate.batch_generate``
   on a stock ``mlx_lm.load`` of the same model (same prompts, same sampler, same number of
   concurrent sequences, fixed length);
 - the sgemm peak (float32 square matmuls) the training phase's model-FLOPs utilisation is
@@ -28,8 +28,8 @@ from mlx_lm.generate import batch_generate  # noqa: E402
 
 from grpo_tui.common.blas import active_blas  # noqa: E402
 from grpo_tui.protocol.config import parse_config  # noqa: E402
-from grpo_tui.worker.engine import plan as engine_plan  # noqa: E402
-from grpo_tui.worker.engine import rollout  # noqa: E402
+from grpo_tui.worker.engine.models import plan as engine_plan  # noqa: E402
+from grpo_tui.worker.engine.policy import rollout  # noqa: E402
 from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
 
 CONFIG = """

@@ -194,7 +194,7 @@ def test_a_recipe_in_extra_keeps_its_settings_and_a_field_given_wins(tmp_path):
 
 
 def test_adam_betas_and_epsilon_reach_the_optimizer():
-    from grpo_tui.worker.engine.update import make_optimizer
+    from grpo_tui.worker.engine.learning.update import make_optimizer
 
     run = GRPOConfig(adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-6).validate()
     optimizer = make_optimizer(run)

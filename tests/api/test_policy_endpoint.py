@@ -75,7 +75,7 @@ def test_an_openai_style_client_drives_the_policy_through_the_endpoint_and_its_t
 
 
 def test_requests_made_at_the_same_time_are_generated_as_one_batch():
-    from grpo_tui.worker.engine.rollout_func import PolicyService, Request
+    from grpo_tui.worker.engine.policy.rollout_func import PolicyService, Request
 
     batches: list[int] = []
 

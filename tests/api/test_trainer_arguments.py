@@ -185,7 +185,7 @@ def test_peft_exclude_modules_apply_and_what_would_train_something_else_is_refus
 def test_numpy_datetimes_in_rows_reach_the_worker_as_datetimes(tmp_path):
     import numpy as np
 
-    from grpo_tui.worker.engine.dataset_sources import read
+    from grpo_tui.worker.engine.prompts.dataset_sources import read
 
     when = np.datetime64("2026-01-02T03:04:05.000000000")  # nanoseconds: tolist() would give an int
     rows = [{"prompt": "What is 1+1?", "answer": "2", "when": when, "gap": np.timedelta64(5_000_000_000, "ns")}] * 4

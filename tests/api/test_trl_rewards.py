@@ -76,7 +76,7 @@ def test_a_reward_called_where_a_loop_runs_on_the_main_thread_may_run_its_own(tm
     """Engine in a notebook: the kernel's loop runs on the main thread, where the reward is called."""
     import asyncio
 
-    from grpo_tui.worker.engine import timed_calls
+    from grpo_tui.worker.engine.scoring import timed_calls
 
     def reward(**kwargs):
         return asyncio.run(asyncio.sleep(0, result=[1.0]))

@@ -15,7 +15,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import RewardConfig
-from grpo_tui.worker.engine.rewards import RewardError, RewardFailed, load_rewards, score
+from grpo_tui.worker.engine.scoring.rewards import RewardError, RewardFailed, load_rewards, score
 from tests.helpers.worker_harness import WorkerProcess, query, tiny_model, write_config
 
 __all__ = ["tiny_model"]

@@ -168,7 +168,7 @@ def test_check_says_what_the_worker_would_stop_on_before_training(tmp_path, case
 
 def test_check_resumes_a_checkpoint_of_the_same_model_and_kind(tmp_path):
     """The identity ``check`` computes for model.path is the one the worker records in checkpoints."""
-    from grpo_tui.worker.engine.model_source import identity
+    from grpo_tui.worker.engine.models.model_source import identity
 
     write_checkpoint(tmp_path, "model.safetensors", identity(str(TINY)))
     done = grpo_tui("check", str(write_run(tmp_path)))

@@ -55,7 +55,7 @@ def train_tokenizer(pre: str, vocab_size: int = 400) -> Any:
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
     else:
-        from grpo_tui.worker.engine.gguf import _QWEN2
+        from grpo_tui.worker.engine.models.gguf import _QWEN2
 
         tokenizer.normalizer = normalizers.NFC()
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([

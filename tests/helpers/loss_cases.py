@@ -10,11 +10,12 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
 
 from grpo_tui.protocol.config import LoraConfig, parse_config
-from grpo_tui.worker.engine import chunked_head, loss as loss_step, model as model_io, tied_embedding
-from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.grpo import LossSettings
-from grpo_tui.worker.engine.plan import Head
-from grpo_tui.worker.engine.update import optimize_pass
+from grpo_tui.worker.engine.learning import chunked_head, loss as loss_step, tied_embedding
+from grpo_tui.worker.engine.models import model_io
+from grpo_tui.worker.engine.learning.batch import pack
+from grpo_tui.worker.engine.learning.grpo import LossSettings
+from grpo_tui.worker.engine.models.plan import Head
+from grpo_tui.worker.engine.learning.update import optimize_pass
 
 G = 4
 

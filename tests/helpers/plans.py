@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.worker.engine import plan as engine_plan
-from grpo_tui.worker.engine.plan import EnginePlan
+from grpo_tui.worker.engine.models import plan as engine_plan
+from grpo_tui.worker.engine.models.plan import EnginePlan
 
 
 def stock_plan(model: Any, gen: GenerationConfig | None = None) -> EnginePlan:

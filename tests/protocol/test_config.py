@@ -188,7 +188,7 @@ def test_quickstart_validates(root):
 
 
 def test_the_agent_demo_validates_and_its_tool_has_a_schema(root):
-    from grpo_tui.worker.engine.tools import load_tools
+    from grpo_tui.worker.engine.scoring.tools import load_tools
 
     cfg = load_config(root / "examples" / "agent_calculator.toml")
     assert cfg.tools[0].function == f"{root / 'examples' / 'tools' / 'calculator.py'}:multiply"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from grpo_tui.worker.engine import data as _data
-from grpo_tui.worker.engine import rollout as _rollout
+from grpo_tui.worker.engine.prompts import data as _data
+from grpo_tui.worker.engine.policy import rollout as _rollout
 from grpo_tui.worker.engine import step_output
 from grpo_tui.worker.engine import trainer as _trainer
 

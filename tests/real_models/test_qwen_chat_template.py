@@ -126,7 +126,7 @@ def test_the_agent_s_tool_messages_after_the_model_s_end_of_turn_are_the_templat
     # A turn with two calls that the model ends with <|im_end|> (its own token): the rollout appends
     # both results, in order, as the template renders them, without a second <|im_end|>.
     from grpo_tui.protocol.messages import Turn
-    from grpo_tui.worker.engine import agent
+    from grpo_tui.worker.engine.policy import agent
 
     results = [Turn(role="tool", content="3", name="add"), Turn(role="tool", content="pluie 🌧", name="météo")]
     glue = agent.tool_glue(qwen_tok, results, False, qwen_tok.eos_token_id)

@@ -10,7 +10,7 @@ from mlx_lm import load as mlx_load
 from transformers import AutoTokenizer
 
 from grpo_tui.protocol.config import ModelConfig
-from grpo_tui.worker.engine import model as model_io, model_source
+from grpo_tui.worker.engine.models import model_io, model_source
 from tests.helpers.gguf_files import TEXTS, write_gguf
 
 CHATS = [

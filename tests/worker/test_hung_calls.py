@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.engine import timed_calls
+from grpo_tui.worker.engine.scoring import timed_calls
 from tests.helpers.worker_harness import WorkerProcess, build_tool_calling_model, query, write_config
 
 HUNG_TOOLS_PY = '''

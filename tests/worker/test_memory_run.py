@@ -11,7 +11,7 @@ import mlx_lm
 import pytest
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.engine import memory_fit
+from grpo_tui.worker.engine.models import memory_fit
 from tests.helpers.worker_harness import WorkerProcess, tiny_model, write_config
 
 __all__ = ["tiny_model"]  # the fixture, imported for pytest

@@ -85,7 +85,7 @@ def test_two_tasks_the_stored_reward_is_the_packages_score_of_the_stored_answer(
 
 
 def test_the_reward_gives_a_right_answer_full_marks_through_the_packages_scorer():
-    from grpo_tui.worker.engine.reasoning_gym_source import reasoning_gym as reward
+    from grpo_tui.worker.engine.prompts.reasoning_gym_source import reasoning_gym as reward
 
     entries = list(_entries(5, 8).values())
     completions = [f"<think>hmm</think> so <answer>{e['answer']}</answer>" for e in entries] + ["<answer>nope</answer>"]
@@ -159,7 +159,7 @@ def test_data_without_a_path_or_tasks_and_data_with_both_are_one_sentence_each(t
 
 def test_the_default_eval_rows_are_held_out():
     from grpo_tui.protocol.config_environments import ReasoningGymConfig, ReasoningGymTask
-    from grpo_tui.worker.engine import reasoning_gym_source
+    from grpo_tui.worker.engine.prompts import reasoning_gym_source
 
     two_digits = {**ARITH, "min_digits": 2, "max_digits": 2}  # few enough repeats by chance to see it
     tasks: list[str | ReasoningGymTask] = [ReasoningGymTask(name="basic_arithmetic", config=two_digits), "leg_counting"]

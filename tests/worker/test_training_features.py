@@ -11,7 +11,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.outcome import Exit
-from grpo_tui.worker.engine.schedule import lr_at
+from grpo_tui.worker.engine.learning.schedule import lr_at
 from tests.helpers.trainer_env import fake_trainer_env
 from tests.helpers.worker_harness import (
     FAULTY_TRAINER, ROOT, WorkerProcess, query, reward_config, tiny_model, write_config,

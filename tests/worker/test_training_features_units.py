@@ -9,7 +9,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.common.blas_warning import is_reference_blas, slow_blas_warning
 from grpo_tui.worker.evaluation import EvalTally, chunks, due
 from grpo_tui.worker.plain_lines import is_json, parse_plain
-from grpo_tui.worker.engine.stopping import RepeatWatch, RowStops, cut_at_stop
+from grpo_tui.worker.engine.policy.stopping import RepeatWatch, RowStops, cut_at_stop
 
 
 class CharTokenizer:

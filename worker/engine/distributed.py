@@ -26,8 +26,8 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from grpo_tui.common.distributed import undealt
 from grpo_tui.protocol.messages import RankTiming
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.ranks import launched
 from grpo_tui.worker.records import RankLost
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grpo_tui.protocol.config import Config
-from grpo_tui.worker.engine import data
-from grpo_tui.worker.engine.grpo import zero_spread
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine.learning.grpo import zero_spread
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.policy.rollout import Completion
 
 
 @dataclass

@@ -30,16 +30,18 @@ import mlx.nn as nn
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import Phase
-from grpo_tui.worker.engine import dynamic_sampling, grpo, sampling, scored_round
-from grpo_tui.worker.engine.batch import MicroBatch
+from grpo_tui.worker.engine import dynamic_sampling, scored_round
+from grpo_tui.worker.engine.learning import grpo
+from grpo_tui.worker.engine.policy import sampling
+from grpo_tui.worker.engine.learning.batch import MicroBatch
 from grpo_tui.worker.engine.dynamic_sampling import Selection
-from grpo_tui.worker.engine.logps import token_logps
-from grpo_tui.worker.engine.plan import EnginePlan
-from grpo_tui.worker.engine.update import micro_batches
+from grpo_tui.worker.engine.learning.logps import token_logps
+from grpo_tui.worker.engine.models.plan import EnginePlan
+from grpo_tui.worker.engine.learning.update import micro_batches
 
 if TYPE_CHECKING:
-    from grpo_tui.worker.engine.data import Example
-    from grpo_tui.worker.engine.rollout import Completion
+    from grpo_tui.worker.engine.prompts.data import Example
+    from grpo_tui.worker.engine.policy.rollout import Completion
 
 
 @dataclass

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_tui.protocol.config import Config
-from grpo_tui.worker.engine import data, reasoning_gym_source, tools as agent_tools
-from grpo_tui.worker.engine.rollout_func import RolloutFunction
-from grpo_tui.worker.engine.environments import Environments
-from grpo_tui.worker.engine.rewards import Reward, check_arguments, load_rewards
+from grpo_tui.worker.engine.prompts import data, reasoning_gym_source
+from grpo_tui.worker.engine.scoring import tools as agent_tools
+from grpo_tui.worker.engine.policy.rollout_func import RolloutFunction
+from grpo_tui.worker.engine.scoring.environments import Environments
+from grpo_tui.worker.engine.scoring.rewards import Reward, check_arguments, load_rewards
 
 
 @dataclass

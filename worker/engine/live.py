@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from grpo_tui.worker.engine import data, model_source
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine.models import model_source
 from grpo_tui.worker.engine.accel import fastgen
-from grpo_tui.worker.engine.loss import LossFunctions
+from grpo_tui.worker.engine.learning.loss import LossFunctions
 
 # What a compiled function bakes in: a change of one drops the traces, built again at the next step.
 TRACED_KEYS = ("generation.temperature", "generation.max_completion_length", "grpo.epsilon", "grpo.epsilon_high",

@@ -9,8 +9,11 @@ import time
 from typing import Any, Callable
 
 from grpo_tui.protocol.messages import LogLevel, Phase
-from grpo_tui.worker.engine import data, distributed, dynamic_sampling, environments, rollout_func, timed_calls
-from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine import distributed, dynamic_sampling
+from grpo_tui.worker.engine.scoring import environments, timed_calls
+from grpo_tui.worker.engine.policy import rollout_func
+from grpo_tui.worker.engine.policy.rollout import Completion
 
 
 def report_hung(log: Callable[[LogLevel, str], None]) -> None:

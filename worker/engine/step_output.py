@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from grpo_tui.protocol.messages import LOSS_METRICS, ClipRatio, RankTiming, Step, finite, mean_of
-from grpo_tui.worker.engine.agent import tool_calls
-from grpo_tui.worker.engine.data import Example
-from grpo_tui.worker.engine.parsing import parse_tool_calls, split_thinking
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rollout import Completion
-from grpo_tui.worker.engine.update import PassResult
+from grpo_tui.worker.engine.policy.agent import tool_calls
+from grpo_tui.worker.engine.prompts.data import Example
+from grpo_tui.worker.engine.policy.parsing import parse_tool_calls, split_thinking
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.policy.rollout import Completion
+from grpo_tui.worker.engine.learning.update import PassResult
 from grpo_tui.worker.records import Generation
 
 MB = 1024 * 1024

@@ -24,9 +24,10 @@ from grpo_tui.protocol.config import Config, load_config
 from grpo_tui.protocol.layout import TrainingState, read_state
 from grpo_tui.worker import checkpoint as ckpt
 from grpo_tui.worker import evaluation
-from grpo_tui.worker.engine import data, dynamic_sampling
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine import dynamic_sampling
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.engine.trainer import Trainer, default_log
 from grpo_tui.worker.records import Generation, StepOutput
 

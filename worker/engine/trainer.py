@@ -20,20 +20,28 @@ from mlx.utils import tree_flatten, tree_unflatten
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import OPTIMIZER_FILE
 from grpo_tui.protocol.messages import LogLevel, Phase
-from grpo_tui.worker.engine import agent, checkpointing, data, distributed, dynamic_sampling, live, memory_fit, model as model_io
-from grpo_tui.worker.engine import environments, generation_reuse, judge, model_source
-from grpo_tui.worker.engine import plan as engine_plan, rollout, rollout_func, sampling, scored_round
+from grpo_tui.worker.engine.policy import agent
+from grpo_tui.worker.engine.learning import gradient_checkpointing as checkpointing
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine import distributed, dynamic_sampling, live
+from grpo_tui.worker.engine.models import memory_fit, model_io
+from grpo_tui.worker.engine.scoring import environments, judge
+from grpo_tui.worker.engine import generation_reuse
+from grpo_tui.worker.engine.models import model_source
+from grpo_tui.worker.engine.models import plan as engine_plan
+from grpo_tui.worker.engine.policy import rollout, rollout_func, sampling
+from grpo_tui.worker.engine import scored_round
 from grpo_tui.worker.engine import step_output
 from grpo_tui.worker.engine.accel import fastgen, patches
-from grpo_tui.worker.engine.grpo import advantages as grpo_advantages, group_std
+from grpo_tui.worker.engine.learning.grpo import advantages as grpo_advantages, group_std
 from grpo_tui.worker.engine.inputs import Inputs, load_inputs
-from grpo_tui.worker.engine.loss import LossFunctions
-from grpo_tui.worker.engine.reward_call import TrainerState
-from grpo_tui.worker.engine.rewards import RewardError, score_completions
-from grpo_tui.worker.engine.schedule import scheduled_lr
+from grpo_tui.worker.engine.learning.loss import LossFunctions
+from grpo_tui.worker.engine.scoring.reward_call import TrainerState
+from grpo_tui.worker.engine.scoring.rewards import RewardError, score_completions
+from grpo_tui.worker.engine.learning.schedule import scheduled_lr
 from grpo_tui.worker.engine.step_output import StepResults, step_frame
-from grpo_tui.worker.engine.grpo import EntropyCoefficient
-from grpo_tui.worker.engine.update import PassResult, make_optimizer, micro_batches, optimize_pass
+from grpo_tui.worker.engine.learning.grpo import EntropyCoefficient
+from grpo_tui.worker.engine.learning.update import PassResult, make_optimizer, micro_batches, optimize_pass
 from grpo_tui.worker.records import EvalBatch, StepOutput
 
 __all__ = ["Trainer", "RewardError", "default_log"]

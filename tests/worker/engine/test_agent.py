@@ -13,14 +13,14 @@ import pytest
 
 from grpo_tui.protocol.config import GenerationConfig, GrpoConfig
 from grpo_tui.protocol.messages import Turn
-from grpo_tui.worker.engine import agent, rollout, sampling
+from grpo_tui.worker.engine.policy import agent, rollout, sampling
 from grpo_tui.worker.engine.accel import fastgen
-from grpo_tui.worker.engine.batch import MicroBatch, pack
-from grpo_tui.worker.engine.grpo import LossSettings
+from grpo_tui.worker.engine.learning.batch import MicroBatch, pack
+from grpo_tui.worker.engine.learning.grpo import LossSettings
 from tests.helpers.loss_cases import loss_and_grad
-from grpo_tui.worker.engine.reward_call import tool_conversation
-from grpo_tui.worker.engine.tool_schema import function_schema
-from grpo_tui.worker.engine.tools import Tool
+from grpo_tui.worker.engine.scoring.reward_call import tool_conversation
+from grpo_tui.worker.engine.scoring.tool_schema import function_schema
+from grpo_tui.worker.engine.scoring.tools import Tool
 from tests.helpers.worker_harness import PLAIN_TEXT, SECOND_CALL_TEXT, TOOL_CALL_TEXT, build_tool_calling_model
 from tests.helpers.plans import stock_plan
 
@@ -361,7 +361,7 @@ def test_keyed_agent_draws_take_the_planned_host_draw(monkeypatch):
     import mlx.core as mx
 
     from grpo_tui.protocol.config import GenerationConfig
-    from grpo_tui.worker.engine import agent, sampling
+    from grpo_tui.worker.engine.policy import agent, sampling
     from grpo_tui.worker.engine.accel import host_sampling
 
     calls = []

@@ -91,7 +91,7 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
 def fast_models(models):
     """(arch, precision) -> (stock model, model as the engine loads it (patched), tokenizer)."""
     from grpo_tui.protocol.config import LoraConfig, ModelConfig
-    from grpo_tui.worker.engine import model as model_io
+    from grpo_tui.worker.engine.models import model_io
     from grpo_tui.worker.engine.accel import cpu_fast, patches
 
     out = {}
@@ -113,7 +113,7 @@ FAST_CASES = [(a, p) for a in FAST for p in ("float", "4-bit")]
 @pytest.mark.parametrize("arch,precision", FAST_CASES)
 def test_compiled_rollout_equals_mlx_lm_batch_generation(arch, precision, fast_models, monkeypatch):
     from grpo_tui.protocol.config import GenerationConfig
-    from grpo_tui.worker.engine import rollout
+    from grpo_tui.worker.engine.policy import rollout
     from grpo_tui.worker.engine.accel import fastgen
 
     stock, engine, tokenizer = fast_models[arch, precision]
@@ -130,8 +130,8 @@ def test_compiled_rollout_equals_mlx_lm_batch_generation(arch, precision, fast_m
 @pytest.mark.parametrize("arch,precision", FAST_CASES)
 def test_shared_prompt_and_cpu_kernels_equal_stock_log_probs(arch, precision, fast_models):
     from grpo_tui.worker.engine.accel import cpu_fast, patches
-    from grpo_tui.worker.engine.batch import pack
-    from grpo_tui.worker.engine.logps import token_logps
+    from grpo_tui.worker.engine.learning.batch import pack
+    from grpo_tui.worker.engine.learning.logps import token_logps
 
     stock, engine, _ = fast_models[arch, precision]
     assert patches.is_patched(engine) == cpu_fast.enabled()

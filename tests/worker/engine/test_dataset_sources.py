@@ -9,7 +9,7 @@ import json
 import datasets
 import pytest
 
-from grpo_tui.worker.engine.dataset_sources import DatasetSourceError, iter_tools, read, read_tools_file
+from grpo_tui.worker.engine.prompts.dataset_sources import DatasetSourceError, iter_tools, read, read_tools_file
 
 ADD = {"type": "function", "function": {"name": "add", "description": "Add two numbers",
                                         "parameters": {"type": "object", "properties": {"a": {"type": "number"}},
@@ -121,7 +121,7 @@ def test_tool_schemas_reach_the_chat_template_from_a_column_or_the_tools_file(tm
 
 
 def test_a_bad_row_stops_the_start_naming_the_file_row_and_column(tmp_path):
-    from grpo_tui.worker.engine.data import DataError
+    from grpo_tui.worker.engine.prompts.data import DataError
 
     (tmp_path / "d.csv").write_text("question,answer\nWhat is 1+1?,2\n")
     with pytest.raises(DataError, match=r"d.csv row 1: no 'prompt' column \(the row has 'question', 'answer'\)"):
@@ -133,7 +133,7 @@ def test_a_bad_row_stops_the_start_naming_the_file_row_and_column(tmp_path):
 
 
 def test_tool_use_allows_the_tools_of_the_row():
-    from grpo_tui.worker.engine.rewards import tool_use
+    from grpo_tui.worker.engine.scoring.rewards import tool_use
 
     calls = ['<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>',
              '<tool_call>{"name": "mul", "arguments": {}}</tool_call>']

@@ -16,7 +16,7 @@ from mlx.utils import tree_flatten
 from mlx_lm import load as mlx_load
 
 from grpo_tui.protocol.config import ModelConfig, load_config
-from grpo_tui.worker.engine import memory_fit, model as model_io, model_source
+from grpo_tui.worker.engine.models import memory_fit, model_io, model_source
 from tests.helpers.arch_models import build, quantize, step_config
 from tests.conftest import ROOT
 

@@ -4,8 +4,8 @@ prompts, and the step's sampling metrics."""
 from __future__ import annotations
 
 from grpo_tui.worker.engine import dynamic_sampling as ds
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rollout import Completion
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.policy.rollout import Completion
 
 G = 2
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from grpo_tui.protocol.config import parse_config
-from grpo_tui.worker.engine import plan as engine_plan
-from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.models import plan as engine_plan
+from grpo_tui.worker.engine.models.plan import Head
 from tests.helpers.loss_cases import SWITCH_CONFIG, assert_same, grads, sgd_update, small_model, switch_batch
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
-from grpo_tui.worker.engine.grpo import LossSettings, high_entropy_mask, policy_loss
+from grpo_tui.worker.engine.learning.grpo import LossSettings, high_entropy_mask, policy_loss
 
 
 def trl_entropy_mask(entropies: np.ndarray, mask: np.ndarray, threshold: float) -> np.ndarray:
@@ -139,7 +139,7 @@ def _model(vocab: int = 300):
 
 
 def _micro_batches(vocab: int = 300):
-    from grpo_tui.worker.engine.batch import pack
+    from grpo_tui.worker.engine.learning.batch import pack
 
     out = []
     for seed in (4, 5):
@@ -156,8 +156,8 @@ def _pass(loss_type: str, quantile: float, **plan_changes):
     import mlx.optimizers as optim
     from mlx.utils import tree_flatten
 
-    from grpo_tui.worker.engine import plan as engine_plan
-    from grpo_tui.worker.engine.update import optimize_pass
+    from grpo_tui.worker.engine.models import plan as engine_plan
+    from grpo_tui.worker.engine.learning.update import optimize_pass
 
     config = parse_config(TRAIN_CONFIG.format(loss_type=loss_type, quantile=quantile), check_paths=False)
     model = _model()

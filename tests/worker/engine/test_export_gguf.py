@@ -10,8 +10,8 @@ import pytest
 
 from grpo_tui.protocol.config import ModelConfig, load_config
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import export_gguf
-from grpo_tui.worker.engine import model as model_io
+from grpo_tui.worker.engine.models import export_gguf
+from grpo_tui.worker.engine.models import model_io
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.helpers.arch_models import LORA, step_config
 from tests.helpers.gguf_files import build_model, write_gguf

@@ -1,9 +1,9 @@
-"""The fused LM head's backward keeps few vocabulary-sized arrays (worker/engine/chunked_head.py)."""
+"""The fused LM head's backward keeps few vocabulary-sized arrays (worker/engine/learning/chunked_head.py)."""
 
 import mlx.core as mx
 import numpy as np
 
-from grpo_tui.worker.engine import chunked_head
+from grpo_tui.worker.engine.learning import chunked_head
 
 
 def _peak_above_inputs(run) -> int:

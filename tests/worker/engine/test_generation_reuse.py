@@ -10,8 +10,8 @@ import pytest
 from grpo_tui.common.live_settings import NOT_LIVE
 from grpo_tui.protocol.config import ConfigError, load_config
 from grpo_tui.worker.engine import generation_reuse
-from grpo_tui.worker.engine.grpo import group_advantages
-from grpo_tui.worker.engine.logps import token_logps
+from grpo_tui.worker.engine.learning.grpo import group_advantages
+from grpo_tui.worker.engine.learning.logps import token_logps
 from grpo_tui.worker.engine.stepwise import Engine, EngineError
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.helpers.tiny_model import build_tiny_model, write_config

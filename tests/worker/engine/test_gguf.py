@@ -20,7 +20,7 @@ from mlx_lm import load as mlx_load
 
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.protocol.outcome import Exit, Mistake
-from grpo_tui.worker.engine import gguf, model as model_io, model_source
+from grpo_tui.worker.engine.models import gguf, model_io, model_source
 from tests.helpers.arch_models import LORA, step_config
 from tests.conftest import ROOT
 from tests.helpers.gguf_files import TEXTS, build_model, write_gguf

@@ -6,8 +6,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from grpo_tui.worker.engine import grpo
-from grpo_tui.worker.engine.grpo import LossSettings, group_advantages
+from grpo_tui.worker.engine.learning import grpo
+from grpo_tui.worker.engine.learning.grpo import LossSettings, group_advantages
 
 
 def policy_loss(logps, old_logps, advantages, mask, *, loss_type, epsilon, epsilon_high, beta=0.0,
@@ -201,7 +201,7 @@ def test_clip_extremes_are_each_completions_clipped_share_at_its_least_and_most(
 
 
 def test_clip_extremes_are_the_micro_batch_extreme_then_the_mean_over_micro_batches():
-    from grpo_tui.worker.engine.update import _add_metrics, pass_stats
+    from grpo_tui.worker.engine.learning.update import _add_metrics, pass_stats
 
     def part(low_min, high_max, tokens):
         return mx.array(0.0), None, {"tokens": mx.array(tokens), "clip_ratio_low": mx.array(0.5),

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, RewardConfig
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rewards import json_schema, load_rewards
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.scoring.rewards import json_schema, load_rewards
 
 SCHEMA = {
     "$defs": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},

@@ -8,9 +8,9 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ConfigError, parse_config
-from grpo_tui.worker.engine import memory_fit
-from grpo_tui.worker.engine.judge import Judge, take_seconds, weights_bytes
-from grpo_tui.worker.engine.rewards import load_rewards, score
+from grpo_tui.worker.engine.models import memory_fit
+from grpo_tui.worker.engine.scoring.judge import Judge, take_seconds, weights_bytes
+from grpo_tui.worker.engine.scoring.rewards import load_rewards, score
 from tests.helpers.judge_model import build_digit_judge
 
 COMPLETIONS = ["hello there", "the answer is 7", "no digits at all, none", "x" * 150 + "3", "", "<think>4</think>ok"]

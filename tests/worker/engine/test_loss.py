@@ -6,9 +6,10 @@ import pytest
 from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.protocol.config import LoraConfig, ModelConfig, parse_config
-from grpo_tui.worker.engine import batch as batch_layout, model as model_io, plan as engine_plan
-from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.grpo import LossSettings
+from grpo_tui.worker.engine.learning import batch as batch_layout
+from grpo_tui.worker.engine.models import model_io, plan as engine_plan
+from grpo_tui.worker.engine.learning.batch import pack
+from grpo_tui.worker.engine.learning.grpo import LossSettings
 from tests.helpers.loss_cases import LOSS_CONFIG, loss_and_grad
 from tests.helpers.tiny_model import build_tiny_model
 
@@ -76,7 +77,7 @@ def test_small_models_compile_and_large_ones_do_not(model, monkeypatch):
 
 
 def test_target_logps_gradient_matches_plain_autodiff():
-    from grpo_tui.worker.engine.logps import _logps_entropy
+    from grpo_tui.worker.engine.learning.logps import _logps_entropy
 
     logits = mx.random.normal((6, 5, 300), key=mx.random.key(0)) * 3
     targets = mx.random.randint(0, 300, (6, 5), key=mx.random.key(1))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
-from grpo_tui.worker.engine.grpo import LOSS_TYPES, EntropyCoefficient, LossSettings, policy_loss
+from grpo_tui.worker.engine.learning.grpo import LOSS_TYPES, EntropyCoefficient, LossSettings, policy_loss
 
 MAX_LEN = 9
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
-from grpo_tui.worker.engine import memory_fit
+from grpo_tui.worker.engine.models import memory_fit
 from tests.helpers.loss_cases import SWITCH_CONFIG, head_gradient_peak, small_model
 
 QWEN3_06B = memory_fit.StepShape(parameters=596_049_920, trainable=596_049_920, bytes_per_value=4, vocabulary=151_936,

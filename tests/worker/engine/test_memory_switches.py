@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from mlx_lm.models import qwen3
 
-from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan
-from grpo_tui.worker.engine.batch import pack, row_parts
-from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.learning import gradient_checkpointing as checkpointing, chunked_head
+from grpo_tui.worker.engine.models import plan as engine_plan
+from grpo_tui.worker.engine.learning.batch import pack, row_parts
+from grpo_tui.worker.engine.models.plan import Head
 from tests.helpers.same_update import assert_same_update
 from tests.helpers.loss_cases import (
     G, VOCAB, add_lora, assert_same, grads, head_gradient_peak, host_head_of, sgd_update, small_model, switch_batch, switch_config,

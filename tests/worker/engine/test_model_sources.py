@@ -38,7 +38,7 @@ def run_offline(home: Path, code: str) -> subprocess.CompletedProcess:
 
 LOAD = """
 from grpo_tui.protocol.config import ModelConfig
-from grpo_tui.worker.engine.model_source import resolve, ModelSourceError
+from grpo_tui.worker.engine.models.model_source import resolve, ModelSourceError
 from mlx_lm import load, generate
 try:
     folder = resolve({repo!r})
@@ -67,7 +67,7 @@ def test_a_missing_model_id_is_one_sentence_naming_it_and_what_was_tried(tmp_pat
 
 
 def test_an_architecture_mlx_lm_lacks_is_one_sentence_naming_the_model_type(tmp_path):
-    from grpo_tui.worker.engine.model_source import ModelSourceError, inspect_model
+    from grpo_tui.worker.engine.models.model_source import ModelSourceError, inspect_model
 
     folder = build(tmp_path / "m", "qwen3")
     config = json.loads((folder / "config.json").read_text())
@@ -78,7 +78,7 @@ def test_an_architecture_mlx_lm_lacks_is_one_sentence_naming_the_model_type(tmp_
 
 
 def test_full_fine_tuning_a_quantized_model_is_a_config_error_naming_model_lora(tmp_path):
-    from grpo_tui.worker.engine.model_source import inspect_model
+    from grpo_tui.worker.engine.models.model_source import inspect_model
 
     q4 = quantize(build(tmp_path / "m", "qwen3"), tmp_path / "q4", 4)
     with pytest.raises(ConfigError) as caught:
@@ -93,7 +93,7 @@ def test_the_parameter_count_from_the_weight_headers_is_the_loaded_model_s(tmp_p
     from mlx.utils import tree_flatten
     from mlx_lm import load
 
-    from grpo_tui.worker.engine.model_source import parameter_count
+    from grpo_tui.worker.engine.models.model_source import parameter_count
 
     for folder in (build(tmp_path / "m", "qwen3"), quantize(build(tmp_path / "m2", "qwen3"), tmp_path / "q4", 4)):
         loaded = sum(v.size for _, v in tree_flatten(load(str(folder))[0].parameters()))
@@ -104,7 +104,7 @@ def test_the_parameter_count_from_the_weight_headers_is_the_loaded_model_s(tmp_p
 def test_a_hub_id_is_looked_up_once_per_process(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from grpo_tui.worker.engine import model_source
+    from grpo_tui.worker.engine.models import model_source
 
     snapshot = build(tmp_path / "snapshot", "qwen3")
     calls = []

@@ -10,10 +10,10 @@ import pytest
 
 from grpo_tui.protocol.config import validate
 from grpo_tui.worker.engine import dynamic_sampling as ds
-from grpo_tui.worker.engine.grpo import group_advantages, normalize_then_sum
-from grpo_tui.worker.engine.reward_call import StepLog
-from grpo_tui.worker.engine.rollout import Completion
-from grpo_tui.worker.engine.grpo import advantages as _advantages
+from grpo_tui.worker.engine.learning.grpo import group_advantages, normalize_then_sum
+from grpo_tui.worker.engine.scoring.reward_call import StepLog
+from grpo_tui.worker.engine.policy.rollout import Completion
+from grpo_tui.worker.engine.learning.grpo import advantages as _advantages
 from tests.helpers.trl_advantages import trl_normalize_then_sum, trl_sum_then_normalize
 
 

@@ -6,7 +6,8 @@ import mlx.core as mx
 import pytest
 
 from grpo_tui.protocol import config
-from grpo_tui.worker.engine import grpo, rewards
+from grpo_tui.worker.engine.learning import grpo
+from grpo_tui.worker.engine.scoring import rewards
 
 
 def test_loss_types_are_the_config_literal():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpo_tui.worker.engine.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
+from grpo_tui.worker.engine.policy.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
 
 
 def test_thinking_is_split_from_the_answer():

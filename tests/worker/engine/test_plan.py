@@ -6,11 +6,13 @@ import dataclasses
 import pytest
 
 from grpo_tui.protocol.config import GenerationConfig, ModelConfig, parse_config
-from grpo_tui.worker.engine import model as model_io, plan as engine_plan, rollout, update
+from grpo_tui.worker.engine.models import model_io, plan as engine_plan
+from grpo_tui.worker.engine.policy import rollout
+from grpo_tui.worker.engine.learning import update
 from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_sampling, host_vocab, memory
-from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.plan import Head
-from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
+from grpo_tui.worker.engine.learning.batch import pack
+from grpo_tui.worker.engine.models.plan import Head
+from grpo_tui.worker.engine.learning.update import make_optimizer, optimize_pass
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.loss_cases import STREAMS_CONFIG, stream_batch
 

@@ -11,9 +11,9 @@ import pytest
 
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import Turn
-from grpo_tui.worker.engine import agent
+from grpo_tui.worker.engine.policy import agent
 from grpo_tui.worker.engine.accel import fastgen
-from grpo_tui.worker.engine.tools import RowTools
+from grpo_tui.worker.engine.scoring.tools import RowTools
 from tests.helpers.plans import stock_plan
 
 DEMO_MODEL = Path(__file__).resolve().parents[3] / "examples" / "models" / "tiny-agent"

@@ -5,8 +5,8 @@ import time
 import pytest
 
 from grpo_tui.protocol.config import RewardConfig
-from grpo_tui.worker.engine import rewards as R
-from grpo_tui.worker.engine.rewards import RewardError, RewardFailed, load_rewards, score
+from grpo_tui.worker.engine.scoring import rewards as R
+from grpo_tui.worker.engine.scoring.rewards import RewardError, RewardFailed, load_rewards, score
 
 
 def test_accuracy_compares_the_final_answer_numerically_or_as_text():
@@ -111,7 +111,7 @@ def test_custom_functions_get_columns_and_may_be_async(tmp_path):
 
 
 def test_module_function_and_duplicate_labels(tmp_path):
-    rs = load_rewards([RewardConfig(function="grpo_tui.worker.engine.rewards:accuracy"), RewardConfig(name="accuracy")])
+    rs = load_rewards([RewardConfig(function="grpo_tui.worker.engine.scoring.rewards:accuracy"), RewardConfig(name="accuracy")])
     assert [r.label for r in rs] == ["accuracy", "accuracy#2"]
 
 
@@ -155,7 +155,7 @@ def test_the_config_knows_each_builtin_rewards_parameters():
     import inspect
 
     from grpo_tui.protocol.config import BUILTIN_REWARD_PARAMS
-    from grpo_tui.worker.engine.rewards import BUILTINS
+    from grpo_tui.worker.engine.scoring.rewards import BUILTINS
 
     filled = {"prompts", "completions", "completion_ids", "answer", "metadata", "num_tokens", "tools", "log_extra", "_"}
     for name, fn in BUILTINS.items():

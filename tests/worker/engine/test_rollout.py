@@ -7,10 +7,10 @@ import pytest
 from mlx_lm import load
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.logps import completion_logits, token_logps
-from grpo_tui.worker.engine.plan import EnginePlan, Head
-from grpo_tui.worker.engine.rollout import finish_reason, generate, repetition_period
+from grpo_tui.worker.engine.learning.batch import pack
+from grpo_tui.worker.engine.learning.logps import completion_logits, token_logps
+from grpo_tui.worker.engine.models.plan import EnginePlan, Head
+from grpo_tui.worker.engine.policy.rollout import finish_reason, generate, repetition_period
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.plans import stock_plan
 

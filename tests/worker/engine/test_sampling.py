@@ -1,4 +1,4 @@
-"""The keyed sampler (worker/engine/sampling.py): the law of mlx-lm's sampler (filters, then
+"""The keyed sampler (worker/engine/policy/sampling.py): the law of mlx-lm's sampler (filters, then
 mx.random.categorical at the temperature), noise that never overflows, and a row's tokens
 independent of the batch it is in, for both draws (``host``: the numpy inverse-CDF the plan runs on
 the CPU; else MLX's Gumbel-max)."""
@@ -13,7 +13,7 @@ import pytest
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.worker.engine import sampling
+from grpo_tui.worker.engine.policy import sampling
 
 BOTH = pytest.mark.parametrize("host", [True, False], ids=["numpy", "mlx"])
 

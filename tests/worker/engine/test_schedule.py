@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_tui.worker.engine.schedule import SCHEDULER_TYPES, lr_at, warmup_steps
+from grpo_tui.worker.engine.learning.schedule import SCHEDULER_TYPES, lr_at, warmup_steps
 
 
 def _transformers_lambdas() -> dict[str, object]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_tui.protocol.config import ConfigError, parse_config
-from grpo_tui.worker.engine.rewards import load_rewards, score
+from grpo_tui.worker.engine.scoring.rewards import load_rewards, score
 
 
 class TrlSoftOverlongPunishment:

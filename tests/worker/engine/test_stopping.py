@@ -5,7 +5,7 @@ import pytest
 from mlx_lm import load
 
 from grpo_tui.protocol.config import GenerationConfig
-from grpo_tui.worker.engine import rollout
+from grpo_tui.worker.engine.policy import rollout
 from grpo_tui.worker.engine.accel import fastgen
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.plans import stock_plan
@@ -63,7 +63,7 @@ def test_stop_string_cuts_the_text_and_keeps_the_completing_token(tiny, path):
 
 def test_which_completions_leave_the_loss():
     from grpo_tui.protocol.config import GrpoConfig
-    from grpo_tui.worker.engine.update import masked_out
+    from grpo_tui.worker.engine.learning.update import masked_out
 
     kept = GrpoConfig()
     assert not any(masked_out(kept, f) for f in ("stop", "length", "repetition"))  # TRL's default: all train

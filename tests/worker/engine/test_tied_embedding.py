@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from mlx_lm.models import qwen3
 
-from grpo_tui.worker.engine import checkpointing, chunked_head, plan as engine_plan, tied_embedding
-from grpo_tui.worker.engine.batch import pack
+from grpo_tui.worker.engine.learning import gradient_checkpointing as checkpointing, chunked_head, tied_embedding
+from grpo_tui.worker.engine.models import plan as engine_plan
+from grpo_tui.worker.engine.learning.batch import pack
 from tests.helpers.same_update import assert_same_update
-from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.models.plan import Head
 from tests.helpers.loss_cases import (
     assert_same, grads, host_head_of, sgd_update, small_model, switch_batch, switch_config,
 )

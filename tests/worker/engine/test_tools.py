@@ -12,9 +12,9 @@ import pytest
 
 from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall
-from grpo_tui.worker.engine.parsing import parse_tool_calls
-from grpo_tui.worker.engine.tool_schema import SchemaError, function_schema
-from grpo_tui.worker.engine.tools import MAX_RESULT_CHARS, Tool, ToolError, load_tools, run_call
+from grpo_tui.worker.engine.policy.parsing import parse_tool_calls
+from grpo_tui.worker.engine.scoring.tool_schema import SchemaError, function_schema
+from grpo_tui.worker.engine.scoring.tools import MAX_RESULT_CHARS, Tool, ToolError, load_tools, run_call
 
 
 def multiply(a: int, b: int) -> int:
@@ -234,7 +234,7 @@ def test_sys_exit_in_a_tool_is_an_error_not_an_exit():
 
 
 def test_a_chat_template_that_cannot_render_a_tool_message_stops_the_start():
-    from grpo_tui.worker.engine.agent import check_template
+    from grpo_tui.worker.engine.policy.agent import check_template
 
     class Alternating:  # like templates that raise "Conversation roles must alternate user/assistant"
         chat_template = "..."

@@ -10,11 +10,11 @@ from mlx.utils import tree_flatten
 from mlx_lm import generate as mlx_generate, load
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker.engine import loss as loss_step
+from grpo_tui.worker.engine.learning import loss as loss_step
 from grpo_tui.worker import records
 from grpo_tui.worker.engine.trainer import Trainer
 from tests.helpers.tiny_model import build_tiny_model, write_config
-from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.models.plan import Head
 
 BASE = """
 [grpo]
@@ -265,9 +265,9 @@ def test_perplexity_and_token_accuracy_are_the_sampling_policys_on_the_trained_t
         tmp_path, model_dir, monkeypatch, env, extra, head):
     """Against the model's own logits: exp of the mean token NLL and the share of top-1 tokens over
     the loss's tokens, under the weights that sampled them, on every head path of the plan."""
-    from grpo_tui.worker.engine import update
+    from grpo_tui.worker.engine.learning import update
     from grpo_tui.worker.engine.accel import host_vocab
-    from grpo_tui.worker.engine.logps import batch_logits
+    from grpo_tui.worker.engine.learning.logps import batch_logits
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)

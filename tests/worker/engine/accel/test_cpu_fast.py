@@ -12,9 +12,9 @@ from mlx_lm.models import cache as lm_cache
 from mlx_lm.models import llama
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker.engine import plan as engine_plan
+from grpo_tui.worker.engine.models import plan as engine_plan
 from grpo_tui.worker.engine.accel import cpu_fast, patches
-from grpo_tui.worker.engine.model import load as policy_load
+from grpo_tui.worker.engine.models.model_io import load as policy_load
 from tests.conftest import EXAMPLES
 from tests.helpers.loss_cases import LOSS_CONFIG, close
 

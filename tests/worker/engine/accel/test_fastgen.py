@@ -13,9 +13,9 @@ from mlx_lm.models import llama
 from mlx_lm.sample_utils import make_sampler
 
 from grpo_tui.protocol.config import GenerationConfig, ModelConfig
-from grpo_tui.worker.engine import rollout
+from grpo_tui.worker.engine.policy import rollout
 from grpo_tui.worker.engine.accel import cpu_fast, fastgen, patches
-from grpo_tui.worker.engine.model import load as policy_load
+from grpo_tui.worker.engine.models.model_io import load as policy_load
 from tests.conftest import EXAMPLES
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.plans import stock_plan

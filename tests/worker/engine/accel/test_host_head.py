@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from mlx_lm.models import qwen3
 
-from grpo_tui.worker.engine import chunked_head
+from grpo_tui.worker.engine.learning import chunked_head
 from grpo_tui.worker.engine.accel import host_head, host_vocab
-from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.logps import _logps_entropy
-from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.learning.batch import pack
+from grpo_tui.worker.engine.learning.logps import _logps_entropy
+from grpo_tui.worker.engine.models.plan import Head
 from tests.helpers.loss_cases import (
     assert_same, grads, host_head_of, reference_is_top, reference_logps_entropy, small_model, switch_batch, switch_config,
 )

@@ -6,11 +6,12 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker.engine import chunked_head, model as model_io
+from grpo_tui.worker.engine.learning import chunked_head
+from grpo_tui.worker.engine.models import model_io
 from grpo_tui.worker.engine.accel import host_vocab
-from grpo_tui.worker.engine.logps import _logps_entropy
-from grpo_tui.worker.engine.grpo import LossSettings
-from grpo_tui.worker.engine.plan import Head
+from grpo_tui.worker.engine.learning.logps import _logps_entropy
+from grpo_tui.worker.engine.learning.grpo import LossSettings
+from grpo_tui.worker.engine.models.plan import Head
 from tests.helpers.loss_cases import STREAMS_CONFIG, loss_and_grad, reference_is_top, reference_logps_entropy, stream_batch
 from tests.helpers.tiny_model import build_tiny_model
 

@@ -7,7 +7,7 @@ import pytest
 
 PROBE = """
 import resource, mlx.core as mx
-from grpo_tui.worker.engine.plan import prepare_process
+from grpo_tui.worker.engine.models.plan import prepare_process
 print(prepare_process())  # reads GRPO_TUI_KEEP_FREED_MEMORY
 def big():
     a = mx.ones((50_000_000,))  # 200 MB: above glibc's largest mmap threshold

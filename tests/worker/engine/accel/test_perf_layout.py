@@ -9,7 +9,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from grpo_tui.worker.engine.accel import patches
 from grpo_tui.worker.engine.accel.patches import row_major_weight_grads
-from grpo_tui.worker.engine.update import FusedAdamW, _global_norm
+from grpo_tui.worker.engine.learning.update import FusedAdamW, _global_norm
 
 
 class Tiny(nn.Module):

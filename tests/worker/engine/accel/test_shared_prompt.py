@@ -7,9 +7,9 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig
-from grpo_tui.worker.engine import model as model_io
-from grpo_tui.worker.engine.batch import pack
-from grpo_tui.worker.engine.logps import token_logps
+from grpo_tui.worker.engine.models import model_io
+from grpo_tui.worker.engine.learning.batch import pack
+from grpo_tui.worker.engine.learning.logps import token_logps
 from grpo_tui.worker.engine.accel.llama_family import padded_causal_mask
 from grpo_tui.worker.engine.accel.shared_prompt import group_prompts
 from tests.helpers.tiny_model import build_tiny_model

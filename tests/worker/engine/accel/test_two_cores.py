@@ -11,11 +11,11 @@ import pytest
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import ModelConfig, parse_config
-from grpo_tui.worker.engine import model as model_io, plan as engine_plan
+from grpo_tui.worker.engine.models import model_io, plan as engine_plan
 from grpo_tui.worker.engine.accel import two_cores
-from grpo_tui.worker.engine.batch import halves
-from grpo_tui.worker.engine.grpo import LossSettings
-from grpo_tui.worker.engine.update import make_optimizer, optimize_pass
+from grpo_tui.worker.engine.learning.batch import halves
+from grpo_tui.worker.engine.learning.grpo import LossSettings
+from grpo_tui.worker.engine.learning.update import make_optimizer, optimize_pass
 from tests.helpers.loss_cases import STREAMS_CONFIG, loss_and_grad, stream_batch
 from tests.helpers.tiny_model import build_tiny_model
 from tests.helpers.same_update import assert_same_update
@@ -126,7 +126,7 @@ def test_the_worker_widens_mlx_evaluation_order_for_a_small_model_unless_the_use
     env = {k: v for k, v in os.environ.items() if k != "MLX_BFS_MAX_WIDTH"}
     if preset is not None:
         env["MLX_BFS_MAX_WIDTH"] = preset
-    code = ("import os; from grpo_tui.worker.engine import plan; "
+    code = ("import os; from grpo_tui.worker.engine.models import plan; "
             f"plan.prepare_process(parameters={parameters}); print(os.environ.get('MLX_BFS_MAX_WIDTH', 'unset'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == expected

@@ -15,7 +15,7 @@ from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.common import preflight
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
-from grpo_tui.worker.engine import gguf, model_source
+from grpo_tui.worker.engine.models import gguf, model_source
 from grpo_tui.worker.engine.accel.patches import row_major_weight_grads
 
 TOKENIZER_FILES = (

@@ -34,7 +34,7 @@ import mlx.nn as nn
 from grpo_tui.worker.engine.accel import cpu_fast
 from grpo_tui.worker.engine.accel.llama_family import is_llama_family
 from grpo_tui.worker.engine.accel.temperature import tempered
-from grpo_tui.worker.engine.token_stats import TokenStats
+from grpo_tui.worker.engine.learning.token_stats import TokenStats
 
 
 Quantization = tuple[int, int, str] | None  # (group_size, bits, mode) of a quantized head, None if plain

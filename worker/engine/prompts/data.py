@@ -19,7 +19,7 @@ import numpy as np
 from grpo_tui.common import data_check
 from grpo_tui.protocol.config import DataConfig, RewardConfig
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import dataset_sources
+from grpo_tui.worker.engine.prompts import dataset_sources
 
 
 # The roles of TRL's conversational format; another passes into the chat template unchecked (some

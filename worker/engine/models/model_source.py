@@ -22,7 +22,7 @@ from typing import Any
 from grpo_tui.common import preflight, resume_check
 from grpo_tui.protocol.config import ModelConfig
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import gguf
+from grpo_tui.worker.engine.models import gguf
 
 HUB_ID_HELP = "a local model folder, a GGUF file or a Hugging Face id like Qwen/Qwen3-0.6B"
 

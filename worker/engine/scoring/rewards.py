@@ -27,14 +27,15 @@ from grpo_tui.common import preflight
 from grpo_tui.common.reward_names import EXTRAS, argument_problem
 from grpo_tui.protocol.config import RewardConfig
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import reasoning_gym_source, schema_check, timed_calls
-from grpo_tui.worker.engine.data import Example, columns_for
-from grpo_tui.worker.engine.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
-from grpo_tui.worker.engine.reward_call import Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
+from grpo_tui.worker.engine.prompts import reasoning_gym_source
+from grpo_tui.worker.engine.scoring import schema_check, timed_calls
+from grpo_tui.worker.engine.prompts.data import Example, columns_for
+from grpo_tui.worker.engine.policy.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
+from grpo_tui.worker.engine.scoring.reward_call import Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
 from grpo_tui.worker.records import SaidFailure
 
 if TYPE_CHECKING:
-    from grpo_tui.worker.engine.rollout import Completion
+    from grpo_tui.worker.engine.policy.rollout import Completion
 
 RewardFn = Callable[..., Any]
 
@@ -352,7 +353,7 @@ class Reward:
     @classmethod
     def from_config(cls, config: RewardConfig, index: int = 0) -> "Reward":
         if config.judge is not None:
-            from grpo_tui.worker.engine.judge import Judge
+            from grpo_tui.worker.engine.scoring.judge import Judge
 
             judge = Judge(config.judge)
             return cls(config.label, judge, config.weight, config.timeout_s, config.on_error, {}, True,

@@ -25,9 +25,9 @@ from grpo_tui.common import preflight
 from grpo_tui.protocol.config import ToolConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine.rewards import RewardError, call_with_timeout, describe_error, load_function
-from grpo_tui.worker.engine.timed_calls import StillHung
-from grpo_tui.worker.engine.tool_schema import SchemaError, function_schema
+from grpo_tui.worker.engine.scoring.rewards import RewardError, call_with_timeout, describe_error, load_function
+from grpo_tui.worker.engine.scoring.timed_calls import StillHung
+from grpo_tui.worker.engine.scoring.tool_schema import SchemaError, function_schema
 
 # A result longer than this is cut (with a note saying so): it would fill the completion budget
 # and the store with one value.

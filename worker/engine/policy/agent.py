@@ -57,16 +57,16 @@ import msgspec
 
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import ToolCall, Turn
-from grpo_tui.worker.engine import rollout
+from grpo_tui.worker.engine.policy import rollout
 from grpo_tui.worker.engine.accel import fastgen
 from grpo_tui.worker.engine.accel.rowgen import CompiledRows
-from grpo_tui.worker.engine.generator_rows import GeneratorRows
-from grpo_tui.worker.engine.parsing import parse_tool_calls
-from grpo_tui.worker.engine.plan import EnginePlan
-from grpo_tui.worker.engine.rewards import describe_error
-from grpo_tui.worker.engine.sampling import KeyedSampler
-from grpo_tui.worker.engine.stopping import cut_at_stop, make_row_stops
-from grpo_tui.worker.engine.tools import RowTools, Tool, ToolError, run_call
+from grpo_tui.worker.engine.policy.generator_rows import GeneratorRows
+from grpo_tui.worker.engine.policy.parsing import parse_tool_calls
+from grpo_tui.worker.engine.models.plan import EnginePlan
+from grpo_tui.worker.engine.scoring.rewards import describe_error
+from grpo_tui.worker.engine.policy.sampling import KeyedSampler
+from grpo_tui.worker.engine.policy.stopping import cut_at_stop, make_row_stops
+from grpo_tui.worker.engine.scoring.tools import RowTools, Tool, ToolError, run_call
 
 CLOSE = "</tool_call>"
 _MARK = "GRPOTUIASSISTANTTURNEND"  # stands for the model's turn when the template renders a tool message

@@ -25,7 +25,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import GenerationConfig, JudgeConfig
-from grpo_tui.worker.engine import model as model_io, plan as engine_plan
+from grpo_tui.worker.engine.models import model_io, plan as engine_plan
 from grpo_tui.worker.engine.accel.llama_family import head_logits, is_llama_family
 
 NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
@@ -121,7 +121,7 @@ class Judge:
 
     def _replies(self, rows: list[list[int]]) -> list[str]:
         """Greedy replies of at most ``max_tokens`` tokens (the engine's batched rollout)."""
-        from grpo_tui.worker.engine import rollout
+        from grpo_tui.worker.engine.policy import rollout
 
         gen = GenerationConfig(max_completion_length=self.config.max_tokens)
         done = rollout.generate(self.model, self.tokenizer, rows, 1, gen, greedy=True, logprobs=False, plan=self.plan)

@@ -14,13 +14,13 @@ from typing import Any, Callable
 import mlx.core as mx
 import mlx.nn as nn
 
-from grpo_tui.worker.engine import batch as batch_layout
-from grpo_tui.worker.engine import tied_embedding
-from grpo_tui.worker.engine.batch import MicroBatch
-from grpo_tui.worker.engine.grpo import LossSettings, PartOf, policy_loss
-from grpo_tui.worker.engine.logps import lookup_ids, token_logps
-from grpo_tui.worker.engine.plan import Head
-from grpo_tui.worker.engine.tied_embedding import LookupGradient
+from grpo_tui.worker.engine.learning import batch as batch_layout
+from grpo_tui.worker.engine.learning import tied_embedding
+from grpo_tui.worker.engine.learning.batch import MicroBatch
+from grpo_tui.worker.engine.learning.grpo import LossSettings, PartOf, policy_loss
+from grpo_tui.worker.engine.learning.logps import lookup_ids, token_logps
+from grpo_tui.worker.engine.models.plan import Head
+from grpo_tui.worker.engine.learning.tied_embedding import LookupGradient
 
 class LossFunctions:
     """The loss-and-gradient functions of one model, by everything their trace bakes in. Owned by

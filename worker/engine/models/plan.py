@@ -18,7 +18,8 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import Config
-from grpo_tui.worker.engine import architectures, chunked_head, memory_fit
+from grpo_tui.worker.engine.models import architectures, memory_fit
+from grpo_tui.worker.engine.learning import chunked_head
 from grpo_tui.worker.engine.accel import cpu_fast, fastgen, host_head, host_vocab, memory, patches, shared_prompt, two_cores
 
 # Above this a step is matmul-bound: BLAS already uses both cores, and a trace of every layer costs

@@ -16,18 +16,18 @@ import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from grpo_tui.protocol.config import Config, GrpoConfig
-from grpo_tui.worker.engine import tied_embedding
+from grpo_tui.worker.engine.learning import tied_embedding
 from grpo_tui.worker.engine.accel import two_cores
-from grpo_tui.worker.engine.batch import MicroBatch, halves, pack, row_parts
-from grpo_tui.worker.engine.grpo import DAPO_NORMALISED, EXTREMES, EntropyCoefficient, LossSettings, high_entropy_mask
-from grpo_tui.worker.engine.logps import token_logps
-from grpo_tui.worker.engine.loss import LossFunctions, loss_grad_parts
-from grpo_tui.worker.engine.plan import EnginePlan
+from grpo_tui.worker.engine.learning.batch import MicroBatch, halves, pack, row_parts
+from grpo_tui.worker.engine.learning.grpo import DAPO_NORMALISED, EXTREMES, EntropyCoefficient, LossSettings, high_entropy_mask
+from grpo_tui.worker.engine.learning.logps import token_logps
+from grpo_tui.worker.engine.learning.loss import LossFunctions, loss_grad_parts
+from grpo_tui.worker.engine.models.plan import EnginePlan
 
 if TYPE_CHECKING:
-    from grpo_tui.worker.engine.data import Example
+    from grpo_tui.worker.engine.prompts.data import Example
     from grpo_tui.worker.engine.distributed import Ranks
-    from grpo_tui.worker.engine.rollout import Completion
+    from grpo_tui.worker.engine.policy.rollout import Completion
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from grpo_tui.common.install_hint import not_installed
 from grpo_tui.protocol.config_environments import ReasoningGymConfig
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine.parsing import split_thinking
+from grpo_tui.worker.engine.policy.parsing import split_thinking
 
 ANSWER_TAG = "answer"
 

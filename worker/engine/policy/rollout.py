@@ -24,9 +24,9 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from grpo_tui.protocol.config import GenerationConfig
 from grpo_tui.protocol.messages import Turn
 from grpo_tui.worker.engine.accel import fastgen
-from grpo_tui.worker.engine.plan import EnginePlan
-from grpo_tui.worker.engine.sampling import KeyedSampler
-from grpo_tui.worker.engine.stopping import cut_at_stop, make_row_stops
+from grpo_tui.worker.engine.models.plan import EnginePlan
+from grpo_tui.worker.engine.policy.sampling import KeyedSampler
+from grpo_tui.worker.engine.policy.stopping import cut_at_stop, make_row_stops
 
 # A length-limited completion whose tail is one block of 1..MAX_PERIOD tokens repeated at least
 # MIN_REPEATS times (and covering at least MIN_SPAN tokens) finished by "repetition".

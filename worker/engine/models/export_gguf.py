@@ -1,6 +1,6 @@
 """A checkpoint of a GGUF-born run, back to a GGUF file for llama.cpp and Ollama:
 
-    python -m grpo_tui.worker.engine.export_gguf runs/smollm2-arith/final smollm2-arith.gguf [--dtype f16|f32]
+    python -m grpo_tui.worker.engine.models.export_gguf runs/smollm2-arith/final smollm2-arith.gguf [--dtype f16|f32]
 
 The checkpoint is a full fine-tune (``model.safetensors``) or LoRA adapters (fused into their base
 first); quantized weights are dequantized. The tensors go back to llama.cpp's names and, for the
@@ -26,7 +26,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import gguf
+from grpo_tui.worker.engine.models import gguf
 
 SOURCE_NOTE = "gguf_source.json"
 FILE_TYPES = {"f32": 0, "f16": 1}  # llama.cpp's LLAMA_FTYPE_ALL_F32 / MOSTLY_F16
@@ -113,7 +113,7 @@ def export(checkpoint: Path, out: Path, dtype: str = "f16", source: Path | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpo_tui.worker.engine.export_gguf", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m grpo_tui.worker.engine.models.export_gguf", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="a checkpoint folder of a GGUF-born run (e.g. runs/x/final)")
     parser.add_argument("out", type=Path, help="the GGUF file to write")

@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import data
-from grpo_tui.worker.engine.rewards import RewardError, describe_error, load_function
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine.scoring.rewards import RewardError, describe_error, load_function
 
 if TYPE_CHECKING:  # the rollout (and MLX) come in at the first round: the worker loads this before MLX
-    from grpo_tui.worker.engine.rollout import Completion
+    from grpo_tui.worker.engine.policy.rollout import Completion
 
 KEY = "environment.rollout_func"
 REQUIRED = ("prompt_ids", "completion_ids", "logprobs")
@@ -241,7 +241,7 @@ class RolloutFunction:
     def serve_endpoint(self, view: "RolloutTrainer", model_name: str) -> Any:
         """The run's OpenAI/vLLM-style endpoint on 127.0.0.1 (its secret made once per run), over ``service``."""
         if self.endpoint is None:
-            from grpo_tui.worker.engine.policy_endpoint import PolicyEndpoint
+            from grpo_tui.worker.engine.policy.policy_endpoint import PolicyEndpoint
 
             tok = view.processing_class
             self.endpoint = PolicyEndpoint(
@@ -295,7 +295,7 @@ def _common_prefix(rows: list[list[int]]) -> list[int]:
 
 
 def _completion(g: int, context: list[int], output: dict[str, Any], k: int, eos: set[int], tokenizer: Any) -> Completion:
-    from grpo_tui.worker.engine.rollout import Completion
+    from grpo_tui.worker.engine.policy.rollout import Completion
 
     ids = [int(t) for t in output["completion_ids"][k]]
     mask = [int(m) for m in output["env_mask"][k]] if output.get("env_mask") is not None else [1] * len(ids)
@@ -352,7 +352,7 @@ def roll(engine: Any, step: int, examples: list[data.Example], rows: range, posi
     the first row's place in the step, which keys the draws (with the order of the requests)."""
     import msgspec
 
-    from grpo_tui.worker.engine import rollout, sampling
+    from grpo_tui.worker.engine.policy import rollout, sampling
 
     cfg, mine = engine.config, [examples[i] for i in rows]
     count = iter(range(10**9))

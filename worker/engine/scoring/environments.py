@@ -30,11 +30,11 @@ from typing import Any, Callable
 from grpo_tui.protocol.config_environments import EnvironmentConfig
 from grpo_tui.protocol.messages import Turn
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine import data
-from grpo_tui.worker.engine.rewards import RewardError, call_with_timeout, describe_error, load_function
-from grpo_tui.worker.engine.timed_calls import StillHung
-from grpo_tui.worker.engine.tool_schema import SchemaError, function_schema
-from grpo_tui.worker.engine.tools import RowTools, Tool, cap
+from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine.scoring.rewards import RewardError, call_with_timeout, describe_error, load_function
+from grpo_tui.worker.engine.scoring.timed_calls import StillHung
+from grpo_tui.worker.engine.scoring.tool_schema import SchemaError, function_schema
+from grpo_tui.worker.engine.scoring.tools import RowTools, Tool, cap
 
 RESERVED = ("reset", "get_reward", "respond")
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from grpo_tui.worker.engine import chunked_head, tied_embedding
+from grpo_tui.worker.engine.learning import chunked_head, tied_embedding
 from grpo_tui.worker.engine.accel import host_head, host_vocab, shared_prompt, two_cores
 from grpo_tui.worker.engine.accel.llama_family import head_logits, is_llama_family
 from grpo_tui.worker.engine.accel.temperature import tempered
-from grpo_tui.worker.engine.batch import MicroBatch
-from grpo_tui.worker.engine.plan import Head
-from grpo_tui.worker.engine.token_stats import TokenStats
+from grpo_tui.worker.engine.learning.batch import MicroBatch
+from grpo_tui.worker.engine.models.plan import Head
+from grpo_tui.worker.engine.learning.token_stats import TokenStats
 
 
 def completion_logits(model: nn.Module, inputs: mx.array, start: int, embedded: mx.array | None = None) -> mx.array:
