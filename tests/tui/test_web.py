@@ -18,6 +18,7 @@ from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 from tests.helpers.chromium import Page, find_chromium, free_port, screenshot
+from tests.helpers.other_user import as_nobody
 from tests.helpers.runs import CLI, record_step, start_detached, wait_for
 from tests.helpers.worker_harness import tiny_model
 
@@ -70,7 +71,7 @@ def test_the_browser_shows_the_run_and_steers_it(tmp_path, tiny_model):
     wait_for(lambda: record_step(out) >= 3)
     port = free_port()
     web, url = serve(out, "--port", str(port))
-    assert url == f"http://127.0.0.1:{port}/"
+    assert url.startswith(f"http://127.0.0.1:{port}/?token=")
 
     def running(drawn: str) -> bool:  # the header of a dashboard that has folded the history, and p works
         return "▶ running" in drawn and " · step " in drawn
@@ -113,3 +114,47 @@ def test_another_address_warns_and_requires_the_token(tmp_path):
     finally:
         err = stop(web)
     assert "anyone who can reach port" in err and "steer this run" in err
+
+
+# What another local user (or a DNS-rebinding page) sends: status of GET PATH with these headers.
+PROBE = """
+import sys, urllib.request, urllib.error
+port, path, host, origin, cookie = sys.argv[1:6]
+request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Host": host})
+if origin:
+    request.add_header("Origin", origin)
+if cookie:
+    request.add_header("Cookie", cookie)
+try:
+    print(urllib.request.urlopen(request, timeout=10).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+"""
+
+
+def test_another_user_or_a_rebound_page_cannot_open_the_view_on_loopback(tmp_path):
+    """Issue 57.1: on 127.0.0.1 too, the view needs its token and a Host that is this machine: a
+    DNS-rebinding page (Host and Origin evil.example) and another local user without the token get 403."""
+    init = m.Init(model="tiny", model_path="tiny", config=make_config(tmp_path).to_dict())
+    (tmp_path / "run.jsonl").write_bytes(codec.encode(init))
+    port = free_port()
+    web, url = serve(tmp_path, "--port", str(port))
+    token = url.split("?token=", 1)[1]
+    assert len(token) >= 20
+
+    def probe(path: str, host: str, origin: str = "", cookie: str = "") -> int:
+        ran = as_nobody(sys.executable, "-c", PROBE, str(port), path, host, origin, cookie, timeout=30)
+        assert ran.returncode == 0, ran.stderr
+        return int(ran.stdout.strip())
+
+    try:
+        evil = f"evil.example:{port}"
+        assert probe("/ws", evil, f"http://{evil}") == 403  # the rebinding page: no token
+        assert probe(f"/?token={token}", evil, f"http://{evil}") == 403  # even with it: not this machine
+        assert probe("/ws", evil, f"http://{evil}", f"grpo_tui_token={token}") == 403
+        assert probe("/", f"127.0.0.1:{port}") == 403  # another user without the token
+        assert probe("/ws", f"127.0.0.1:{port}", f"http://127.0.0.1:{port}") == 403
+        assert probe(f"/?token={token}", f"localhost:{port}") == 200  # the owner's URL, through a tunnel's name too
+        assert probe("/", f"127.0.0.1:{port}", "http://127.0.0.1:9999", f"grpo_tui_token={token}") == 403  # another port's page
+    finally:
+        stop(web)
