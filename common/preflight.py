@@ -26,6 +26,7 @@ from grpo_tui.common.gguf_check import cut_short_sentence, gguf_damage
 from grpo_tui.common.install_hint import not_installed
 from grpo_tui.common.resume_check import damage, damaged, fit_problem, latest_whole
 from grpo_tui.common.reward_names import argument_problem
+from grpo_tui.common.run_folder import ownership_problem
 from grpo_tui.protocol.config import Config, ConfigError, LoraConfig, ModelConfig
 from grpo_tui.protocol.layout import STATE_FILE, parse_checkpoint_dir_name, read_state
 
@@ -104,7 +105,8 @@ def resume_problem(config: Config, config_path: str) -> str | None:
 
 def folder_problems(config: Config) -> list[str]:
     out = config.checkpoint.output_dir
-    return [p for p in (output_dir_problem(out) or too_little_space(out), model_inside_output_problem(config)) if p]
+    first = output_dir_problem(out) or ownership_problem(out) or too_little_space(out)
+    return [p for p in (first, model_inside_output_problem(config)) if p]
 
 
 # ---------------------------------------------------------------- the model

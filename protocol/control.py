@@ -124,7 +124,13 @@ def write_record(record: RunRecord) -> None:
     record.updated_at = time.time()
     folder = control_dir(record.output_dir)
     tmp = folder / f".{RECORD_FILE}.tmp"
-    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(record)))
+    try:  # a new file, never written through a link left in its place
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(msgspec.json.format(msgspec.json.encode(record)))
     os.replace(tmp, folder / RECORD_FILE)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grpo_tui.common.disk_space import MIN_FREE_BYTES, free_bytes, full_sentence
+from grpo_tui.common.run_folder import open_append
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol.config import Config, DisplayConfig
 from grpo_tui.tui.supervisor_worker import kill_group
@@ -82,7 +83,7 @@ def launch(output_dir: str | Path, worker_argv: Sequence[str], **options: object
     env = options.pop("env", None) or {}
     # only what differs from ours goes on the command line (which other users can read; the rest is inherited)
     extra = {k: v for k, v in env.items() if os.environ.get(k) != v}  # type: ignore[attr-defined]
-    with open(folder / c.SUPERVISOR_LOG, "ab") as log:
+    with open_append(folder / c.SUPERVISOR_LOG) as log:
         proc = subprocess.Popen(
             launch_argv(out, worker_argv, env=extra, **options),  # type: ignore[arg-type]
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grpo_tui.common.last_words import TAIL_LINES
+from grpo_tui.common.run_folder import open_append
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import messages as m
 
@@ -30,7 +31,7 @@ class WorkerProcess:
                  on_line: Callable[[bytes], None], on_stderr: Callable[[str], None]) -> None:
         self.argv, self.env = argv, env
         self.on_line, self.on_stderr = on_line, on_stderr
-        self.stderr_file = open(stderr_path, "ab", buffering=0)  # noqa: SIM115 (open while the supervisor runs)
+        self.stderr_file = open_append(stderr_path)  # open while the supervisor runs; never through a link
         self.proc: asyncio.subprocess.Process | None = None
         self.last_stderr = ""  # the worker's last stderr line: why it ended, when nothing else says
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)

@@ -59,7 +59,8 @@ def lock_output_dir(directory: Path, wait_s: float = LOCK_WAIT_S) -> IO | None:
     A held lock is retried for ``wait_s``: a worker that was just killed, or restarted after a
     crash, can still be letting go (its ranks see their stdin close and stop within seconds)."""
     directory.mkdir(parents=True, exist_ok=True)
-    lock = open(directory / LOCK_FILE, "a+")
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    lock = os.fdopen(fd, "a+")
     deadline = time.monotonic() + wait_s
     while True:
         try:

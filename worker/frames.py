@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from grpo_tui.common.run_folder import open_append
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import encode
 from grpo_tui.protocol.outcome import Exit
@@ -114,7 +115,7 @@ class Emitter:
 
     def open_jsonl(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(path, "ab", buffering=0)
+        self._jsonl = open_append(path)  # never through a planted link (common/run_folder.py)
         self.jsonl_path = path
         if self._jsonl.tell() and _last_byte(path) != b"\n":  # a kill cut the last line short
             self._jsonl.write(b"\n")

@@ -6,6 +6,7 @@ trainer's loading and the ``init`` frame; docs/architecture.md, "Processes", "Ch
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,6 +17,7 @@ from grpo_tui.common.commands import resume_command, run_command
 from grpo_tui.common.data_check import small_data_note
 from grpo_tui.common.preflight import folder_problems, not_a_checkpoint
 from grpo_tui.common.resume_check import Resume, damage, damaged, fit_problem, model_problem, newest_first
+from grpo_tui.common.run_folder import LinkedFile, link_sentence
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
@@ -55,7 +57,9 @@ class Start:
             raise Mistake("output", problem)
         try:
             self.lock = ckpt.lock_output_dir(run.output_dir)
-        except OSError as exc:  # a read-only file system, a full disk, ...
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Mistake("output", link_sentence(run.output_dir / ckpt.LOCK_FILE)) from None  # a read-only file system, a full disk, ...
             raise Mistake("output", f"checkpoint.output_dir: {run.output_dir} cannot be written ({exc.strerror}); "
                           "choose a folder you can write to") from exc
         if self.lock is None:
@@ -64,7 +68,10 @@ class Start:
                 "checkpoint.output_dir to another folder",
             )
         resume = await find_resume(run)
-        run.emitter.open_jsonl(run.output_dir / RUN_LOG_FILE)
+        try:
+            run.emitter.open_jsonl(run.output_dir / RUN_LOG_FILE)
+        except LinkedFile as exc:
+            raise Mistake("output", exc.strerror or str(exc)) from None
         # A checkpoint from another output folder belongs to another store: record a new run.
         ours = resume is not None and resume[0].parent.resolve() == run.output_dir.resolve()
         later: list[m.SettingChanged] = []
@@ -123,6 +130,8 @@ class Start:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             run.store = store = await Store.open(path)
+        except LinkedFile as exc:
+            raise Mistake("output", exc.strerror or str(exc)) from None
         except StoreDamaged as exc:
             if cfg.store.if_damaged != "fresh":
                 raise Mistake("output", f"the store {path} is damaged ({exc}); to go on with a fresh store, the "

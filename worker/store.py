@@ -19,6 +19,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from grpo_tui.common.run_folder import refuse_link
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import STORE_FILE
 from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
@@ -68,6 +69,8 @@ class Store:
     @classmethod
     async def open(cls, path: Path) -> Store:
         path.parent.mkdir(parents=True, exist_ok=True)
+        for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            refuse_link(file)  # SQLite opens these itself: a planted link is refused before it does
         check(path)
         # Schema work happens on a plain connection: ``migrate`` is shared with the dashboard.
         try:
