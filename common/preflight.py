@@ -33,10 +33,10 @@ from grpo_tui.protocol.layout import STATE_FILE, parse_checkpoint_dir_name, read
 _NO_FILES = ("/proc", "/sys", "/dev")  # virtual file systems: nothing can be saved there
 
 
-def output_dir_problem(output_dir: str | Path) -> str | None:
-    """Why ``checkpoint.output_dir`` cannot hold a run, or None."""
+def output_dir_problem(output_dir: str | Path, name: str = "checkpoint.output_dir") -> str | None:
+    """Why ``checkpoint.output_dir`` (or what ``name`` says) cannot hold a run, or None."""
     path = Path(output_dir)
-    key = f"checkpoint.output_dir: {path}"
+    key = f"{name}: {path}"
     if path.exists() and not path.is_dir():
         return f"{key} is a file, not a folder; name a folder (it is created if missing)"
     resolved = path.resolve()

@@ -332,6 +332,22 @@ def _init_from_mlx_node(args: argparse.Namespace) -> int:
     return 0
 
 
+class IntermixedParser(argparse.ArgumentParser):
+    """A subcommand's parser that takes its positionals anywhere among its options
+    (``fork RUN --from 10 --set K=V NEW_DIR --detach``)."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
+        if self._inside:  # parse_known_intermixed_args calls back here for each of its two passes
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
 def add_set_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -354,6 +370,7 @@ def _add_steering(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     p.add_argument("items", nargs="+", metavar="KEY=VALUE", help="e.g. training.learning_rate=5e-6")
     p.set_defaults(func=cmd_set)
 
+    plain, sub._parser_class = sub._parser_class, IntermixedParser  # NEW_DIR after the options, as people type it
     p = sub.add_parser("fork", help="start a new run from a checkpoint of a run, with changes (docs/steering.md)",
                        description="The new run starts from the checkpoint (weights, optimizer, RNG, data position) "
                                    "with the parent's effective config and the --set changes (any key but the model); "
@@ -367,6 +384,7 @@ def _add_steering(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") ->
     p.add_argument("--detach", action="store_true", help="start it in the background and return at once")
     add_set_argument(p)
     p.set_defaults(func=cmd_fork)
+    sub._parser_class = plain
 
     p = sub.add_parser("compare", help="runs side by side: figures and config differences (docs/steering.md)",
                        description="For each run: steps, wall time, last and best reward, last and best eval accuracy; "

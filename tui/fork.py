@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_tui.common.live_settings import set_value
-from grpo_tui.common.resume_check import latest_whole, resumable
+from grpo_tui.common.preflight import output_dir_problem
+from grpo_tui.common.resume_check import damage, latest_whole, resumable
+from grpo_tui.common.run_folder import ownership_problem
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.protocol.config import Config, ConfigError, apply_override, parse_config
 from grpo_tui.protocol.layout import STATE_FILE, TrainingState, encode_state, list_checkpoints
@@ -47,10 +49,33 @@ def checkpoint_at(parent: Path, where: str) -> tuple[Path, TrainingState]:
         step = -1
     for f in list_checkpoints(parent)[::-1]:
         if f.state is not None and f.state.step == step and resumable(f.path, f.state):
+            if (why := damage(f.path)) is not None:  # the fork's resume would set it aside and start at step 0
+                whole = [s for s in steps if s != step and (p := _step_path(parent, s)) is not None and damage(p) is None]
+                raise ForkError(f"--from {where}: {f.path} is damaged ({why}); fork from another step (whole ones: "
+                                f"{', '.join(map(str, whole)) or 'none'})")
             return f.path, f.state
     have = ", ".join(map(str, steps)) or "none"
     raise ForkError(f"--from {where}: {parent} has no checkpoint of that step (it has steps {have}); "
                     "`--from latest` takes the newest")
+
+
+def _step_path(parent: Path, step: int) -> Path | None:
+    return next((f.path for f in list_checkpoints(parent)[::-1]
+                 if f.state is not None and f.state.step == step and resumable(f.path, f.state)), None)
+
+
+def target_problem(parent: Path, child: Path) -> str | None:
+    """Why the fork cannot be written at ``child``, in one sentence, or None."""
+    if child == parent or parent in child.parents:
+        return (f"{child} is inside the parent run {parent}, which a fork only reads; name a folder outside it "
+                f"(as {parent.with_name(parent.name + '-fork')})")
+    if child in parent.parents:
+        return f"{child} holds the parent run {parent}; name a new folder for the fork (NEW_DIR)"
+    if child.exists() and not child.is_dir():
+        return f"{child} is not a folder; name a new folder for the fork (NEW_DIR)"
+    if child.exists() and any(child.iterdir()):
+        return f"{child} is not empty; name another folder for the fork (NEW_DIR)"
+    return output_dir_problem(child, "NEW_DIR") or ownership_problem(child, key="NEW_DIR")
 
 
 def effective_config(parent_config: Config, state: TrainingState) -> dict[str, Any]:
@@ -86,8 +111,8 @@ def make_fork(parent_dir: str, where: str, sets: list[str], name: str | None, ne
         except ConfigError as exc:
             raise ForkError(str(exc.detail)) from None
     child = Path(new_dir).resolve() if new_dir else parent.with_name(f"{parent.name}-fork-{state.step}")
-    if child.exists() and (not child.is_dir() or any(child.iterdir())):
-        raise ForkError(f"{child} is not empty; name another folder for the fork (NEW_DIR)")
+    if (problem := target_problem(parent, child)) is not None:
+        raise ForkError(problem)
     raw["name"] = name or f"{config.run_name}-fork-{state.step}"
     raw["checkpoint"].update(output_dir=str(child), resume="latest")
     raw["store"].pop("path", None)  # its own store: a shared one is the parent's
@@ -97,11 +122,14 @@ def make_fork(parent_dir: str, where: str, sets: list[str], name: str | None, ne
         parse_config(text, base_dir=child, file=str(child / "config.toml"), check_paths=False)
     except ConfigError as exc:
         raise ForkError(str(exc)) from None
-    child.mkdir(parents=True, exist_ok=True)
-    _link_checkpoint(path, child / f"checkpoint-{state.step}", state)
-    if (store := store_of(parent)).is_file():
-        _copy_store(store, child / "outputs.db", state.run_id, state.step, raw)
-    (child / "config.toml").write_text(text, encoding="utf-8")
+    try:
+        child.mkdir(parents=True, exist_ok=True)
+        _link_checkpoint(path, child / f"checkpoint-{state.step}", state)
+        if (store := store_of(parent)).is_file():
+            _copy_store(store, child / "outputs.db", state.run_id, state.step, raw)
+        (child / "config.toml").write_text(text, encoding="utf-8")
+    except OSError as exc:  # a full disk, a folder that vanished or turned read-only meanwhile
+        raise ForkError(f"{child} cannot be written ({exc.strerror or exc}); name a folder you can write to") from None
     return child / "config.toml"
 
 

@@ -92,9 +92,30 @@ def test_a_fork_names_what_is_wrong_in_one_sentence(tmp_path, tiny_model):
     worker.wait_for(m.Complete)
     assert worker.finish() == 0
     out = str(tmp_path / "out")
+    before = fingerprint(tmp_path / "out")
     for args, words in [(["--from", "7"], "has no checkpoint of that step (it has steps 2"),
                         (["--set", "model.path=x"], "a fork keeps its parent's model"),
                         (["--set", "grpo.beta=-1"], "grpo.beta: -1.0 must be >= 0")]:
         done = subprocess.run([*CLI, "fork", out, str(tmp_path / "f"), *args], capture_output=True, text=True)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "f").exists()
+
+    # issue 57.3, 57.8, 57.12 and "Also": the target's mistakes, NEW_DIR after the options as people type it
+    inside = tmp_path / "out" / "checkpoint-2" / "x"
+    for target, words in [(inside, f"{inside} is inside the parent run {out}, which a fork only reads"),
+                          (tmp_path / "out", f"{out} is inside the parent run {out}"),
+                          (tmp_path, f"{tmp_path} holds the parent run {out}"),
+                          (Path("/dev/null"), "/dev/null is not a folder; name a new folder for the fork"),
+                          (Path("/proc/forks/f"), "NEW_DIR: /proc/forks/f is under /proc, which cannot hold files")]:
+        done = subprocess.run([*CLI, "fork", out, "--from", "2", "--set", "generation.temperature=0.5", str(target),
+                               "--detach"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert fingerprint(tmp_path / "out") == before  # nothing written into the parent
+
+    weights = next((tmp_path / "out" / "final").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-16])  # a damaged checkpoint: refused, not trained from step 0
+    done = subprocess.run([*CLI, "fork", out, "--from", "2", str(tmp_path / "f")], capture_output=True, text=True)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--from 2: {out}/final is damaged ({weights.name} is" in done.stderr and "first step" not in done.stdout
     assert not (tmp_path / "f").exists()
