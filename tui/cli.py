@@ -12,6 +12,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from grpo_tui.common import distributed
 from grpo_tui.protocol import __version__
@@ -338,7 +339,7 @@ class IntermixedParser(argparse.ArgumentParser):
 
     _inside = False
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         if self._inside:  # parse_known_intermixed_args calls back here for each of its two passes
             return super().parse_known_args(args, namespace)
         self._inside = True

@@ -169,3 +169,114 @@ def test_a_verifiers_environment_is_refused_in_one_sentence_naming_what_it_needs
     assert out.returncode == Exit.MISTAKE and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert "environment.verifiers: 'my_env:load_environment' — verifiers environments do not run offline" in out.stderr
     assert said.removeprefix("environment: ") in out.stderr
+
+
+FLOOD = """
+import socket, sys, time
+held = []
+for _ in range(int(sys.argv[2])):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5))
+    except OSError:
+        break
+held[0].sendall(b"POST /v1/completions HTTP/1.1\\r\\nHost: x\\r\\n")  # a head that never ends
+print(len(held), flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def _raw(port: int, data: bytes) -> int:
+    """The status a raw request gets (its answer read to the end)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_what_any_local_user_sends_the_endpoint_is_bounded_and_bad_input_is_a_400(tmp_path):
+    """Issue 57.4 and 57.5: another local user's connections that never finish hold no thread and
+    do not starve the run's own requests; 64 requests at once are all answered; a bad sampling value,
+    Content-Length or a max_tokens past the run's limit is a 400 in one line, never a 500 or a crash."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import threading
+
+    from grpo_tui import GRPOTrainer
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (and setpriv) to act as another local user")
+    log = tmp_path / "calls.jsonl"
+
+    def rollout_func(prompts, trainer):
+        root = trainer.base_url.removesuffix("/v1")
+        port = int(root.rsplit(":", 1)[1])
+        key = trainer.api_key
+        threads_before = threading.active_count()
+        flood = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                                  FLOOD, str(port), "300", "6"], stdout=subprocess.PIPE, text=True)
+        held = int(flood.stdout.readline())
+        seen = {"held": held, "threads_grew": threading.active_count() - threads_before}
+        started = time.monotonic()
+        ids = [1, 2, 3]
+        seen["during_flood"] = _post(f"{root}/inference/v1/generate", {"token_ids": ids, "sampling_params": {"max_tokens": 2}}, key)[0]
+        seen["during_flood_s"] = time.monotonic() - started
+        with ThreadPoolExecutor(64) as pool:
+            seen["concurrent"] = sorted(set(pool.map(lambda _: _post(
+                f"{root}/inference/v1/generate", {"token_ids": ids, "sampling_params": {"max_tokens": 1}}, key)[0], range(64))))
+        bad = {}
+        for name, params in [("temperature", {"temperature": "hot"}), ("top_p", {"top_p": 5}),
+                             ("max_tokens", {"max_tokens": 10**9}), ("top_k", {"top_k": 1.5})]:
+            status, out = _post(f"{root}/inference/v1/generate", {"token_ids": ids, "sampling_params": params}, key)
+            bad[name] = [status, out["error"]["message"]]
+        auth = f"Authorization: Bearer {key}\r\n".encode()
+        for name, length in [("abc", b"abc"), ("negative", b"-5"), ("huge", b"99999999999")]:
+            bad[name] = [_raw(port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: " + length
+                              + b"\r\n\r\n{}"), ""]
+        bad["no_key_huge"] = [_raw(port, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n"), ""]
+        seen["bad"] = bad
+        flood.wait(timeout=30)
+        with open(log, "a") as f:
+            f.write(json.dumps(seen) + "\n")
+        outs = [_post(f"{root}/inference/v1/generate", {"token_ids": ids, "sampling_params": {"max_tokens": 2}}, key)[1]
+                for _ in prompts]
+        return {"prompt_ids": [ids for _ in prompts], "completion_ids": [o["choices"][0]["token_ids"] for o in outs],
+                "logprobs": [[e["logprob"] for e in o["choices"][0]["logprobs"]["content"]] for o in outs]}
+
+    rows = [{"prompt": "1+1="}]
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+                          args=quick_args(tmp_path, max_steps=1), train_dataset=rows, rollout_func=rollout_func)
+    trainer.train()
+    [seen] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert seen["held"] == 300 and seen["threads_grew"] <= 1  # held connections cost no thread
+    assert seen["during_flood"] == 200 and seen["during_flood_s"] < 10
+    assert seen["concurrent"] == [200]  # none reset by the backlog
+    bad = seen["bad"]
+    assert bad["temperature"] == [400, "temperature must be a number >= 0.001 and <= 100 (got 'hot')"]
+    assert bad["top_p"] == [400, "top_p must be a number > 0 and <= 1 (got 5)"]
+    assert bad["top_k"][0] == 400 and bad["top_k"][1].startswith("top_k must be a whole number")
+    assert bad["max_tokens"][0] == 400 and bad["max_tokens"][1].startswith(
+        "max_tokens 1,000,000,000 is over this run's generation.max_completion_length (")
+    assert [bad[k][0] for k in ("abc", "negative", "huge", "no_key_huge")] == [400, 400, 413, 401]
+
+
+def test_generation_overrides_past_the_run_s_limit_are_one_sentence(tmp_path):
+    """Issue 57.5: generate_rollout_completions(..., generation_overrides={"max_tokens": 10**9}) is a
+    mistake in one sentence, not 20 GB of MLX memory."""
+    from grpo_tui import GRPOTrainer, TrainingError
+    from grpo_tui.protocol.outcome import Exit
+
+    def rollout_func(prompts, trainer):
+        return trainer.generate_rollout_completions(prompts, generation_overrides={"max_tokens": 10**9})
+
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs=[lambda completions, **kw: [1.0 for c in completions]],
+                          args=quick_args(tmp_path, max_steps=1), train_dataset=[{"prompt": "1+1="}], rollout_func=rollout_func)
+    with pytest.raises(TrainingError) as err:
+        trainer.train()
+    assert err.value.exit_code == Exit.MISTAKE
+    assert "generation_overrides: max_tokens 1,000,000,000 is over this run's generation.max_completion_length" in str(err.value)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.outcome import Mistake
+from grpo_tui.worker.engine.models import model_source
 from grpo_tui.worker.engine.prompts import data
 from grpo_tui.worker.engine.scoring.rewards import RewardError, describe_error, load_function
 
@@ -41,6 +42,44 @@ REQUIRED = ("prompt_ids", "completion_ids", "logprobs")
 # generate_rollout_completions' generation_overrides (vLLM's SamplingParams names) -> GenerationConfig
 OVERRIDES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
              "max_tokens": "max_completion_length", "repetition_penalty": "repetition_penalty"}
+
+
+def overrides_problem(overrides: dict[str, Any], prompt_length: int, limit: int, context: int | None) -> str | None:
+    """Why one request's sampling settings (vLLM's names) cannot be generated, in one sentence: a
+    value of the wrong kind or range, or more new tokens than the run's
+    ``generation.max_completion_length`` or the model's context leaves after the prompt. The rollout
+    function's ``generation_overrides`` and the policy's endpoint both ask this, before anything runs."""
+
+    def number(name: str, low: float, high: float, *, low_open: bool = False) -> str | None:
+        value = overrides.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or \
+                not (low < value if low_open else low <= value) or value > high:
+            shown = repr(value)[:40]
+            return f"{name} must be a number {'>' if low_open else '>='} {low:g} and <= {high:g} (got {shown})"
+        return None
+
+    for problem in (number("temperature", 0.001, 100.0), number("top_p", 0.0, 1.0, low_open=True),
+                    number("min_p", 0.0, 1.0), number("repetition_penalty", 0.0, 100.0, low_open=True)):
+        if problem:
+            return problem
+    top_k = overrides.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not -1 <= top_k <= 2**31):
+        return f"top_k must be a whole number >= -1 (got {repr(top_k)[:40]})"
+    wanted = overrides.get("max_tokens")
+    if wanted is None:
+        wanted = limit
+    elif isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
+        return f"max_tokens must be a whole number >= 1 (got {repr(wanted)[:40]})"
+    elif wanted > limit:
+        return (f"max_tokens {wanted:,} is over this run's generation.max_completion_length ({limit:,}); ask for at most "
+                f"{limit:,}, or raise that key")
+    if context is not None and prompt_length + wanted > context:
+        room = context - prompt_length
+        return (f"the prompt's {prompt_length:,} tokens and max_tokens {wanted:,} pass the model's context of "
+                f"{context:,} tokens; " + (f"ask for at most {room:,}" if room > 0 else "shorten the prompt"))
+    return None
 
 
 class RolloutFuncMistake(Mistake, RuntimeError):
@@ -176,7 +215,7 @@ class RolloutTrainer:
     settings, ``state.global_step``, ``model.training``, ``accelerator``) and the generation helper."""
 
     def __init__(self, config: Config, tokenizer: Any, service: PolicyService, *, global_step: int, max_steps: int,
-                 training: bool, rank: int, size: int, enable_thinking: bool) -> None:
+                 training: bool, rank: int, size: int, enable_thinking: bool, context: int | None = None) -> None:
         self.args = _Args(config)
         self.processing_class = getattr(tokenizer, "_tokenizer", tokenizer)  # the transformers tokenizer
         self.num_generations = self.num_generations_eval = self.args.num_generations
@@ -188,6 +227,7 @@ class RolloutTrainer:
         self.use_vllm, self.vllm_mode = False, None
         self.base_url, self.api_key = "", ""  # the policy's OpenAI-style endpoint during the rollout (policy_endpoint.py)
         self._service, self._thinking = service, enable_thinking
+        self.context = context  # the model's positions (None: unknown): no request may pass them
 
     def _prompt_ids(self, prompt: Any, as_chat: bool | None) -> list[int]:
         tok = self.processing_class
@@ -207,7 +247,11 @@ class RolloutTrainer:
         if unknown := sorted(set(overrides) - set(OVERRIDES)):
             raise RolloutFuncMistake(f"generation_overrides {unknown} are not among the ones the rollout engine takes "
                                      f"({', '.join(OVERRIDES)})")
-        return self._service.generate([Request(self._prompt_ids(p, as_chat), overrides) for p in prompts])
+        requests = [Request(self._prompt_ids(p, as_chat), overrides) for p in prompts]
+        for r in requests:
+            if problem := overrides_problem(overrides, len(r.prompt_ids), self.max_completion_length, self.context):
+                raise RolloutFuncMistake(f"generate_rollout_completions: generation_overrides: {problem}")
+        return self._service.generate(requests)
 
 
 def generation_answers(requests: list[Request], generate: Callable[[list[list[int]], dict[str, Any]], list[Completion]],
@@ -247,7 +291,8 @@ class RolloutFunction:
             self.endpoint = PolicyEndpoint(
                 lambda prompts, overrides: self.service.generate([Request(p, overrides) for p in prompts]),
                 lambda messages: view._prompt_ids(messages, True), lambda text: view._prompt_ids(text, False),
-                lambda t: tok.decode([t]), model_name, len(tok))
+                lambda t: tok.decode([t]), model_name, len(tok),
+                lambda: (view.max_completion_length, view.context))
         return self.endpoint
 
     def call(self, prompts: list[Any], trainer: RolloutTrainer, service: PolicyService) -> dict[str, Any]:
@@ -260,11 +305,11 @@ class RolloutFunction:
         return output
 
     def completions(self, output: Any, examples: list[data.Example], group_size: int, tokenizer: Any,
-                    ) -> tuple[list[data.Example], list[Completion], list[data.Example]]:
+                    context: int | None = None) -> tuple[list[data.Example], list[Completion], list[data.Example]]:
         """(the examples with each group's prompt ids, the completions, each completion's owner with the
         function's extra keys as its columns), from what the function returned for ``examples``."""
         n = len(examples) * group_size
-        columns = check_output(output, n, tokenizer.vocab_size if hasattr(tokenizer, "vocab_size") else None)
+        columns = check_output(output, n, tokenizer.vocab_size if hasattr(tokenizer, "vocab_size") else None, context)
         eos = set(tokenizer.eos_token_ids)
         started: list[data.Example] = []
         completions: list[Completion] = []
@@ -309,7 +354,14 @@ def _completion(g: int, context: list[int], output: dict[str, Any], k: int, eos:
                       transcript=None if all(full_mask) else tokenizer.decode(kept))
 
 
-def check_output(output: Any, n: int, vocab: int | None) -> dict[str, Any]:
+def _logprob(x: Any) -> bool:
+    """A log-prob as TRL's contract gives it: a real number, or a list holding one."""
+    if isinstance(x, (list, tuple)) and len(x) == 1:
+        x = x[0]
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_output(output: Any, n: int, vocab: int | None, context: int | None = None) -> dict[str, Any]:
     """The extra keys of a well-formed return; a malformed one is one sentence naming what is wrong."""
     if not isinstance(output, dict):
         raise RolloutFuncMistake(f"returned {type(output).__name__}; TRL's contract is a dict with prompt_ids, "
@@ -331,6 +383,15 @@ def check_output(output: Any, n: int, vocab: int | None) -> dict[str, Any]:
         ids, prompt = output["completion_ids"][k], output["prompt_ids"][k]
         if not ids:
             raise RolloutFuncMistake(f"completion_ids[{k}] is empty; a completion has at least one token")
+        if not prompt:
+            raise RolloutFuncMistake(f"prompt_ids[{k}] is empty; give the prompt's token ids the completion follows")
+        if context is not None and len(prompt) + len(ids) > context:
+            raise RolloutFuncMistake(f"prompt_ids[{k}] and completion_ids[{k}] hold {len(prompt) + len(ids):,} tokens, "
+                                     f"past the model's context of {context:,}; cut the completion (max_tokens)")
+        if not all(_logprob(x) for x in output["logprobs"][k]):
+            bad = next(x for x in output["logprobs"][k] if not _logprob(x))
+            raise RolloutFuncMistake(f"logprobs[{k}] holds {type(bad).__name__} {repr(bad)[:30]}; each log-prob is a "
+                                     "number")
         for key, row in (("prompt_ids", prompt), ("completion_ids", ids)):
             if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < (vocab or 2**31) for t in row):
                 raise RolloutFuncMistake(f"{key}[{k}] holds a value that is not a token id of the model's vocabulary")
@@ -364,16 +425,17 @@ def roll(engine: Any, step: int, examples: list[data.Example], rows: range, posi
                                 decode=engine.decode, keys=keys)
 
     engine.model.eval()
+    context = model_source.context_length(cfg.model.path)
     service = engine.rollout_func.service
     service.bind(lambda requests: generation_answers(requests, generate))
     trainer = RolloutTrainer(cfg, engine.tokenizer, service, global_step=max(step - 1, 0), max_steps=engine.total_steps,
                              training=training, rank=engine.ranks.rank, size=engine.ranks.size,
-                             enable_thinking=cfg.generation.enable_thinking)
+                             enable_thinking=cfg.generation.enable_thinking, context=context)
     endpoint = engine.rollout_func.serve_endpoint(trainer, engine.model_name)
     trainer.base_url, trainer.api_key = endpoint.base_url, endpoint.api_key
     prompts = [e.prompt if isinstance(e.prompt, str) else [dict(m) for m in e.messages] for e in mine for _ in range(n)]
     output = engine.rollout_func.call(prompts, trainer, service)
-    started, completions, owners = engine.rollout_func.completions(output, mine, n, engine.tokenizer)
+    started, completions, owners = engine.rollout_func.completions(output, mine, n, engine.tokenizer, context)
     round_examples = list(examples)
     round_examples[rows.start:rows.stop] = started
     return round_examples, completions, owners, None
