@@ -42,7 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from grpo_tui.worker.engine.policy.rollout_func import overrides_problem
+from grpo_tui.worker.engine.policy.request_limits import overrides_problem
 
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 MAX_BODY = 16 * 2**20
