@@ -60,12 +60,22 @@ def value_at(config: Config, key: str) -> Any:
     return node
 
 
-def set_value(config: Config, key: str, value: Any) -> None:
+def set_value(config: Config | dict[str, Any], key: str, value: Any) -> None:
+    """``key`` = ``value`` in a ``Config`` or its dict form (the dashboard's copy); a path the dict
+    does not have changes nothing."""
     *path, last = parse_key(key, key, "<live>")
     node: Any = config
     for seg in path:
-        node = node[seg] if isinstance(seg, int) else getattr(node, seg)
-    setattr(node, str(last), value)
+        try:
+            node = node[seg] if isinstance(seg, int) or isinstance(node, dict) else getattr(node, seg)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return
+    if isinstance(node, dict):
+        node[last] = value
+    elif isinstance(node, list) and isinstance(last, int):
+        node[last] = value
+    else:
+        setattr(node, str(last), value)
 
 
 def toml_value(value: Any) -> str:

@@ -139,7 +139,7 @@ class GrpoApp(App[int]):
         self.config, self.flush_interval_s, self.nice = config, flush_interval_s, nice
         self.state = RunState(clock=clock, run_name=config.run_name, stall_after_s=stall_after_s)
         self.run_link = RunLink(
-            self, self.fold, self.state, config, config_path=config_path,
+            self, self.state, config, config_path=config_path,
             worker_argv=list(worker_argv or [sys.executable, "-m", "grpo_tui.worker", config_path]),
             run_dir=str(Path(run_dir or config.checkpoint.output_dir).resolve()),
             launch=launch, stop_timeout_s=stop_timeout_s,
@@ -273,17 +273,17 @@ class GrpoApp(App[int]):
         await self.run_link.pause()
 
     async def action_resume(self) -> None:
-        await self.run_link.send(m.Resume())
+        await self.run_link.resume()
 
     async def action_save(self) -> None:
-        await self.run_link.send(m.SaveCheckpoint())
+        await self.run_link.save()
         self.notify("checkpoint requested")
 
     async def action_cycle_display(self) -> None:
         """m: the run's next sample display. The worker answers with the mode it uses, and every
         viewer (this one too) shows that."""
         mode = DISPLAY_MODES[(DISPLAY_MODES.index(self.display_mode) + 1) % len(DISPLAY_MODES)]
-        await self.run_link.send(m.SetSampleDisplay(mode=mode))
+        await self.run_link.show_samples(mode)
 
     def action_settings(self) -> None:
         self.steering.open()  # t: the live settings (tui/steering.py)

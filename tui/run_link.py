@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
-from textual.app import App
 from textual.screen import Screen
 
 from grpo_tui.common.blas import child_env
@@ -71,15 +70,39 @@ class CloseCountdown:
 Decision = Union[DashboardEvent, PushScreen, CloseCountdown]  # what the link tells the app to do, in order
 
 
+class RunHost(Protocol):
+    """What the link asks of its dashboard: Textual's notifications, dialogs, workers and exit, and
+    ``fold``, which puts items into the app's stream (folded and drawn at once)."""
+
+    @property
+    def notify(self) -> Callable[..., Any]: ...
+
+    @property
+    def post_message(self) -> Callable[..., Any]: ...
+
+    @property
+    def call_later(self) -> Callable[..., Any]: ...
+
+    @property
+    def push_screen(self) -> Callable[..., Any]: ...
+
+    @property
+    def exit(self) -> Callable[..., Any]: ...
+
+    @property
+    def run_worker(self) -> Callable[..., Any]: ...
+
+    def fold(self, items: Sequence[RunItem]) -> None: ...
+
+
 class RunLink:
     """One dashboard's connection to one run, and what it decides about it: ``app`` for Textual's
-    dialogs, notifications and exit, ``post`` to put items into the app's stream (folded and drawn
-    at once), ``state`` the run's state as folded so far (read, never written here)."""
+    dialogs, notifications and exit and its ``fold`` (``post`` here: items into the app's stream,
+    folded and drawn at once), ``state`` the run's state as folded so far (read, never written here)."""
 
     def __init__(
         self,
-        app: App[int],
-        post: Callable[[Sequence[RunItem]], None],
+        app: RunHost,
         state: RunState,
         config: Config,
         *,
@@ -89,7 +112,7 @@ class RunLink:
         launch: bool,
         stop_timeout_s: float,
     ) -> None:
-        self.app, self.post, self.state, self.config = app, post, state, config
+        self.app, self.post, self.state, self.config = app, app.fold, state, config
         self.config_path, self.worker_argv, self.run_dir = config_path, worker_argv, run_dir
         self.launch = launch  # start the run's supervisor (grpo-tui run), or attach to it
         self.stop_timeout_s = stop_timeout_s
@@ -163,10 +186,24 @@ class RunLink:
             return False
         return True
 
+    # The run's keys, one path each: the command, then what the dashboard shows before the answer.
+
     async def pause(self) -> None:
         """p: the header says "pausing after this step…" at once, the worker's ``paused`` after."""
         if await self.send(m.Pause()):
             self.post([PauseAsked()])
+
+    async def resume(self) -> None:
+        """r: the worker's ``resumed`` answers."""
+        await self.send(m.Resume())
+
+    async def save(self) -> None:
+        """s: the worker's ``checkpoint`` answers."""
+        await self.send(m.SaveCheckpoint())
+
+    async def show_samples(self, mode: m.SampleDisplay) -> None:
+        """m: the worker answers with the display it uses, which every viewer shows."""
+        await self.send(m.SetSampleDisplay(mode=mode))
 
     # ------------------------------------------------------------ the worker's hello and exit
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, assert_never, get_args
 
 from grpo_tui.common.blas_warning import PREFIX as SLOW_BLAS
-from grpo_tui.common.live_settings import live_keys, toml_value, value_at
+from grpo_tui.common.live_settings import live_keys, set_value, toml_value, value_at
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.config_overrides import parse_key
@@ -291,7 +291,7 @@ class RunState:
             case m.SettingChanged():  # a live change (docs/steering.md): the Config tab lists them
                 self.changes.append(event)
                 self.book.mark(event.step, event.key)
-                set_at(self.config, event.key, event.new)  # the config shown is the effective one
+                set_value(self.config, event.key, event.new)  # the config shown is the effective one
                 if event.total_steps is not None:
                     self.total_steps = event.total_steps
                 return {"header", "progress", "config"}
@@ -483,14 +483,3 @@ def at(config: dict[str, Any], key: str) -> Any:
     return node
 
 
-def set_at(config: dict[str, Any], key: str, value: Any) -> None:
-    """``key`` = ``value`` in a config dict, where the path is there."""
-    *path, last = parse_key(key, key, "<live>")
-    node: Any = config
-    for seg in path:
-        try:
-            node = node[seg]
-        except (KeyError, IndexError, TypeError):
-            return
-    if isinstance(node, (dict, list)):
-        node[last] = value  # type: ignore[index]

@@ -17,6 +17,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
+
+from grpo_tui.protocol.control import pid_alive
+from grpo_tui.protocol.messages import LogLevel
 
 GRACE_S = 1.0  # SIGTERM first: a server may want to close its files
 
@@ -78,16 +82,10 @@ def leftovers() -> list[Proc]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     with contextlib.suppress(ChildProcessError, OSError):
         if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child, now reaped
             return False
-    return True
+    return pid_alive(pid)
 
 
 def end_leftovers() -> list[str]:
@@ -114,3 +112,9 @@ def sentence(ended: list[str]) -> str:
     shown = ", ".join(ended[:10]) + (f" and {len(ended) - 10} more" if len(ended) > 10 else "")
     return (f"the run ended {len(ended)} process{'es' if len(ended) != 1 else ''} that user code (a reward or tool) "
             f"left running: {shown}")
+
+
+def end_and_say(log: Callable[[LogLevel, str], None]) -> None:
+    """A run ends when its worker ends: what user code left running ends with it, and the log says so."""
+    if ended := end_leftovers():
+        log("warning", sentence(ended))

@@ -5,9 +5,11 @@
 share one ``context.RunContext``.
 
 Every MLX call (loading, the training step, saving) runs on one dedicated thread so the asyncio
-loop stays free for commands, frames and the store; ``main.Inputs`` feeds the stdin commands, EOF
-and signals into the loop's ``control`` (docs/architecture.md, "Processes", "Checkpoints"). No MLX
-is imported here: the engine comes in on the MLX thread, where the trainer is built.
+loop stays free for commands, frames and the store; ``main.StdinAndSignals`` feeds the stdin commands, EOF
+and signals into the loop (docs/architecture.md, "Processes", "Checkpoints"). No MLX
+is imported here: the engine comes in on the MLX thread, where the trainer is built. ``main.StdinAndSignals``
+reaches the loop only through its command interface (``command``, ``refuse``, ``input_closed``,
+``signalled``, ``abandon``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from typing import Literal
 
@@ -26,19 +26,20 @@ from grpo_tui.common import disk_space
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.control import STEP_BARRIER_ENV
-from grpo_tui.protocol.messages import mean_of
 from grpo_tui.protocol.outcome import Exit, Mistake
-from grpo_tui.worker import ranks
+from grpo_tui.worker import leftovers, ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.command_state import Control, choose_samples
 from grpo_tui.worker.context import RunContext
 from grpo_tui.worker.doctor_watch import DoctorWatch
+from grpo_tui.worker.epochs import Epochs
+from grpo_tui.worker.failure import end_badly
 from grpo_tui.worker.evaluation import due, run_eval
 from grpo_tui.worker.frames import Emitter
 from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
-from grpo_tui.worker.records import RankLost, SaidFailure, StepOutput, Trainer
+from grpo_tui.worker.records import StepOutput
 from grpo_tui.worker.silent_steps import SilentSteps
 from grpo_tui.worker.start import Start
 from grpo_tui.worker.trackers import Trackers, check_installed
@@ -66,8 +67,7 @@ class TrainingLoop:
         self.doctor = DoctorWatch(run)  # the run doctor's findings after every step (docs/doctor.md)
         self.live = LiveChanges(run)  # set_setting: checked on arrival, applied at a step boundary
         self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed, self.live)
-        self.epoch_metrics: list[tuple[float | None, float | None]] = []  # (loss, reward) of the epoch's steps
-        self.epoch_started = time.time()
+        self.epochs = Epochs(run)
         self.trackers: Trackers | None = None  # [logging] report_to, rank 0 only
         # GRPOTrainer with callbacks: after each step, its evaluations and checkpoint, the run says
         # ``step_barrier`` and waits for resume (or stop) from its follower, so a callback's verdict
@@ -75,18 +75,65 @@ class TrainingLoop:
         self.step_barrier = self.leader and os.environ.get(STEP_BARRIER_ENV) == "1"
         self.barrier_owed: int | None = None  # the step whose barrier the next boundary holds
 
-    # ------------------------------------------------------------ what main.Inputs uses
-
-    @property
-    def loaded(self) -> Trainer | None:
-        return self.run_context.loaded
-
     @property
     def step(self) -> int:
+        """The last completed step."""
         return self.control.step
 
-    def steps_since_checkpoint(self) -> int:
-        return self.checkpoints.steps_since()
+    # ------------------------------------------------------------ the command interface (main.StdinAndSignals)
+
+    def command(self, command: m.Command | str) -> None:
+        """A stdin line: a command, answered now and acted on at the next step boundary (a live
+        change is checked now, applied there); a string, a plain line that is no command, said."""
+        if isinstance(command, str):
+            self.run_context.log("warning", command)
+            return
+        answers = self.live.request(command) if isinstance(command, m.SetSetting) else self.control.handle(command)
+        for event in answers:
+            self.run_context.emit(event)
+        self.wake.set()
+
+    def refuse(self, message: str) -> None:
+        """A line that does not decode: said, never fatal."""
+        self.run_context.emit(m.Error(message=message, fatal=False))
+
+    def input_closed(self) -> None:
+        """EOF on stdin: the supervisor is gone; save a checkpoint and exit (a plain run ignores it)."""
+        if self.plain:  # nobody drives a plain run through stdin; /dev/null must not stop it
+            return
+        if self.control.stop_reason is None:
+            self.run_context.log("warning", "stdin closed (the dashboard is gone): saving a checkpoint and exiting")
+        self.control.stop("eof")
+        self.wake.set()
+
+    def signalled(self, name: str) -> bool:
+        """SIGTERM, SIGINT or SIGHUP: True when the worker must exit now (``abandon``), else it
+        stops after the running step. Every completed step is kept: the running step finishes and a
+        checkpoint that ``resume = "latest"`` picks is saved, unless nothing was completed since the
+        last one (or the model is still loading), or this is the second signal."""
+        busy = self.control.stepping or self.run_context.loaded is None  # a step, or loading: can't interrupt MLX
+        nothing_new = self.run_context.loaded is None or self.checkpoints.steps_since() == 0
+        insisted = self.control.stop_reason == "signal"
+        self.exit_code = Exit.STOPPED
+        # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
+        # next collective fails at once, and the crash path names the lost rank and saves.
+        if busy and (nothing_new or insisted) and not ranks.launched():
+            self.run_context.log("warning", f"{name}: exiting now; " + (
+                "a second signal: the running step is dropped" if insisted
+                else "every completed step is in the latest checkpoint"))
+            return True
+        self.run_context.log("warning", f"{name}: stopping {'after the running step' if self.control.stepping else 'now'}")
+        self.control.stop("signal")
+        self.wake.set()
+        return False
+
+    async def abandon(self) -> None:
+        """Exit without waiting for the MLX thread; the store never saw the unfinished step."""
+        await self.finish_store("stopped")
+        self.run_context.emit(m.Complete(total_steps=self.control.step, seconds=time.time() - self.started, status="stopped"))
+        leftovers.end_and_say(self.run_context.log)
+        self.emitter.close()
+        os._exit(self.exit_code)
 
     async def finish_store(self, status: str) -> None:
         run = self.run_context
@@ -107,7 +154,7 @@ class TrainingLoop:
                                          warn=lambda message: self.run_context.log("warning", message))
                 self.trackers.set_total(run.trainer.total_steps)
                 self.trackers.resumed(self.step, self.starter.tokens_seen)
-            self.epoch_metrics = self.starter.epoch_metrics
+            self.epochs.metrics = self.starter.epoch_metrics
             return await self._train()
         except Mistake as exc:  # the user's to fix: one sentence, never restarted
             return await self._end_badly(exc, mistake=True)
@@ -208,7 +255,7 @@ class TrainingLoop:
         trainer = run.trainer
         epoch, step_in_epoch = run.position(step)  # the step's own batch is the trainer's to build
         if step_in_epoch == 1 or first:
-            self._epoch_start(epoch, step_in_epoch)
+            self.epochs.start(epoch, step_in_epoch)
         loop = asyncio.get_running_loop()
         self.control.stepping = True
         try:
@@ -229,7 +276,7 @@ class TrainingLoop:
         rng = random.Random(f"{self.config.training.seed}:{step}")
         for gen in choose_samples(output.generations, self.control.display, rng):
             self.run_context.emit(gen.to_sample(step, self.config.grpo.group_size, self.control.display))
-        self.epoch_metrics.append((output.metrics.loss, output.metrics.reward))
+        self.epochs.add(output.metrics)
         await self._maybe_eval(step)  # before the step's checkpoint: a kill mid-eval replays both
         if await self.nan.after_step(output.metrics):
             self.exit_code = Exit.NAN_STOP
@@ -239,7 +286,7 @@ class TrainingLoop:
             self.exit_code = Exit.DOCTOR
         await self.checkpoints.after_step()
         if step_in_epoch == trainer.steps_per_epoch or step == trainer.total_steps:
-            self._epoch_end(epoch)
+            self.epochs.end(epoch)
 
     async def _maybe_eval(self, step: int) -> None:
         run, e = self.run_context, self.config.eval
@@ -255,24 +302,6 @@ class TrainingLoop:
 
     async def _hold_in_eval(self) -> None:
         await self._between_steps(live=False)  # a change waits for the end of the evaluation
-
-    def _epoch_start(self, epoch: int, step_in_epoch: int) -> None:
-        trainer = self.run_context.trainer
-        steps = min(trainer.steps_per_epoch, trainer.total_steps - epoch * trainer.steps_per_epoch)
-        if step_in_epoch == 1:
-            self.epoch_metrics = []
-        self.epoch_started = time.time()
-        self.run_context.emit(m.EpochStart(epoch=epoch, total_epochs=trainer.num_epochs, steps_in_epoch=steps))
-
-    def _epoch_end(self, epoch: int) -> None:
-        self.run_context.emit(
-            m.EpochEnd(
-                epoch=epoch,
-                mean_loss=mean_of([loss for loss, _ in self.epoch_metrics]),
-                mean_reward=mean_of([reward for _, reward in self.epoch_metrics]),
-                seconds=time.time() - self.epoch_started,
-            )
-        )
 
     # ------------------------------------------------------------ the end
 
@@ -290,36 +319,5 @@ class TrainingLoop:
         return self.exit_code if reason in ("nan", "silent", "doctor") else Exit.STOPPED
 
     async def _end_badly(self, exc: Exception, *, mistake: bool) -> int:
-        """A fixable mistake (one sentence, its traceback in the run log only, exit 2) or a crash
-        (the exception's type and message, exit 1); either way said once, with an emergency
-        checkpoint when the weights are worth keeping."""
-        run = self.run_context
-        trace = traceback.format_exc()
-        where = str(self.emitter.jsonl_path) if self.emitter.jsonl_path is not None else None
-        if isinstance(exc, Mistake):
-            message, code, kind = exc.sentence, Exit.MISTAKE, exc.kind
-            shown = m.Error(message=message, fatal=True, exit_code=code, kind=kind, log_path=where)
-            self.emitter.emit(shown, mirror=m.Error(message=message, fatal=True, traceback=trace, exit_code=code, kind=kind))
-        else:
-            # A reward or a tool that failed says so in a sentence naming it; the rest are bugs.
-            message = str(exc) if isinstance(exc, SaidFailure) else f"{type(exc).__name__}: {exc}"
-            code = Exit.CRASH
-            self.run_context.emit(m.Error(message=message, fatal=True, traceback=trace, exit_code=code, log_path=where))
-        if self.distributed and mistake:  # the launcher says it once for all ranks (ranks.launch_and_wait)
-            print(ranks.mistake_line(message), file=sys.stderr, flush=True)
-        elif not self.leader:  # its frames go nowhere (main.py); say it once where the launcher shows it
-            print(f"rank {ranks.rank()}: {message}", file=sys.stderr, flush=True)
-        if run.store is not None:
-            run.store.queue_log(self.step, "error", message)
-        try:
-            # A step that failed before its update left the weights untouched: worth keeping.
-            # So did a lost rank (every collective comes before the one update of a single pass).
-            lost = isinstance(exc, RankLost) and self.config.grpo.num_iterations == 1
-            untouched = run.phase in ("generating", "scoring") or lost
-            full = isinstance(exc, disk_space.DiskFull)  # another checkpoint would not fit either
-            if run.loaded is not None and untouched and not full and self.checkpoints.steps_since():
-                await self.checkpoints.save("emergency", reason="crash")
-            await self.finish_store("stopped" if mistake else "crashed")
-        except Exception as inner:  # noqa: BLE001 - already ending; say it, keep the first error
-            self.emitter.log("error", f"while handling the {'mistake' if mistake else 'crash'}: {type(inner).__name__}: {inner}")
-        return code
+        return await end_badly(self.run_context, self.checkpoints, exc, mistake=mistake, leader=self.leader,
+                               distributed=self.distributed)

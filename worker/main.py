@@ -29,72 +29,32 @@ from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_m
 from grpo_tui.worker.plain_lines import is_json, parse_plain
 
 
-class Inputs:
-    """The run's inputs, stdin commands, EOF and signals, turned into the training loop's control."""
+class StdinAndSignals:
+    """The run's inputs, stdin lines, EOF and signals, handed to the training loop's command
+    interface (``TrainingLoop.command``, ``input_closed``, ``signalled``, ``abandon``)."""
 
     def __init__(self, training: TrainingLoop) -> None:
         self.training = training
         self._abandoning: asyncio.Future | None = None
 
     def on_line(self, line: bytes) -> None:
-        run = self.training
         if not line.strip():
             return
         text = line.decode("utf-8", errors="replace")
         if is_json(text):
             try:
-                command: m.Command | str = decode_command(line)
+                self.training.command(decode_command(line))
             except ProtocolError as exc:
-                run.run_context.emit(m.Error(message=f"invalid command: {exc}", fatal=False))
-                return
+                self.training.refuse(f"invalid command: {exc}")
         else:  # a plain-text control line (PAUSE, STOP, ...), for scripts piping into --plain
-            command = parse_plain(text)
-        if isinstance(command, str):
-            run.run_context.log("warning", command)
-            return
-        answers = run.live.request(command) if isinstance(command, m.SetSetting) else run.control.handle(command)
-        for event in answers:
-            run.run_context.emit(event)
-        run.wake.set()
+            self.training.command(parse_plain(text))
 
     def on_eof(self) -> None:
-        run = self.training
-        if run.plain:  # nobody drives a plain run through stdin; /dev/null must not stop it
-            return
-        if run.control.stop_reason is None:
-            run.run_context.log("warning", "stdin closed (the dashboard is gone): saving a checkpoint and exiting")
-        run.control.stop("eof")
-        run.wake.set()
+        self.training.input_closed()
 
     def on_signal(self, signum: int) -> None:
-        run = self.training
-        name = signal.Signals(signum).name
-        # Every completed step is kept: the running step finishes and a checkpoint that
-        # ``resume = "latest"`` picks is saved, unless nothing was completed since the last one (or
-        # the model is still loading), or this is the second signal: then the worker exits now.
-        busy = run.control.stepping or run.loaded is None  # a step, or loading: can't interrupt MLX
-        nothing_new = run.loaded is None or run.steps_since_checkpoint() == 0
-        insisted = run.control.stop_reason == "signal"
-        run.exit_code = Exit.STOPPED
-        # With several ranks, mlx.launch's SIGTERM often means "a peer died": the running step's
-        # next collective fails at once, and the crash path names the lost rank and saves.
-        if busy and (nothing_new or insisted) and not ranks.launched():
-            run.run_context.log("warning", f"{name}: exiting now; " + ("a second signal: the running step is dropped" if insisted
-                                                           else "every completed step is in the latest checkpoint"))
-            self._abandoning = asyncio.ensure_future(self._abandon())
-            return
-        run.run_context.log("warning", f"{name}: stopping {'after the running step' if run.control.stepping else 'now'}")
-        run.control.stop("signal")
-        run.wake.set()
-
-    async def _abandon(self) -> None:
-        """Exit without waiting for the MLX thread; the store never saw the unfinished step."""
-        run = self.training
-        await run.finish_store("stopped")
-        run.run_context.emit(m.Complete(total_steps=run.step, seconds=time.time() - run.started, status="stopped"))
-        end_user_processes(run.run_context.log)
-        run.emitter.close()
-        os._exit(run.exit_code)
+        if self.training.signalled(signal.Signals(signum).name):
+            self._abandoning = asyncio.ensure_future(self.training.abandon())
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         # A thread, not loop.connect_read_pipe: stdin may be a file, /dev/null or a tty. Raw
@@ -123,7 +83,7 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
     training = TrainingLoop(config, emitter, plain=plain, make_trainer=make_trainer, config_path=config_path,
                             overrides=overrides or [])
     if ranks.is_leader():  # mlx.launch copies stdin to every rank; rank 0 decides (loop.py broadcasts)
-        Inputs(training).start(asyncio.get_running_loop())
+        StdinAndSignals(training).start(asyncio.get_running_loop())
     from grpo_tui.worker.engine.scoring import timed_calls  # standard library only, no MLX
 
     timed_calls.use_main_loop(asyncio.get_running_loop())  # synchronous rewards run on this thread, as in TRL
@@ -132,7 +92,7 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
     finally:
         timed_calls.use_main_loop(None)
     quiet_teardown(asyncio.get_running_loop())
-    end_user_processes(training.run_context.log)
+    leftovers.end_and_say(training.run_context.log)
     return code
 
 
@@ -153,13 +113,6 @@ def quiet_teardown(loop: asyncio.AbstractEventLoop) -> None:
             signal.signal(sig, signal.SIG_IGN)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, TEARDOWN_SIGNALS)
-
-
-def end_user_processes(log: Callable[[m.LogLevel, str], None]) -> None:
-    """A run ends when its worker ends: what user code left running ends with it, and the log says so
-    (``leftovers``)."""
-    if ended := leftovers.end_leftovers():
-        log("warning", leftovers.sentence(ended))
 
 
 def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_trainer) -> int:

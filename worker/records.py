@@ -65,8 +65,16 @@ class Trainer(Protocol):
     dataset_size: int
     dataset_hash: str
     steps_per_epoch: int
-    num_epochs: int
-    total_steps: int
+
+    @property
+    def num_epochs(self) -> int:
+        """Passes over the data (``max_steps`` decides it when set; a live change can move it)."""
+        ...
+
+    @property
+    def total_steps(self) -> int:
+        """The run's length in optimizer steps."""
+        ...
 
     def batch(self, step: int) -> tuple[int, int, list[int]]:
         """(epoch, step_in_epoch, dataset indices) of ``step`` (1-based): a pure function of it."""

@@ -80,7 +80,7 @@ def make_trainer(spec: dict) -> Trainer:
     )
     trainer = Trainer(parse_config(text), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     if spec["fixed_length"]:
-        trainer.tokenizer.eos_token_ids = set()  # no stop token: every completion is max length
+        trainer.policy.tokenizer.eos_token_ids = set()  # no stop token: every completion is max length
     return trainer
 
 
@@ -122,19 +122,19 @@ def rollout_vs_batch_generate(trainer: Trainer, spec: dict, repeats: int) -> dic
     """Generated tokens/s of our rollout and of raw batch_generate, interleaved, median of repeats."""
     from mlx_lm.sample_utils import make_sampler
 
-    G, gen = spec["group_size"], trainer.config.generation
-    prompts = [trainer.dataset[i].prompt_ids for i in range(spec["batch_size"])]
+    G, gen = spec["group_size"], trainer.parts.config.generation
+    prompts = [trainer.prompts.dataset[i].prompt_ids for i in range(spec["batch_size"])]
     flat = [p for p in prompts for _ in range(G)]
     stock, _ = load(spec["model"])  # raw mlx-lm: its own model, without the engine's layer patches
     def run_ours() -> int:
-        completions = rollout.generate(trainer.model, trainer.tokenizer, prompts, G, gen, logprobs=False,
-                                       plan=trainer.plan, decode=trainer.decode)
+        completions = rollout.generate(trainer.policy.model, trainer.policy.tokenizer, prompts, G, gen, logprobs=False,
+                                       plan=trainer.policy.plan, decode=trainer.policy.decode)
         return sum(len(c.token_ids) for c in completions)
 
     def run_raw() -> int:
         out = batch_generate(
             stock,
-            trainer.tokenizer,
+            trainer.policy.tokenizer,
             flat,
             max_tokens=gen.max_completion_length,
             sampler=make_sampler(temp=gen.temperature),
@@ -172,11 +172,11 @@ def main() -> None:
     blas = active_blas()
     print(f"BLAS: {blas}", file=sys.stderr)
     trainer = make_trainer(spec)
-    params = sum(v.size for _, v in tree_flatten(trainer.model.parameters()))
+    params = sum(v.size for _, v in tree_flatten(trainer.policy.model.parameters()))
     # What memory_limit_gb's estimate sees (bench/memory_limit.py --estimate), and the process before
     # its first step: resident memory, and MLX's arrays (weights, AdamW's moments) within it.
-    prompt_tokens = max(len(e.prompt_ids) for e in trainer.dataset)
-    shape = engine_plan.fit_shape(trainer.model, trainer.config, prompt_tokens)
+    prompt_tokens = max(len(e.prompt_ids) for e in trainer.prompts.dataset)
+    shape = engine_plan.fit_shape(trainer.policy.model, trainer.parts.config, prompt_tokens)
     loaded = {"prompt_tokens": prompt_tokens, "fit_shape": dataclasses.asdict(shape),
               "loaded_rss_mb": rss_mb(), "loaded_active_mb": mx.get_active_memory() / 2**20}
     result = {"system": "grpo-tui", "blas": blas, "params": params, **loaded, "steps": run_steps(trainer, spec)}

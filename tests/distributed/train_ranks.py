@@ -19,7 +19,7 @@ def main() -> None:
     config, out, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     trainer = Trainer(load_config(config), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     rank = trainer.ranks.rank
-    before = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.model.trainable_parameters())}
+    before = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
     metrics = []
     for step in range(1, steps + 1):
         output = trainer.train_step(step)
@@ -33,7 +33,7 @@ def main() -> None:
             "dropped": [g.dropped for g in output.generations],
             "extra": m.extra_metrics,
         })
-    weights = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.model.trainable_parameters())}
+    weights = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
     np.savez(out / f"rank-{rank}.npz", **weights)
     moved = max(float(np.abs(weights[k] - before[k]).max()) for k in weights)
     report = {"size": trainer.ranks.size, "moved": moved, "metrics": metrics}

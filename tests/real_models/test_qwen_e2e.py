@@ -171,7 +171,7 @@ def test_trainer_generations_hold_exactly_the_decode_of_the_sampled_ids(tmp_path
         return out
 
     monkeypatch.setattr(rollout, "generate", spy)
-    tok = trainer.tokenizer
+    tok = trainer.policy.tokenizer
     for step in (1, 2):
         output = trainer.train_step(step)
         completions = seen[-1]

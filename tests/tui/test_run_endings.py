@@ -3,6 +3,7 @@ by ``RunState.apply`` alone, without an app: the link answers a worker's exit or
 do, and the state shows what a person would read in the header and the log."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.run_events import (
@@ -38,7 +39,7 @@ def running(clock: Clock) -> RunState:
 
 def link(state: RunState, tmp_path: Path) -> RunLink:
     """A run link whose decisions are read here (no app: they ask none of it)."""
-    return RunLink(None, lambda items: None, state, make_config(tmp_path), config_path="config.toml",  # type: ignore[arg-type]
+    return RunLink(SimpleNamespace(fold=lambda items: None), state, make_config(tmp_path), config_path="config.toml",  # type: ignore[arg-type]
                    worker_argv=[], run_dir=str(tmp_path), launch=False, stop_timeout_s=1.0)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -31,13 +31,12 @@ import mlx.nn as nn
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import Phase
 from grpo_tui.worker.engine import dynamic_sampling, scored_round
-from grpo_tui.worker.engine.learning import grpo
-from grpo_tui.worker.engine.policy import sampling
-from grpo_tui.worker.engine.learning.batch import MicroBatch
+from grpo_tui.worker.engine.collaborators import Collaborators
 from grpo_tui.worker.engine.dynamic_sampling import Selection
+from grpo_tui.worker.engine.learning import grpo
+from grpo_tui.worker.engine.learning.batch import MicroBatch
 from grpo_tui.worker.engine.learning.logps import token_logps
 from grpo_tui.worker.engine.models.plan import EnginePlan
-from grpo_tui.worker.engine.learning.update import micro_batches
 
 if TYPE_CHECKING:
     from grpo_tui.worker.engine.prompts.data import Example
@@ -83,58 +82,56 @@ def record_sampling_logps(model: nn.Module, batches: list[MicroBatch], config: C
         mx.eval(batch.old_logps)
 
 
-def generate(trainer: Any, step: int, on_phase: Callable[[Phase], None]) -> HeldStep:
+def generate(c: Collaborators, step: int, on_phase: Callable[[Phase], None]) -> dict[int, HeldStep]:
     """Roll out and score the prompts of ``step``'s block of steps, each step's with its own batch
     and keys; the advantages over the whole generation; every step's micro-batches, the later
-    steps' with the sampling policy's log-probabilities. Keeps the later steps' shares in
-    ``trainer.held`` and returns ``step``'s. ``trainer``: ``engine.trainer.Trainer`` (it calls here)."""
-    cfg, G = trainer.config, trainer.config.grpo.group_size
-    steps = block(step, cfg.training.steps_per_generation, trainer.total_steps)
-    prompts = {s: [trainer.dataset[i] for i in trainer.batch(s)[2]] for s in steps}
-    plain = trainer.environment is None and trainer.rollout_func is None
-    rolled = _roll_out(trainer, prompts, on_phase) if plain else {}
+    steps' with the sampling policy's log-probabilities. Each step's share, by step."""
+    cfg, G = c.config, c.config.grpo.group_size
+    steps = block(step, cfg.training.steps_per_generation, c.prompts.total_steps)
+    prompts = {s: c.prompts.examples(c.prompts.batch(s)[2]) for s in steps}
+    plain = c.scorer.environment is None and c.rollout_function is None
+    rolled = _roll_out(c, prompts, on_phase) if plain else {}
     selections = []
     for s in steps:
-        trainer.seed(s)
-        round_ = scored_round.roll_and_score(trainer, s, 0, prompts[s], on_phase, rolled.get(s))
+        c.policy.seed(s)
+        round_ = scored_round.roll_and_score(c, s, 0, prompts[s], on_phase, rolled.get(s))
         selections.append(dynamic_sampling.select([round_], G, cfg.training.batch_size, False))
-    trainer.seed(step)
+    c.policy.seed(step)
     t0 = time.perf_counter()
     trained = [sel.trained(G) for sel in selections]
     scores = [sel.trained_scores(G) for sel in selections]
     advantages = grpo.advantages(cfg, [t for _, _, totals, _ in trained for t in totals],
                                  {label: [v for part in scores for v in part[label]] for label in scores[0]},
-                                 {r.label: r.weight for r in trainer.rewards}).tolist()
+                                 c.scorer.weights).tolist()
     by_step = split(advantages, [len(totals) for _, _, totals, _ in trained])
-    batches = [micro_batches(examples, completions, adv, padding, cfg, trainer.plan, trainer.ranks, trainer.ref_model)
+    batches = [c.learner.pack(examples, completions, adv, padding)
                for (examples, completions, _, padding), adv in zip(trained, by_step)]
     for later in batches[1:]:
-        record_sampling_logps(trainer.model, later, cfg, trainer.plan)
+        record_sampling_logps(c.policy.model, later, cfg, c.policy.plan)
     tokens = sum(float(mx.sum(b.mask).item()) for part in batches for b in part)
-    num_items = trainer.ranks.sum_floats([tokens])[0] / len(steps)  # TRL: the generation's tokens per step
+    num_items = c.ranks.sum_floats([tokens])[0] / len(steps)  # TRL: the generation's tokens per step
     selections[0].scoring_s += time.perf_counter() - t0
-    trainer.held = {s: HeldStep(sel, mx.array(adv, dtype=mx.float32), part, num_items)
-                    for s, sel, adv, part in zip(steps, selections, by_step, batches)}
-    return trainer.held.pop(step)
+    return {s: HeldStep(sel, mx.array(adv, dtype=mx.float32), part, num_items)
+            for s, sel, adv, part in zip(steps, selections, by_step, batches)}
 
 
-def _roll_out(trainer: Any, prompts: dict[int, list[Example]],
+def _roll_out(c: Collaborators, prompts: dict[int, list[Example]],
               on_phase: Callable[[Phase], None]) -> dict[int, tuple[list[Completion], float]]:
     """One rollout of this rank's rows of every step of the generation, in one batch: each row is
     keyed by its own step and place, so it samples what a rollout per step would. Each step's
     completions (``prompt_index`` within the step's share) and its part of the time, by tokens."""
-    cfg, G = trainer.config, trainer.config.grpo.group_size
-    mine = trainer.ranks.prompts(cfg.training.batch_size, cfg.training.gradient_accumulation_steps)
+    cfg, G = c.config, c.config.grpo.group_size
+    mine = c.ranks.prompts(cfg.training.batch_size, cfg.training.gradient_accumulation_steps)
     rows = [examples[i].prompt_ids for examples in prompts.values() for i in mine]
-    keys = [k for s in prompts for k in sampling.step_keys(cfg.training.seed, s, list(mine), G)]
+    keys = [k for s in prompts for k in c.policy.keys(s, list(mine))]
     on_phase("generating")
     t0 = time.perf_counter()
-    completions = trainer.rollout_rows(rows, G, keys=keys)
+    completions = c.policy.generate(rows, G, keys=keys)
     seconds = time.perf_counter() - t0
-    total = max(sum(c.model_tokens for c in completions), 1)
+    total = max(sum(x.model_tokens for x in completions), 1)
     out = {}
     for k, s in enumerate(prompts):
-        part = [dataclasses.replace(c, prompt_index=c.prompt_index - k * len(mine))
-                for c in completions if k * len(mine) <= c.prompt_index < (k + 1) * len(mine)]
-        out[s] = (part, seconds * sum(c.model_tokens for c in part) / total)
+        part = [dataclasses.replace(x, prompt_index=x.prompt_index - k * len(mine))
+                for x in completions if k * len(mine) <= x.prompt_index < (k + 1) * len(mine)]
+        out[s] = (part, seconds * sum(x.model_tokens for x in part) / total)
     return out

@@ -26,12 +26,12 @@ def probe(config: Config, prompts: int) -> dict[str, Any]:
 
     config.store.enabled = False
     engine = Engine(config, log=lambda level, message: None)
-    trainer = engine.trainer
-    picks = random.Random(config.data.seed).sample(range(trainer.dataset_size), min(prompts, trainer.dataset_size))
-    examples = [trainer.dataset[i] for i in picks]
+    parts = engine.trainer.parts
+    size = parts.prompts.dataset_size
+    examples = parts.prompts.examples(random.Random(config.data.seed).sample(range(size), min(prompts, size)))
     t0 = time.perf_counter()
-    trainer.begin_step(1)
-    completions = trainer.roll_out(1, [e.prompt_ids for e in examples], list(range(len(examples))))
+    parts.begin_step(1)
+    completions = parts.policy.roll_out(1, [e.prompt_ids for e in examples], list(range(len(examples))))
     sampled = Batch(1, 0, examples, completions, generation_s=time.perf_counter() - t0)
     totals = engine.score(sampled)
     G = config.grpo.group_size
@@ -61,8 +61,8 @@ def probe(config: Config, prompts: int) -> dict[str, Any]:
         "truncated": cut, "max_completion_length": config.generation.max_completion_length,
         "finished_p95_tokens": finished[int(0.95 * (len(finished) - 1))] if finished else None,
         "mean_reward": sum(0.0 if t is None else t for t in totals) / max(len(totals), 1),
-        "by_accuracy": accuracy is not None, "step_seconds": step_s, "total_steps": trainer.total_steps,
-        "run_seconds": step_s * trainer.total_steps, "peak_memory_gb": mx.get_peak_memory() / 1e9,
+        "by_accuracy": accuracy is not None, "step_seconds": step_s, "total_steps": parts.prompts.total_steps,
+        "run_seconds": step_s * parts.prompts.total_steps, "peak_memory_gb": mx.get_peak_memory() / 1e9,
     }
 
 

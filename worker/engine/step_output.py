@@ -1,6 +1,6 @@
 """A training step's output, assembled in one place from what the step produced: the ``step``
 frame's metrics (TRL's names) from its completions and their scores, the optimiser's passes, the
-phases' times and the memory (``Trainer.train_step`` gathers ``StepResults``; ``step_frame`` turns
+phases' times and the memory (``step.learn`` gathers ``StepResults``; ``step_frame`` turns
 them into a ``Step``), and the step's generations for the store (``generations``). No MLX here:
 the step hands over plain numbers.
 """
@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from grpo_tui.protocol.messages import LOSS_METRICS, ClipRatio, RankTiming, Step, finite, mean_of
+from grpo_tui.worker.engine import dynamic_sampling
 from grpo_tui.worker.engine.policy.agent import tool_calls
 from grpo_tui.worker.engine.prompts.data import Example
 from grpo_tui.worker.engine.policy.parsing import parse_tool_calls, split_thinking
@@ -21,6 +23,11 @@ from grpo_tui.worker.engine.scoring.reward_call import StepLog
 from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.engine.learning.update import PassResult
 from grpo_tui.worker.records import Generation
+
+if TYPE_CHECKING:
+    from grpo_tui.protocol.config import Config
+    from grpo_tui.worker.engine.dynamic_sampling import Selection
+    from grpo_tui.worker.engine.scoring.scorer import Scorer
 
 MB = 1024 * 1024
 
@@ -167,3 +174,28 @@ def tool_metrics(tools: list, completions: list[Completion]) -> dict[str, float]
     return {"tools/call_frequency": len(calls) / max(len(completions), 1),
             "tools/failure_frequency": sum(t.error is not None for t in calls) / len(calls) if calls else 0.0,
             "tools/seconds": sum(t.seconds or 0.0 for t in calls)}
+
+
+def extra_metrics(config: Config, selection: Selection, scorer: Scorer, group_size: int) -> dict[str, float]:
+    """The step's figures beyond the loss's: what the reward functions logged, the tools', the
+    prompts cut by ``max_prompt_length`` (only when set), dynamic sampling's and the judges' time
+    (``judge/seconds``, part of ``scoring_ms``)."""
+    out = {**selection.logged.metric_means(), **tool_metrics(scorer.tools, selection.completions)}
+    if config.generation.max_prompt_length is not None:
+        out["prompts_truncated"] = float(sum(e.cut > 0 for e in selection.examples))
+    if config.grpo.dynamic_sampling:
+        out.update(dynamic_sampling.metrics(selection, group_size))
+    if (seconds := scorer.judge_seconds()) is not None:
+        out["judge/seconds"] = seconds
+    return out
+
+
+def advantage_by_completion(selection: Selection, trained: list[float], group_size: int) -> list[float]:
+    """Each generated completion's advantage: its trained slot's, 0 for a dropped group's (its
+    rewards are all equal, or it was beyond the batch)."""
+    out = [0.0] * len(selection.completions)
+    G = group_size
+    for k, g in enumerate(selection.slots):
+        if k not in selection.padding:
+            out[g * G : (g + 1) * G] = trained[k * G : (k + 1) * G]
+    return out

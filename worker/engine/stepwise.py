@@ -1,8 +1,8 @@
 """The engine step by step, in the caller's process: ``from grpo_tui import Engine`` (docs/python-api.md,
 "Step by step"; mlx-node's ``generateBatch`` / ``scoreGenerations`` / ``trainStep``).
 
-A worker step is ``Trainer.train_step``: ``begin_step``, a rollout and scoring round, ``learn``. The
-engine API runs the same three pieces of the same ``Trainer`` (plan, speed paths, compiled
+A worker step is ``step.train_step``: ``begin_step``, a rollout and scoring round, ``learn``. The
+engine API runs the same three pieces on the same collaborators (plan, speed paths, compiled
 functions, keyed sampling) with the caller in between: ``generate`` begins the step and rolls out,
 ``score`` applies the configured rewards (or the caller brings its own numbers), ``train_step``
 learns from them. With the dataset's batch, N rounds of the three equal N worker steps of the same
@@ -25,7 +25,7 @@ from grpo_tui.protocol.layout import TrainingState, read_state
 from grpo_tui.worker import checkpoint as ckpt
 from grpo_tui.worker import evaluation
 from grpo_tui.worker.engine.prompts import data
-from grpo_tui.worker.engine import dynamic_sampling
+from grpo_tui.worker.engine import dynamic_sampling, step as engine_step
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
 from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.engine.trainer import Trainer, default_log
@@ -103,22 +103,23 @@ class Engine:
         """The next step's completions: of ``prompts`` (strings, chat message lists, or rows with the
         config's prompt column and any others), else of the dataset's next batch, as the worker's."""
         step = self.step + 1
-        trainer = self.trainer
-        trainer.begin_step(step)
+        parts = self.trainer.parts
+        parts.begin_step(step)
         if prompts is None:
-            epoch, _, indices = trainer.batch(step)
-            examples = [trainer.dataset[i] for i in indices]
+            epoch, _, indices = parts.prompts.batch(step)
+            examples = parts.prompts.examples(indices)
         else:
-            epoch, examples = trainer.batch(step)[0], self._examples(prompts)
+            epoch, examples = parts.prompts.batch(step)[0], self._examples(prompts)
         t0 = time.perf_counter()
-        completions = trainer.roll_out(step, [e.prompt_ids for e in examples], list(range(len(examples))))
+        completions = parts.policy.roll_out(step, [e.prompt_ids for e in examples], list(range(len(examples))))
         return Batch(step, epoch, examples, completions, generation_s=time.perf_counter() - t0)
 
     def score(self, batch: Batch) -> list[float | None]:
         """The configured rewards of ``batch`` (weighted totals, one per completion; also kept in it)."""
         t0 = time.perf_counter()
         owners = [batch.examples[c.prompt_index] for c in batch.completions]
-        totals, per_fn, logged = self.trainer.score(owners, batch.completions, batch.step)
+        parts = self.trainer.parts
+        totals, per_fn, logged = parts.scorer.score(owners, batch.completions, parts.state(batch.step))
         batch.rewards, batch.per_function, batch.logged = totals, per_fn, logged
         batch.scoring_s = time.perf_counter() - t0
         return totals
@@ -142,7 +143,7 @@ class Engine:
         round_ = dynamic_sampling.Round(batch.examples, batch.completions, totals, per_fn, logged,
                                         batch.generation_s, batch.scoring_s)
         selection = dynamic_sampling.select([round_], self.config.grpo.group_size, len(batch.examples), dynamic=False)
-        out = self.trainer.learn(batch.step, batch.epoch, selection)
+        out = engine_step.learn(self.trainer.parts, batch.step, batch.epoch, selection)
         self.step = batch.step
         self._record(out)
         return out.metrics
@@ -202,8 +203,9 @@ class Engine:
         column = self.config.data.prompt_column
         rows = [p if isinstance(p, dict) else {column: p} for p in prompts]
         examples = data.examples_of(rows, self.config.data, "prompts")
-        data.render(examples, self.trainer.tokenizer, self.config.generation.enable_thinking)
-        self.trainer.fit_prompts(examples, "prompts")
+        parts = self.trainer.parts
+        data.render(examples, parts.policy.tokenizer, self.config.generation.enable_thinking)
+        parts.prompts.fit(examples, "prompts", parts.policy.tokenizer)
         return examples
 
     def _open_store(self, path: Path) -> None:

@@ -53,12 +53,12 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
     lines: list[str] = []
     trainer = Trainer(load_config(step_config(tmp_path, base, "" if mode == "full" else LORA)),
                       log=lambda level, message: lines.append(message))
-    before = {k: np.array(v) for k, v in tree_flatten(trainer.model.trainable_parameters())}
+    before = {k: np.array(v) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
 
     out = trainer.train_step(1)
     assert out.metrics.loss is not None and math.isfinite(out.metrics.loss)
     assert out.metrics.gradients_applied and len(out.generations) == 4
-    after = dict(tree_flatten(trainer.model.trainable_parameters()))
+    after = dict(tree_flatten(trainer.policy.model.trainable_parameters()))
     assert any(not np.array_equal(before[k], np.array(v)) for k, v in after.items()), "nothing trained"
 
     engine = next(line for line in lines if line.startswith("engine: "))
@@ -75,8 +75,8 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
         reloaded, tokenizer = mlx_load(str(saved))
     else:
         reloaded, tokenizer = mlx_load(str(base), adapter_path=str(saved))
-    trainer.model.eval()
-    for ours, stock in zip(_logits(trainer.model), _logits(reloaded)):
+    trainer.policy.model.eval()
+    for ours, stock in zip(_logits(trainer.policy.model), _logits(reloaded)):
         np.testing.assert_allclose(ours, stock, rtol=1e-3, atol=1e-3 * float(np.abs(stock).max()))
 
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True)

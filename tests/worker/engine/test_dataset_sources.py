@@ -110,14 +110,14 @@ def test_tool_schemas_reach_the_chat_template_from_a_column_or_the_tools_file(tm
     mul = {"type": "function", "function": {"name": "mul", "parameters": {"type": "object"}}}
     datasets.Dataset.from_list([{**ROWS[1]}, {**ROWS[1], "tools": [mul]}]).to_parquet(str(tmp_path / "d.parquet"))
     trainer = _trainer(tmp_path, f'"{tmp_path / "d.parquet"}"')
-    assert ["Tools: add<|im_end|>" in e.prompt_text for e in trainer.dataset] == [True, False]
-    assert "Tools: mul<|im_end|>" in trainer.dataset[1].prompt_text
+    assert ["Tools: add<|im_end|>" in e.prompt_text for e in trainer.prompts.dataset] == [True, False]
+    assert "Tools: mul<|im_end|>" in trainer.prompts.dataset[1].prompt_text
     assert trainer.train_step(1).metrics.loss is not None  # conversational rows train
 
     (tmp_path / "tools.json").write_text(json.dumps([ADD, mul]))
     (tmp_path / "plain.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
     trainer = _trainer(tmp_path, f'"{tmp_path / "plain.jsonl"}"\ntools = "{tmp_path / "tools.json"}"')
-    assert trainer.dataset[0].prompt_text.startswith("<|im_start|>system\nTools: add mul<|im_end|>")
+    assert trainer.prompts.dataset[0].prompt_text.startswith("<|im_start|>system\nTools: add mul<|im_end|>")
 
 
 def test_a_bad_row_stops_the_start_naming_the_file_row_and_column(tmp_path):

@@ -32,12 +32,12 @@ def test_a_gguf_born_checkpoint_exports_to_gguf_and_loads_back_with_the_same_log
     write_gguf(original, file, "smollm", "F32" if mode == "full" else "Q4_1", embedding_qtype=None)
     config = load_config(step_config(tmp_path / "run", file, LORA if mode == "lora" else ""))
     trainer = Trainer(config, log=lambda level, message: None)
-    start = logits(trainer.model)
+    start = logits(trainer.policy.model)
     assert trainer.train_step(1).metrics.gradients_applied
     final = tmp_path / "final"
     final.mkdir()
     trainer.save_model(final)
-    trained = logits(trainer.model)
+    trained = logits(trainer.policy.model)
     assert np.abs(trained - start).max() > 1e-4
 
     exported = export_gguf.export(final, tmp_path / "out" / "trained.gguf", dtype="f32")

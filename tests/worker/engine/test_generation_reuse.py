@@ -51,8 +51,8 @@ def test_the_first_step_of_a_block_generates_for_the_block_and_the_others_only_t
     reused = make(tmp_path / "a", model_dir)
     fresh = make(tmp_path / "b", model_dir, training="")  # the same run, a generation per step
     # what the untrained policy samples for step 2's prompts with step 2's keys
-    prompts = [reused.dataset[i].prompt_ids for i in reused.batch(2)[2]]
-    expected_step2 = [c.text for c in fresh.roll_out(2, prompts, list(range(len(prompts))))]
+    prompts = [reused.prompts.dataset[i].prompt_ids for i in reused.batch(2)[2]]
+    expected_step2 = [c.text for c in fresh.policy.roll_out(2, prompts, list(range(len(prompts))))]
     phases = {}
     outputs = {}
     for step in range(1, 6):
@@ -67,7 +67,7 @@ def test_the_first_step_of_a_block_generates_for_the_block_and_the_others_only_t
     assert [g.raw_completion for g in outputs[2].generations] == expected_step2
     # each step trains its own batch, in the data order of a run without reuse
     for step in range(1, 6):
-        assert [g.prompt for g in outputs[step].generations][::4] == [fresh.dataset[i].prompt_text for i in fresh.batch(step)[2]]
+        assert [g.prompt for g in outputs[step].generations][::4] == [fresh.prompts.dataset[i].prompt_text for i in fresh.batch(step)[2]]
 
 
 def test_later_steps_train_against_the_sampling_policys_log_probabilities(tmp_path, model_dir):
@@ -76,8 +76,8 @@ def test_later_steps_train_against_the_sampling_policys_log_probabilities(tmp_pa
     trainer.train_step(1)
     held = trainer.held[2]
     for batch in held.batches:
-        sampling = token_logps(before.model, batch, 1.0, trainer.plan.head, trainer.plan.vocab_chunk_size).logps
-        now = token_logps(trainer.model, batch, 1.0, trainer.plan.head, trainer.plan.vocab_chunk_size).logps
+        sampling = token_logps(before.policy.model, batch, 1.0, trainer.policy.plan.head, trainer.policy.plan.vocab_chunk_size).logps
+        now = token_logps(trainer.policy.model, batch, 1.0, trainer.policy.plan.head, trainer.policy.plan.vocab_chunk_size).logps
         mask = np.array(batch.mask) > 0
         np.testing.assert_allclose(np.array(batch.old_logps)[mask], np.array(sampling)[mask], atol=1e-5)
         assert np.abs(np.array(now) - np.array(batch.old_logps))[mask].max() > 1e-3  # step 1 moved the policy
@@ -97,9 +97,9 @@ def test_batch_scaled_advantages_span_the_generation(tmp_path, model_dir):
 
 def test_the_batch_normalised_losses_divide_by_the_generations_tokens_per_step(tmp_path, model_dir):
     trainer = make(tmp_path, model_dir, grpo='loss_type = "dapo"', training="steps_per_generation = 2")
-    trainer.begin_step(1)
-    first = generation_reuse.generate(trainer, 1, lambda phase: None)
-    second = trainer.held[2]
+    trainer.parts.begin_step(1)
+    shares = generation_reuse.generate(trainer.parts, 1, lambda phase: None)
+    first, second = shares[1], shares[2]
     tokens = [sum(float(mx.sum(b.mask).item()) for b in held.batches) for held in (first, second)]
     assert tokens[0] != tokens[1]  # else the test could not tell a step's count from the mean
     assert first.num_items == second.num_items == pytest.approx(sum(tokens) / 2)

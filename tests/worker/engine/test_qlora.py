@@ -22,15 +22,15 @@ PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5]])
 def test_lora_on_a_quantized_base_trains_and_its_adapters_and_fused_model_load_in_mlx_lm(bits, tmp_path):
     base = quantize(build(tmp_path / "float", "qwen3"), tmp_path / f"q{bits}", bits)
     trainer = Trainer(load_config(step_config(tmp_path, base, LORA)), log=lambda level, message: None)
-    assert type(trainer.model.model.layers[0].self_attn.q_proj.linear).__name__ == "QuantizedLinear"
-    start = np.array(trainer.model(PROBE))
+    assert type(trainer.policy.model.model.layers[0].self_attn.q_proj.linear).__name__ == "QuantizedLinear"
+    start = np.array(trainer.policy.model(PROBE))
     for step in (1, 2):
         assert trainer.train_step(step).metrics.gradients_applied
     final = tmp_path / "final"
     final.mkdir()
     trainer.save_model(final)
-    trainer.model.eval()
-    trained = np.array(trainer.model(PROBE))
+    trainer.policy.model.eval()
+    trained = np.array(trainer.policy.model(PROBE))
     assert np.abs(trained - start).max() > 1e-4  # the adapters moved the outputs
 
     adapted, tokenizer = mlx_load(str(base), adapter_path=str(final))

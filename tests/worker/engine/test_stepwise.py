@@ -39,7 +39,7 @@ def test_three_engine_steps_equal_three_worker_steps(tmp_path, tiny_model):
         assert ours.reward == pytest.approx(theirs.reward, abs=1e-6)
         assert ours.loss == pytest.approx(theirs.loss, abs=1e-6)
     final = mx.load(str(tmp_path / "out" / "final" / "model.safetensors"))
-    mine = weights(engine.trainer.model)
+    mine = weights(engine.trainer.policy.model)
     compared = [k for k in mine if k in final]
     assert compared and all(np.allclose(mine[k], np.array(final[k]), atol=1e-5) for k in compared)
     start = mx.load(str(next(tiny_model.glob("*.safetensors"))))
@@ -66,5 +66,5 @@ def test_the_callers_rewards_train_and_a_store_records_the_steps(tmp_path, tiny_
     assert query(tmp_path / "engine.db", "SELECT status FROM runs") == [("completed",)]
     again = Engine(config)
     assert again.load(saved) == 2
-    assert all(np.array_equal(a, b) for a, b in zip(weights(again.trainer.model).values(), weights(engine.trainer.model).values()))
+    assert all(np.array_equal(a, b) for a, b in zip(weights(again.trainer.policy.model).values(), weights(engine.trainer.policy.model).values()))
     assert again.generate().step == 3

@@ -84,7 +84,7 @@ def test_a_step_on_the_host_head_trains_like_the_mlx_head(tmp_path, model_dir, m
         monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)
         monkeypatch.setenv("GRPO_TUI_COMPILED_LOSS", "0")  # the same eager loss on both sides
         trainer = make(tmp_path / switch, model_dir, varied)
-        assert (trainer.plan.head is Head.HOST_HEAD) == (switch == "1")
+        assert (trainer.policy.plan.head is Head.HOST_HEAD) == (switch == "1")
         runs[switch] = trainer.train_step(1).metrics
     assert calls and runs["0"].grad_norm > 0  # a real gradient to compare
     assert runs["1"].grad_norm == pytest.approx(runs["0"].grad_norm, rel=1e-4)
@@ -94,7 +94,7 @@ def test_a_step_on_the_host_head_trains_like_the_mlx_head(tmp_path, model_dir, m
 
 
 def weights(trainer):
-    return {k: np.array(v) for k, v in tree_flatten(trainer.model.trainable_parameters())}
+    return {k: np.array(v) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
 
 
 def test_batches_are_a_seeded_shuffle_of_each_epoch(tmp_path, model_dir):
@@ -166,7 +166,7 @@ def test_kl_and_several_iterations(tmp_path, model_dir):
 def test_masking_truncated_completions_removes_their_gradient(tmp_path, model_dir):
     t = make(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\n").replace(
         "group_size = 4", "group_size = 4\nmask_truncated_completions = true"))
-    t.tokenizer.eos_token_ids = []  # no completion can stop: every one is truncated, whatever is sampled
+    t.policy.tokenizer.eos_token_ids = []  # no completion can stop: every one is truncated, whatever is sampled
     before = weights(t)
     m = t.train_step(1).metrics
     assert m.completion_clipped_ratio == 1.0
@@ -203,7 +203,7 @@ def test_full_model_saves_what_mlx_lm_loads_and_checkpoints_restore(tmp_path, mo
 
     fresh = make(tmp_path / "fresh", model_dir)
     fresh.load_checkpoint(ckpt)
-    assert int(fresh.optimizer.state["step"]) == int(t.optimizer.state["step"]) == 2
+    assert int(fresh.learner.optimizer.state["step"]) == int(t.learner.optimizer.state["step"]) == 2
     a, b = t.train_step(3), fresh.train_step(3)
     assert [g.raw_completion for g in a.generations] == [g.raw_completion for g in b.generations]
     assert a.metrics.loss == pytest.approx(b.metrics.loss, abs=1e-6)
@@ -247,12 +247,12 @@ def digit_share(prompts, completions, **kw):
 def test_the_optimizer_state_exists_before_the_first_step(tmp_path, model_dir):
     # Built inside the first update, AdamW's moments first counted in the second step's peak memory.
     t = make(tmp_path, model_dir)
-    moments = dict(tree_flatten(t.optimizer.state))
+    moments = dict(tree_flatten(t.learner.optimizer.state))
     for name, value in weights(t).items():
         assert moments[f"{name}.m"].shape == moments[f"{name}.v"].shape == value.shape
     before = set(moments)
     t.train_step(1)
-    assert set(dict(tree_flatten(t.optimizer.state))) == before  # the update allocates no new state
+    assert set(dict(tree_flatten(t.learner.optimizer.state))) == before  # the update allocates no new state
 
 
 @pytest.mark.parametrize(("env", "extra", "head"), [
@@ -277,12 +277,12 @@ def test_perplexity_and_token_accuracy_are_the_sampling_policys_on_the_trained_t
     original = update.loss_grad_parts
     monkeypatch.setattr(update, "loss_grad_parts", lambda model, batch, *a, **k: seen.append(batch) or original(model, batch, *a, **k))
     trainer = make(tmp_path, model_dir, BASE.replace("learning_rate = 1e-2", "learning_rate = 1e-2\n" + extra))
-    assert trainer.plan.head is head
+    assert trainer.policy.plan.head is head
     before, _ = load(str(model_dir))  # the weights that sampled step 1's completions
     metrics = trainer.train_step(1).metrics
     nll, top, tokens = 0.0, 0.0, 0.0
     for batch in seen:
-        logits = np.array(batch_logits(before, batch).astype(mx.float32)) / trainer.config.generation.temperature
+        logits = np.array(batch_logits(before, batch).astype(mx.float32)) / trainer.parts.config.generation.temperature
         logp = logits - logits.max(-1, keepdims=True)
         logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
         targets, mask = np.array(batch.targets), np.array(batch.mask)

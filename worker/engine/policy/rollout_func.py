@@ -36,6 +36,8 @@ from grpo_tui.worker.engine.prompts import data
 from grpo_tui.worker.engine.scoring.rewards import RewardError, describe_error, load_function
 
 if TYPE_CHECKING:  # the rollout (and MLX) come in at the first round: the worker loads this before MLX
+    from grpo_tui.worker.engine.distributed import Ranks
+    from grpo_tui.worker.engine.policy.policy import Policy
     from grpo_tui.worker.engine.policy.rollout import Completion
 
 KEY = "environment.rollout_func"
@@ -367,38 +369,38 @@ def check_output(output: Any, n: int, vocab: int | None, context: int | None = N
     return {k: v for k, v in output.items() if k not in REQUIRED and k != "env_mask"}
 
 
-def roll(engine: Any, step: int, examples: list[data.Example], rows: range, position: int, *, n: int,
+def roll(policy: Policy, function: RolloutFunction, ranks: Ranks, total_steps: int, step: int,
+         examples: list[data.Example], rows: range, position: int, *, n: int,
          training: bool = True) -> tuple[list[data.Example], list[Completion], list[data.Example], None]:
-    """A round through the run's rollout function (``engine``: the trainer): ``rows``' examples (this
-    rank's) handed to it ``n`` times each; returns the round's examples (``rows``' with the prompt ids
-    their completions were generated from), the completions of ``rows`` (``prompt_index`` counted from
-    ``rows.start``), each one's owner with the function's extra keys, and no episodes. ``position``:
-    the first row's place in the step, which keys the draws (with the order of the requests)."""
+    """A round through the run's rollout ``function``: ``rows``' examples (this rank's) handed to it
+    ``n`` times each; returns the round's examples (``rows``' with the prompt ids their completions
+    were generated from), the completions of ``rows`` (``prompt_index`` counted from ``rows.start``),
+    each one's owner with the function's extra keys, and no episodes. ``position``: the first row's
+    place in the step, which keys the draws (with the order of the requests)."""
     import msgspec
 
-    from grpo_tui.worker.engine.policy import rollout, sampling
+    from grpo_tui.worker.engine.policy import sampling
 
-    cfg, mine = engine.config, [examples[i] for i in rows]
+    cfg, mine = policy.config, [examples[i] for i in rows]
     count = iter(range(10**9))
 
     def generate(prompts: list[list[int]], overrides: dict[str, Any]) -> list[Completion]:
         gen = msgspec.structs.replace(cfg.generation, **overrides) if overrides else cfg.generation
         keys = [sampling.row_key(cfg.training.seed, step, position + rows.start, 10_000 + next(count)) for _ in prompts]
-        return rollout.generate(engine.model, engine.tokenizer, prompts, 1, gen, logprobs=True, plan=engine.plan,
-                                decode=engine.decode, keys=keys)
+        return policy.sample(prompts, 1, gen, keys=keys, logprobs=True)
 
-    engine.model.eval()
+    policy.model.eval()
     context = model_source.context_length(cfg.model.path)
-    service = engine.rollout_func.service
+    service = function.service
     service.bind(lambda requests: generation_answers(requests, generate))
-    trainer = RolloutTrainer(cfg, engine.tokenizer, service, global_step=max(step - 1, 0), max_steps=engine.total_steps,
-                             training=training, rank=engine.ranks.rank, size=engine.ranks.size,
+    trainer = RolloutTrainer(cfg, policy.tokenizer, service, global_step=max(step - 1, 0), max_steps=total_steps,
+                             training=training, rank=ranks.rank, size=ranks.size,
                              enable_thinking=cfg.generation.enable_thinking, context=context)
-    endpoint = engine.rollout_func.serve_endpoint(trainer, engine.model_name)
+    endpoint = function.serve_endpoint(trainer, policy.name)
     trainer.base_url, trainer.api_key = endpoint.base_url, endpoint.api_key
     prompts = [e.prompt if isinstance(e.prompt, str) else [dict(m) for m in e.messages] for e in mine for _ in range(n)]
-    output = engine.rollout_func.call(prompts, trainer, service)
-    started, completions, owners = engine.rollout_func.completions(output, mine, n, engine.tokenizer, context)
+    output = function.call(prompts, trainer, service)
+    started, completions, owners = function.completions(output, mine, n, policy.tokenizer, context)
     round_examples = list(examples)
     round_examples[rows.start:rows.stop] = started
     return round_examples, completions, owners, None

@@ -22,7 +22,6 @@ cannot be built is a mistake, said at load.
 from __future__ import annotations
 
 import inspect
-import json
 import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -34,7 +33,7 @@ from grpo_tui.worker.engine.prompts import data
 from grpo_tui.worker.engine.scoring.rewards import RewardError, call_with_timeout, describe_error, load_function
 from grpo_tui.worker.engine.scoring.timed_calls import StillHung
 from grpo_tui.worker.engine.scoring.tool_schema import SchemaError, function_schema
-from grpo_tui.worker.engine.scoring.tools import RowTools, Tool, cap
+from grpo_tui.worker.engine.scoring.tools import RowTools, Tool, as_text, cap
 
 RESERVED = ("reset", "get_reward", "respond")
 
@@ -44,15 +43,6 @@ class EnvironmentMistake(Mistake, RuntimeError):
 
     def __init__(self, sentence: str, key: str = "environment.class") -> None:
         super().__init__("tool", f"{key}: {sentence}")
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _methods(instance: Any) -> list[Callable[..., Any]]:
@@ -129,7 +119,7 @@ class Environment:
 
         def respond(message: str) -> Turn | None:
             said = self._call("respond", lambda: instance.respond(message))
-            return None if said is None else Turn(role="user", content=cap(_text(said)))
+            return None if said is None else Turn(role="user", content=cap(as_text(said)))
 
         return respond
 
@@ -142,7 +132,7 @@ class Environment:
         except ImportError:  # pragma: no cover — numpy is a dependency of MLX
             pass
         said = self._call("reset", lambda: instance.reset(**row))
-        return None if said is None else cap(_text(said))
+        return None if said is None else cap(as_text(said))
 
     def begin(self, example: data.Example, row: dict[str, Any], group_size: int,
               key: int) -> tuple[data.Example, list[Episode]]:

@@ -82,7 +82,8 @@ def load_tools(configs: list[ToolConfig]) -> list[Tool]:
     return tools
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """What a tool or an environment returned, as the message's text: a string as it is, else JSON."""
     if isinstance(value, str):
         return value
     try:
@@ -133,7 +134,7 @@ def _sandboxed(tool: Tool, arguments: dict[str, Any], turn: Turn) -> str | None:
         print(f"tool {tool.name!r} (sandboxed): {line}", file=sys.stderr)
     if result.error is not None:
         return f"{tool.name} {result.error}"
-    turn.content = cap(_text(result.value))
+    turn.content = cap(as_text(result.value))
     return None
 
 
@@ -167,7 +168,7 @@ def run_call(tools: dict[str, Tool], call: ToolCall) -> Turn:
                 error = _sandboxed(tool, dict(arguments), turn)
             else:
                 with _stdout_to_stderr():  # a tool's print is a log line, never a frame
-                    turn.content = cap(_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s, f"tool {name!r}")))
+                    turn.content = cap(as_text(call_with_timeout(tool.fn, dict(arguments), tool.timeout_s, f"tool {name!r}")))
         except StillHung as exc:
             error = str(exc)
         except TimeoutError:
