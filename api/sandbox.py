@@ -11,8 +11,10 @@ interpreter runs it here instead of inside the worker::
 and ``sandbox = true`` on a ``[[tools]]`` table runs each of that tool's calls through ``call``.
 
 Each call is a fresh ``python`` process in a session of its own, in a fresh temporary folder (its
-working folder, ``HOME`` and ``TMPDIR``; removed afterwards), with: a wall-clock limit (the whole
-session is killed at ``timeout_s``), a CPU-time limit, an address-space limit (``memory_mb``), a
+working folder, ``HOME`` and ``TMPDIR``; removed afterwards), with: a wall-clock limit (at
+``timeout_s`` the whole process tree is killed: on Linux a keeper process, a child subreaper, inherits
+every process the call leaves behind, one that moved to a session of its own with ``setsid``
+included, and kills them all when the call ends or its time is up), a CPU-time limit, an address-space limit (``memory_mb``), a
 file-size limit (``file_size_mb``), no core files, and at most ``max_processes`` processes. On
 Linux it also gets no network (a network namespace of its own, when the kernel lets this process
 make one), and when the worker runs as root the call runs as ``nobody`` (so the process limit holds
@@ -76,9 +78,63 @@ class Result:
 # The child: a request line on stdin, then containment, then the code. Standard library only, so it
 # starts fast and needs nothing of grpo-tui.
 _CHILD = r'''
-import json, os, sys, resource
+import json, os, sys, resource, signal, time
 req = json.loads(sys.stdin.readline())
 fd = req["fd"]
+# This first process is the keeper of the call's process tree: the code runs in a child, and every
+# process it starts that outlives its parent (a daemon that forked and called setsid included) is
+# handed to the keeper (a child subreaper) instead of init; when the code ends, or the caller's
+# wall clock sends SIGTERM, the keeper kills them all, so no process of the call outlives it.
+if sys.platform.startswith("linux"):
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+def sweep(first):
+    me, quiet = str(os.getpid()), 0
+    for _ in range(400):
+        found = [first] if first else []
+        first = 0
+        for p in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            try:
+                if p.isdigit() and open("/proc/" + p + "/stat").read().rsplit(")", 1)[1].split()[1] == me:
+                    found.append(int(p))
+            except (OSError, IndexError):
+                pass
+        for p in found:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        quiet = 0 if found else quiet + 1
+        if quiet >= 3:
+            return
+        time.sleep(0.005)
+child = os.fork()
+if child:
+    sys.stdin.close()
+    os.close(fd)
+    def stop(signum, frame):
+        sweep(child)
+        os._exit(124)
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except ChildProcessError:
+            status = 0
+            break
+    sweep(0)
+    if os.WIFSIGNALED(status):  # ended as the code ended: the same signal
+        if os.WTERMSIG(status) != signal.SIGKILL:
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+os.setsid()  # the code's own session: the keeper's SIGTERM is not sent to it
 def say(obj):
     os.write(fd, (json.dumps(obj) + "\n").encode())
 fn = None
@@ -217,6 +273,11 @@ def _feed_and_wait(proc: subprocess.Popen[bytes], data: str, timeout_s: float) -
         _kill_session(proc.pid)  # what it left running ends with it
         return False
     except subprocess.TimeoutExpired:
+        proc.terminate()  # the keeper kills the whole tree, whatever session it moved to
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
         _kill_session(proc.pid)
         proc.wait()
         return True

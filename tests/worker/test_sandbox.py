@@ -116,3 +116,35 @@ def test_a_sandboxed_tool_through_the_worker(tmp_path, mode):
     else:
         error = "add timed out after 1 s (wall clock); the call and everything it started were killed"
         assert errors == {error} and results == {f"Error: {error}"}
+
+
+DAEMON = """
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()  # a session of its own: out of the call's process group
+    if os.fork() == 0:
+        print(os.getpid(), file=sys.stderr, flush=True)
+        time.sleep(40)
+    os._exit(0)
+os.waitpid(pid, 0)
+time.sleep(0.3)
+print("done")
+"""
+
+
+@pytest.mark.skipif(not LINUX, reason="the keeper is a Linux child subreaper")
+@pytest.mark.parametrize("then", ["", "time.sleep(30)\n"])
+def test_a_daemon_that_left_the_session_ends_with_the_call(then):
+    """Issue 57.6: a grandchild that forked and called setsid neither outlives the call nor holds it
+    past its time limit (it used to return 40 s late, as ok)."""
+    import time
+
+    began = time.monotonic()
+    result = run_python(DAEMON + then, limits=Limits(timeout_s=4))
+    took = time.monotonic() - began
+    grandchild = int(result.stderr.split()[0])
+    assert took < 12, took
+    assert result.ok == (not then) and (result.stdout.strip() == "done" if not then else "timed out after 4 s" in result.error)
+    with pytest.raises(ProcessLookupError):
+        os.kill(grandchild, 0)
