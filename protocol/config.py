@@ -37,6 +37,8 @@ BUILTIN_REWARD_PARAMS: dict[str, tuple[str, ...]] = {
     "reasoning_gym": (),
 }
 
+MIN_TEMPERATURE = 0.001  # generation.temperature: logits / temperature must stay finite in float32
+
 
 def _check_length(params: dict[str, Any]) -> None:
     """``length``: a ``target`` in tokens, or a band (``min_length``/``max_length``, mlx-node's
@@ -322,8 +324,9 @@ class GenerationConfig(_Section):
             raise _invalid("max_completion_length", self.max_completion_length, "must be at least 1")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise _invalid("max_prompt_length", self.max_prompt_length, "must be at least 1 (leave it out to never cut)")
-        if self.temperature <= 0:
-            raise _invalid("temperature", self.temperature, "must be > 0")
+        if not self.temperature >= MIN_TEMPERATURE:
+            raise _invalid("temperature", self.temperature, f"must be at least {MIN_TEMPERATURE} (below, the logits "
+                                                            "divided by it overflow and every step is non-finite)")
         if not 0 < self.top_p <= 1:
             raise _invalid("top_p", self.top_p, "must be in (0, 1]")
         if self.top_k < 0:

@@ -33,11 +33,36 @@ def parse_key(key: str, item: str, file: str) -> list[str | int]:
     return segments
 
 
+# What one value may be: a setting is a number, a word, a short list or table, never a document.
+MAX_VALUE_CHARS = 10_000
+MAX_DIGITS = 50
+MAX_NESTING = 16
+
+
+def value_problem(text: str) -> str | None:
+    """Why ``text`` is past what a setting's value may be (a line break, its length, a number's digits,
+    its nesting), or None. Checked before the value is read, so no reader is asked to parse it."""
+    if "\n" in text or "\r" in text:
+        return "the value holds a line break; a value is one line (write a list or a string on one line)"
+    if len(text) > MAX_VALUE_CHARS:
+        return f"the value is {len(text):,} characters; a setting's value is at most {MAX_VALUE_CHARS:,}"
+    if (digits := max((len(run) for run in re.findall(r"[0-9]+", text)), default=0)) > MAX_DIGITS:
+        return f"the value holds a number of {digits:,} digits; a setting's number has at most {MAX_DIGITS}"
+    depth = deepest = 0
+    for char in text:
+        depth += char in "[{"
+        depth -= char in "]}"
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        return f"the value nests {deepest} lists or tables deep; a setting's value nests at most {MAX_NESTING}"
+    return None
+
+
 def parse_value(text: str) -> Any:
     """The value as TOML, else the text itself (a bare string)."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, ValueError, RecursionError):
         return text.strip()
 
 
@@ -48,6 +73,8 @@ def apply_override(raw: dict[str, Any], item: str, file: str = "<config>") -> No
     if not eq:
         raise ConfigError(key or "--set", f"--set {item!r} has no '=': give key=value, e.g. training.learning_rate=1e-5", file)
     segments = parse_key(key, item, file)
+    if (problem := value_problem(text)) is not None:
+        raise ConfigError(key, f"--set {key}: {problem}", file)
     node: Any = raw
     for seg, nxt in zip(segments, segments[1:] + [None]):
         fresh: Any = parse_value(text) if nxt is None else [] if isinstance(nxt, int) else {}

@@ -430,6 +430,10 @@ class SetSetting(_Message):
     value: str
     source: SettingSource = "dashboard"
     id: str = ""
+    # one ``grpo-tui set`` of several items: the worker checks them together, when all ``batch_size``
+    # of ``batch`` have come, and applies all of them or none
+    batch: str = ""
+    batch_size: int = 1
 
 
 Command = Union[Pause, Resume, Stop, SaveCheckpoint, SetSampleDisplay, SetSetting]

@@ -22,29 +22,39 @@ from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import ConfigError
-from grpo_tui.protocol.config_overrides import apply_override
+from grpo_tui.protocol.config_overrides import apply_override, value_problem
 from grpo_tui.protocol.outcome import Exit
+
+
+MAX_ITEMS = 64  # the worker checks a set's items together (worker/live_changes.py)
 
 
 def set_live(run_dir: str, items: list[str]) -> int:
     """Send the changes and print each answer: 0 when every one applied, 2 when one was refused or
     no live run answers. It waits for the step boundary (the running step's end), as the change does."""
     folder = Path(run_dir).resolve()
+    if len(items) > MAX_ITEMS:
+        return _fail(f"{len(items)} items in one set; give at most {MAX_ITEMS} at once")
     for item in items:
-        if "=" not in item:  # the sentence --set gives
+        key, eq, value = item.partition("=")
+        if not eq:  # the sentence --set gives
             try:
                 apply_override({}, item)
             except ConfigError as exc:
                 return _fail(exc.detail)
+        if (problem := value_problem(value.strip())) is not None:
+            return _fail(f"--set {key.strip()}: {problem}; nothing was sent")
     if not c.is_live(c.read_record(folder)):
         return _fail(f"{run_dir}: no live run there (`grpo-tui ls` lists runs and their status); a stopped run "
                      "takes its changes at the resume: grpo-tui run CONFIG --resume latest --set KEY=VALUE")
     asks = {uuid.uuid4().hex[:12]: item for item in items}
+    batch = uuid.uuid4().hex[:12]  # the worker applies all the items or none
     try:
         with _connect(folder) as conn:
             for ident, item in asks.items():
                 key, _, value = item.partition("=")
-                conn.sendall(codec.encode(m.SetSetting(key=key.strip(), value=value.strip(), source="cli", id=ident)))
+                conn.sendall(codec.encode(m.SetSetting(key=key.strip(), value=value.strip(), source="cli", id=ident,
+                                                       batch=batch, batch_size=len(asks))))
             return _answers(conn.makefile("rb"), asks)
     except OSError as exc:
         return _fail(f"{run_dir}: the run's control socket does not answer ({exc.strerror or exc})")

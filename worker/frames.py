@@ -85,6 +85,8 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
             return f"[doctor] cleared at step {event.step}: {event.message}"
         fix = f" | suggested live change: {event.suggestion}" if event.suggestion else ""
         return f"[doctor {event.severity}] step {event.step}: {event.name}: {event.message}{fix}"
+    if isinstance(event, m.SettingRefused):  # a SET line on stdin (or any asker): why nothing changed
+        return f"[refused] {event.key}={event.value[:80]}: {event.message}"
     if isinstance(event, m.DatabasePath):
         return f"store {event.path} (run {event.run_id})"
     return None

@@ -28,29 +28,63 @@ class LiveChanges:
     def __init__(self, run: RunContext) -> None:
         self.run = run
         self.pending: list[tuple[m.SetSetting, str, Any]] = []  # checked: (command, key, new value)
+        self.batches: dict[str, list[m.SetSetting]] = {}  # a `grpo-tui set` of several items, until all came
         self.replay: list[m.SettingChanged] = []  # recorded after the resumed checkpoint: applied again at their step
 
     def request(self, command: m.SetSetting) -> list[m.Event]:
-        """Check a change as it arrives: the refusal now, or a log line saying when it applies."""
+        """Check a change as it arrives (a batch's items once all came): the refusals now, or log
+        lines saying when they apply. A batch with any refused item changes nothing."""
+        commands = [command]
+        if command.batch and command.batch_size > 1:
+            waiting = self.batches.setdefault(command.batch, [])
+            waiting.append(command)
+            if len(waiting) < min(command.batch_size, 64):
+                return []
+            commands = self.batches.pop(command.batch)
         run = self.run
-        view = self._view()
+        view = self._view(fresh=len(commands) > 1)
+        checked: list[tuple[m.SetSetting, str, Any]] = []
+        refused: dict[int, str] = {}
+        for i, cmd in enumerate(commands):
+            try:
+                key, value = self._check(view, cmd)
+            except ConfigError as exc:
+                refused[i] = exc.sentence
+                continue
+            set_value(view, key, value)  # the batch's next item is checked over this one
+            checked.append((cmd, key, value))
+        if refused:
+            first = commands[min(refused)]
+            why = (f"not applied: {first.key}={first.value} was refused, and a set changes all its items or none; "
+                   "nothing in the run changed")
+            return [m.SettingRefused(key=cmd.key, value=cmd.value, message=refused.get(i, why), source=cmd.source,
+                                     id=cmd.id) for i, cmd in enumerate(commands)]
+        self.pending.extend(checked)
+        when = f"after step {run.step + 1} finishes" if run.control.stepping else "at the next step boundary"
+        return [m.Log(level="info", message=f"{key} = {toml_value(value)}: applies {when}", time=time.time())
+                for _, key, value in checked]
+
+    def _check(self, view: Config, command: m.SetSetting) -> tuple[str, Any]:
+        """(key, value) of one change over ``view``; a ``ConfigError`` with its sentence."""
+        run = self.run
         try:
             key, value = check(view, f"{command.key}={command.value}", run.config_path)
-            if key == "training.max_steps" and 0 < value < run.step:
-                raise ConfigError(key, f"{value} is before the step the run is at ({run.step}); at least "
-                                       f"{run.step} (which ends the run now)", run.config_path)
-            if run.loaded is not None and (why := run.loaded.live_problem(key, value)) is not None:
-                raise ConfigError(key, why, run.config_path)
-        except ConfigError as exc:
-            return [m.SettingRefused(key=command.key, value=command.value, message=exc.sentence,
-                                     source=command.source, id=command.id)]
-        self.pending.append((command, key, value))
-        when = f"after step {run.step + 1} finishes" if run.control.stepping else "at the next step boundary"
-        return [m.Log(level="info", message=f"{key} = {toml_value(value)}: applies {when}", time=time.time())]
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 — whatever the text was, the asker gets an answer
+            raise ConfigError(command.key or "--set", f"--set {command.key}: the value does not read as a setting "
+                              f"({type(exc).__name__}); give a number, a word, or a short list", run.config_path) from None
+        if key == "training.max_steps" and 0 < value < run.step:
+            raise ConfigError(key, f"{value} is before the step the run is at ({run.step}); at least "
+                                   f"{run.step} (which ends the run now)", run.config_path)
+        if run.loaded is not None and (why := run.loaded.live_problem(key, value)) is not None:
+            raise ConfigError(key, why, run.config_path)
+        return key, value
 
-    def _view(self) -> Config:
-        """The effective config with the queued changes in it (what the next change is checked against)."""
-        if not self.pending:
+    def _view(self, fresh: bool = False) -> Config:
+        """The effective config with the queued changes in it (what the next change is checked
+        against); ``fresh``: always a copy (a batch sets its items in it as it checks them)."""
+        if not self.pending and not fresh:
             return self.run.config
         view = validate(self.run.config.to_dict(), self.run.config_path)
         for _, key, value in self.pending:

@@ -166,3 +166,48 @@ def test_refused_keys_and_bad_values_say_their_sentence_and_change_nothing(tmp_p
     assert len(worker.of(m.SettingChanged)) == 1
     [step] = [s for s in worker.of(m.Step) if s.step == 1]
     assert step.reward is not None
+
+
+def test_a_set_is_bounded_atomic_and_always_answered(tmp_path, tiny_model):
+    """Issue 57.7, 57.9, 57.11: a 5,000-digit or 2,000-deep value is one sentence (the CLI, the worker,
+    check); a set with any refused item changes nothing and says so for each item; a line break or a
+    temperature that makes every step non-finite is refused; an accepted set says its step."""
+    out = detached(tmp_path / "run", tiny_model, max_steps=400, num_epochs=200)
+    viewer = Viewer(out)
+    viewer.wait_for(m.Step)
+    huge, deep = "9" * 5000, "[" * 2000
+    for value in (huge, deep):  # straight to the worker, as any viewer may send it
+        viewer.send(m.SetSetting(key="training.learning_rate", value=value, id=f"v{len(value)}"))
+        refused = viewer.wait_for(m.SettingRefused, lambda f, v=value: f.id == f"v{len(v)}", timeout=60)
+        assert "training.learning_rate: --set training.learning_rate: the value" in refused.message
+    for item, words in [(f"training.learning_rate={huge}", "holds a number of 5,000 digits; a setting's number has at most 50"),
+                        (f"training.learning_rate={deep}", "nests 2000 lists or tables deep"),
+                        ("generation.temperature=0.5\n0.7", "the value holds a line break; a value is one line")]:
+        done = grpo_set(out, item)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+    tiny = grpo_set(out, "generation.temperature=1e-45")
+    assert tiny.returncode == 2 and "must be at least 0.001" in tiny.stderr, tiny.stderr
+    partly = grpo_set(out, "bogus.key=1", "training.learning_rate=7e-6")
+    assert partly.returncode == 2 and partly.stdout == "", partly.stdout
+    assert "grpo-tui: not applied: bogus.key=1 was refused, and a set changes all its items or none" in partly.stderr
+    assert partly.stderr.count("\n") == 2  # one line per item
+    both = grpo_set(out, "training.learning_rate=7e-6", "generation.temperature=0.7")
+    assert both.returncode == 0, both.stderr
+    lines = both.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("training.learning_rate = 7e-06 from step ")
+    assert lines[1].startswith("generation.temperature = 0.7 from step ")
+    changed = [(f["key"], f["new"]) for f in frames_of(out, "setting_changed")]
+    assert changed == [("training.learning_rate", 7e-06), ("generation.temperature", 0.7)]  # the refused set changed nothing
+    viewer.send(m.Stop())
+    wait_for(lambda: not c.is_live(c.read_record(out)), 120)
+    checked = subprocess.run([*CLI, "check", str(tmp_path / "run" / "config.toml"), "--set",
+                              f"training.learning_rate={huge}"], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 2 and "at most 50" in checked.stderr and "Traceback" not in checked.stderr
+
+
+def test_a_refused_set_line_on_a_plain_worker_s_stdin_is_said(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 1, "silent_patience": 0})
+    done = subprocess.run([*CLI, "worker", str(config), "--plain"], input="SET bogus.key=1\n", capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[refused] bogus.key=1: " in done.stdout
