@@ -9,6 +9,7 @@ whose runs must not outlive it calls ``end_started``.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shlex
@@ -23,6 +24,7 @@ from grpo_tui.common.disk_space import MIN_FREE_BYTES, free_bytes, full_sentence
 from grpo_tui.common.run_folder import open_append
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol.config import Config, DisplayConfig
+from grpo_tui.protocol.layout import LOCK_FILE
 from grpo_tui.tui.supervisor_worker import kill_group
 
 _started: list[int] = []  # the supervisors this process started (or adopted): what end_started ends
@@ -70,7 +72,25 @@ def live_run(output_dir: str | Path) -> str | None:
     record = c.read_record(out)
     if c.is_live(record) and record is not None:
         return f"a run is already going in {out} (pid {record.pid}): `grpo-tui attach {shlex.quote(str(out))}`"
+    if worker_holds(out):  # a `grpo-tui worker` started by hand: no supervisor record, but its lock
+        return (f"a worker is already training in {out} (started without a supervisor, as `grpo-tui worker`); stop it "
+                "first, or set checkpoint.output_dir to another folder")
     return None
+
+
+def worker_holds(out: Path) -> bool:
+    """A worker holds the folder's lock (``protocol/layout.py``'s ``LOCK_FILE``) now."""
+    try:
+        fd = os.open(out / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def launch(output_dir: str | Path, worker_argv: Sequence[str], **options: object) -> subprocess.Popen[bytes]:

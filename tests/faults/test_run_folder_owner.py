@@ -67,3 +67,28 @@ def test_a_folder_every_user_may_write_is_refused_unless_shared_is_said(tmp_path
     assert f"checkpoint.output_dir: {out} can be written by other users (mode 1777)" in done.stdout + done.stderr
     shared = grpo_tui("check", str(config), env={"GRPO_TUI_SHARED_OUTPUT": "1"})
     assert "can be written by other users" not in shared.stdout + shared.stderr
+
+
+def test_run_detach_into_a_folder_where_a_plain_worker_trains_is_refused(tmp_path):
+    """Issue 57.13: it said "Training in the background" and then went on from the other run's
+    final checkpoint with its own config."""
+    import time
+
+    from grpo_tui.tui.launcher import worker_holds
+
+    config = write_run(tmp_path, training={"max_steps": 100_000, "seed": 0})
+    out = tmp_path / "out"
+    worker = subprocess.Popen([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not worker_holds(out):
+            assert time.monotonic() < deadline and worker.poll() is None, "the worker never took its folder"
+            time.sleep(0.2)
+        done = grpo_tui("run", str(config), "--detach")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"a worker is already training in {out} (started without a supervisor" in done.stderr
+        assert "Training in the background" not in done.stdout and not (out / ".control" / "supervisor.json").exists()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
