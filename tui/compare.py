@@ -76,15 +76,17 @@ def run_figures(folder: Path) -> RunFigures:
         figures = _figures(conn, run_id, branch)
         changes = [(r["step"], r["key"], r["new"]) for r in conn.execute(
             "SELECT step, key, new FROM setting_changes WHERE run_id = ? AND step > ? ORDER BY step, id", (run_id, branch))]
-    except (StoreError, sqlite3.Error) as exc:
-        raise CompareError(f"{store}: {exc}") from None
+        settings = _flatten(msgspec.to_builtins(config))
+        for step, key, new in changes:
+            value = _text(json.loads(new)) if new is not None else "-"
+            settings[str(key)] = f"{settings.get(str(key), '-')} → {value} at step {step}"
+    except StoreError as exc:
+        raise CompareError(str(exc)) from None
+    except (sqlite3.Error, ValueError, TypeError) as exc:  # a missing table, a row that is not what grpo-tui wrote
+        raise CompareError(f"{store}: {exc}; the store is damaged or not a grpo-tui store") from None
     finally:
         conn.close()
     info = run_info(folder)
-    settings = _flatten(msgspec.to_builtins(config))
-    for step, key, new in changes:
-        value = _text(json.loads(new)) if new is not None else "-"
-        settings[key] = f"{settings.get(key, '-')} → {value} at step {step}"
     return RunFigures(
         folder=str(folder), name=config.run_name, status=info.status if info is not None else figures["status"],
         steps=figures["steps"], total_steps=figures["total_steps"], wall_time_s=figures["wall"],
@@ -100,10 +102,17 @@ def _figures(conn: sqlite3.Connection, run_id: int, branch: int) -> dict[str, An
         "SELECT count(*) AS n, max(step) AS last, max(reward) AS best FROM steps WHERE run_id = ?", (run_id,)).fetchone()
     last = conn.execute("SELECT reward FROM steps WHERE run_id = ? ORDER BY step DESC LIMIT 1", (run_id,)).fetchone()
     best_accuracy = conn.execute("SELECT max(accuracy) FROM evals WHERE run_id = ?", (run_id,)).fetchone()[0]
-    return {"status": run["status"], "total_steps": run["total_steps"], "steps": steps["last"] or 0,
-            "wall": _wall_time(conn, run_id, run, branch), "last_reward": last["reward"] if last else None,
-            "best_reward": steps["best"], "last_accuracy": _last_eval(conn, run_id),
-            "best_accuracy": best_accuracy}
+    return {"status": run["status"], "total_steps": _real(run["total_steps"], "total_steps"),
+            "steps": _real(steps["last"], "step") or 0, "wall": _wall_time(conn, run_id, run, branch),
+            "last_reward": _real(last["reward"] if last else None, "reward"), "best_reward": _real(steps["best"], "reward"),
+            "last_accuracy": _real(_last_eval(conn, run_id), "accuracy"), "best_accuracy": _real(best_accuracy, "accuracy")}
+
+
+def _real(value: Any, column: str) -> Any:
+    """A number (or None) read from the store; a ``TypeError`` naming the column for anything else."""
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"a {column} value is {type(value).__name__} {str(value)[:20]!r}, not a number")
 
 
 def _last_eval(conn: sqlite3.Connection, run_id: int) -> float | None:

@@ -132,5 +132,9 @@ def run_doctor(folder: Path, as_json_output: bool) -> int:
     except StoreError as exc:
         print(f"grpo-tui: {exc}.", file=sys.stderr)
         return 2
+    except (sqlite3.Error, msgspec.ValidationError, ValueError, TypeError) as exc:  # a missing table, a foreign row
+        print(f"grpo-tui: {store}: {str(exc).splitlines()[0]}; the store is damaged or not a grpo-tui "
+              "store.", file=sys.stderr)
+        return 2
     print(json.dumps(as_json(report, folder), indent=2) if as_json_output else format_report(report, folder))
     return report.exit_code
