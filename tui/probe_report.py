@@ -31,7 +31,15 @@ def run_probe(config_path: str, prompts: int, overrides: list[str], config: Conf
         said = [line for line in done.stderr.strip().splitlines() if line.strip()]
         print(f"grpo-tui: the probe could not run: {said[-1] if said else f'exit {done.returncode}'}", file=sys.stderr)
         return 2
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    try:  # its last line is the figures; a reward or tool that ended the process (os._exit) leaves none
+        found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        if not isinstance(found, dict):
+            raise ValueError(found)
+    except (IndexError, ValueError):
+        print("grpo-tui: the probe could not run: its process ended without its figures (exit 0; a reward or tool "
+              "that calls os._exit or sys.exit ends the process it runs in); make it return a value instead",
+              file=sys.stderr)
+        return 2
     machine = _machine_gb()
     sentence = probe_verdict(found, config.training.memory_limit_gb, machine)
     by = "the accuracy reward" if found["by_accuracy"] else "the run's best reward"

@@ -125,6 +125,13 @@ def test_check_probe_says_in_one_sentence_whether_a_run_will_learn(tmp_path, tin
     never = check_probe(config)
     assert never.returncode == 10 and "never earn a reward" in never.stdout.splitlines()[-1]
 
+    (tmp_path / "leaves.py").write_text("import os\n\ndef leave(prompts, completions, **kw):\n    os._exit(0)\n")
+    quick.rewards = [RewardConfig(function=f"{tmp_path / 'leaves.py'}:leave")]  # issue 57.8: an IndexError before
+    config.write_text(dumps(quick.to_dict()))
+    left = check_probe(config)
+    assert left.returncode == 2 and "Traceback" not in left.stderr and left.stderr.count("\n") == 1, left.stderr
+    assert "the probe could not run: its process ended without its figures" in left.stderr
+
 
 def test_doctor_probe_true_says_the_probe_before_step_1(tmp_path, tiny_model):
     """[doctor] probe = true: the probe's measurement, as the finding "probe" at step 0, before the
