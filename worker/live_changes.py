@@ -42,7 +42,7 @@ class LiveChanges:
                 return []
             commands = self.batches.pop(command.batch)
         run = self.run
-        view = self._view(fresh=len(commands) > 1)
+        view = self._view(fresh=True)  # a copy: the items are set in it as they are checked
         checked: list[tuple[m.SetSetting, str, Any]] = []
         refused: dict[int, str] = {}
         for i, cmd in enumerate(commands):
