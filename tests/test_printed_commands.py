@@ -342,3 +342,35 @@ KNOWN_PRINTERS = {
     # read it (no path: the file is the one it is in); a comment
     "api/trainer.py", "tui/supervisor.py", "tui/from_mlx_node.py",
 }
+
+
+def test_the_commands_printed_when_the_dashboard_closes(home, tiny_model):
+    """Every ending prints how the run ended, its exit code and folder, and what to type next: here
+    a stop (q, y), whose resume and browse commands are run as printed."""
+    config_in(home, tiny_model, training={"max_steps": 100000, "num_epochs": 20000})
+    out = (home / "out").resolve()
+    first = Terminal("grpo-tui run config.toml", home)
+    try:
+        wait_for(lambda: any(f.get("type") == "step" and f["step"] >= 2 for f in frames(out)), 120, "two steps")
+        first.type("q")
+        wait_for(lambda: "leave it running" in first.text(), 30, "the quit dialog")
+        first.type("y")
+        assert first.proc.wait(120) == 4  # stopped by the user
+        wait_for(lambda: "Browse its steps" in first.text(), 30, f"the closing lines\n{first.text()[-2000:]}")
+        text = first.text()
+    finally:
+        first.end(out)
+    stopped = [f for f in frames(out) if f.get("type") == "complete"][-1]
+    assert f"Run stopped at step {stopped['total_steps']}/" in text and "(exit code 4)" in text
+    assert f"Run folder: {out}" in text
+    since = len(frames(out))
+    resume = Terminal(the_command(text, "grpo-tui run"), home)
+    try:
+        resumes_at(resume, out, stopped["total_steps"], since)
+    finally:
+        resume.end(out)
+    browse = Terminal(the_command(text, "grpo-tui browse"), home)
+    try:
+        wait_for(lambda: "outputs.db" in browse.text(), 60, f"the run's store\n{browse.text()[-2000:]}")
+    finally:
+        browse.end()

@@ -19,7 +19,6 @@ keys. Which key does what, and where, is tui/keys.py.
 from __future__ import annotations
 
 import gc
-import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +36,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
+from grpo_tui.tui.closing import closing_lines
 from grpo_tui.tui.inert import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
@@ -421,8 +421,12 @@ def run_dashboard(
         run_dir=attach_dir, launch=attach_dir is None, nice=DASHBOARD_NICE,
     )
     app.dashboard.compare_at_start = [Path(folder) for folder in compare]
-    code = app.run()
-    run = app.run_link
-    if run.detached or (run.running and not run.quitting):
-        print(f"The run goes on in {run.run_dir}.\nAttach again: grpo-tui attach {shlex.quote(run.run_dir)}")
-    return int(code or 0)
+    code = int(app.run() or 0)
+    run, state = app.run_link, app.state
+    lines = closing_lines(
+        code=code, goes_on=run.detached or (run.running and not run.quitting), run_dir=run.run_dir,
+        config_path=path if attach_dir is None else None, steps=state.step, total_steps=state.total_steps,
+        error=state.error,
+    )
+    print("\n".join(lines))
+    return code

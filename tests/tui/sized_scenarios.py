@@ -33,7 +33,14 @@ async def database(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.press("4")
     view = pilot.app.query_one(DatabaseView)
     table = view.query_one(DatabaseStepsTable)
-    await wait_until(pilot, lambda: view.level == "steps" and len(table.rows_data) == 24)
+    await wait_until(pilot, lambda: view.level == "steps" and len(table.rows_data) == 24 and settled(pilot, view, table))
+
+
+def settled(pilot, view, table) -> bool:  # type: ignore[no-untyped-def]
+    """No store read of the view still under way and the table's column widths fitted to its rows
+    (the fit waits for an idle moment, which a busy machine postpones)."""
+    reading = any(w.node is view and not w.is_finished for w in pilot.app.workers)
+    return not reading and not table._require_update_dimensions
 
 
 async def database_maximized(pilot) -> None:  # type: ignore[no-untyped-def]

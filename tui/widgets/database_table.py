@@ -65,8 +65,12 @@ class DatabaseTable(ListTable, Generic[Row]):
 
     def show(self, rows: list[Row], keep: Hashable | None = None) -> None:
         """Replace the rows; the cursor goes to the row whose key is ``keep`` if it is here, else to
-        the top (in the column it was in)."""
-        self.rows_data = self.ordered(rows)
+        the top (in the column it was in). The same rows with the cursor staying put redraw nothing
+        (a live refresh that found nothing new must not blank the column widths until the next idle)."""
+        ordered = self.ordered(rows)
+        if ordered == self.rows_data and keep is not None and self.selected is not None and keep == self.key(self.selected):
+            return
+        self.rows_data = ordered
         column = self.cursor_column
         self.clear()
         for row in self.rows_data:

@@ -13,3 +13,12 @@ from grpo_tui.tui.keys import TABLE_KEYS
 
 class ListTable(DataTable):
     BINDINGS: ClassVar[list[BindingType]] = [*TABLE_KEYS]
+
+    def _update_dimensions(self, new_rows):  # type: ignore[no-untyped-def]
+        # DataTable fits its columns to new rows only when idle, and caches each cell's drawing
+        # without its width: a frame painted between ``add_row`` and that idle moment (a busy
+        # machine) left the cells cut to their headers' widths until the next cursor move.
+        super()._update_dimensions(new_rows)
+        self._update_count += 1
+        self._clear_caches()
+        self.refresh()
