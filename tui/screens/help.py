@@ -24,6 +24,7 @@ KEYS = (
     ("w", "Charts tab: last 100 / last 500 steps / the whole run"),
     ("arrows", "Charts tab: move between charts; enter: full screen"),
     ("l", "cycle the log level filter (Logs tab)"),
+    ("C", "compare runs: pick other runs (parent, forks, runs beside it) to draw over the charts"),
     ("a", "Doctor tab: apply the finding's suggested change; enter: its evidence"),
     ("j / k / G", "a row down / up, the last row (tables and the log; g: the log's first line)"),
     ("/", "Database search: the text as typed; fts: a OR b, NOT, pre* for operators"),
