@@ -113,7 +113,7 @@ def make_fork(parent_dir: str, where: str, sets: list[str], name: str | None, ne
     child = Path(new_dir).resolve() if new_dir else parent.with_name(f"{parent.name}-fork-{state.step}")
     if (problem := target_problem(parent, child)) is not None:
         raise ForkError(problem)
-    raw["name"] = name or f"{config.run_name}-fork-{state.step}"
+    raw["name"] = name or child.name  # named as its folder, in every list and chart
     raw["checkpoint"].update(output_dir=str(child), resume="latest")
     raw["store"].pop("path", None)  # its own store: a shared one is the parent's
     raw["fork"] = {"parent": str(parent), "run_id": state.run_id, "step": state.step}

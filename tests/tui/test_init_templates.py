@@ -26,6 +26,8 @@ def test_each_template_trains_as_written(template, tmp_path):
     assert 'path = "Qwen/Qwen3-0.6B"' in config_text and "SWITCH" in config_text  # how to go to the hub
     assert (folder / "model" / "model.safetensors").is_file() and (folder / "rewards.py").is_file()
     config = load_config(folder / "config.toml")  # valid as written
+    # named after its folder wherever the run goes (a run in `det` is "det" in ls, browse and its forks)
+    assert load_config(folder / "config.toml", overrides=["checkpoint.output_dir=det"]).run_name == "det"
     run = cli("worker", str(folder / "config.toml"), "--plain", "--set", "training.max_steps=2",
               "--set", "eval.limit=4", cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -86,6 +86,7 @@ def test_a_fork_from_step_2_with_another_temperature_starts_at_3_and_leaves_the_
 
 def test_a_fork_names_what_is_wrong_in_one_sentence(tmp_path, tiny_model):
     config = write_config(tmp_path, tiny_model, training={"max_steps": 2, "silent_patience": 0})
+    config.write_text('name = "quickstart"\n' + config.read_text())  # a name that is not its folder's
     from grpo_tui.protocol import messages as m
 
     worker = WorkerProcess(config)
@@ -112,6 +113,17 @@ def test_a_fork_names_what_is_wrong_in_one_sentence(tmp_path, tiny_model):
         assert done.returncode == 2 and words in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert fingerprint(tmp_path / "out") == before  # nothing written into the parent
+
+    # without --name a fork is named as its folder (not "quickstart-fork-2" beside a folder out-fork-2)
+    done = subprocess.run([*CLI, "fork", out, "--from", "2", "--detach"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    child = tmp_path / "out-fork-2"
+    from grpo_tui.tui.launcher import adopt
+
+    if (record := c.read_record(child)) is not None:
+        adopt(record.pid)
+        wait_for(lambda: not c.is_live(c.read_record(child)), 120)
+    assert load_config(child / "config.toml").run_name == "out-fork-2"
 
     weights = next((tmp_path / "out" / "final").glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-16])  # a damaged checkpoint: refused, not trained from step 0
