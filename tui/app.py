@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar, assert_never
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.css.query import NoMatches
 from textual.containers import Grid, Horizontal, Vertical
@@ -38,7 +38,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.closing import closing_lines
 from grpo_tui.tui.inert import clean
-from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS
+from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS, ExplainedKeys
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
 from grpo_tui.tui.run_events import (
     DashboardEvent,
@@ -108,7 +108,7 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-class GrpoApp(App[int]):
+class GrpoApp(ExplainedKeys):
     CSS_PATH = "app.tcss"
     TITLE = "grpo-tui"
     # the run's keys work over every screen; the tabs' keys are DashboardScreen's (tui/keys.py)

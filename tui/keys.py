@@ -12,10 +12,15 @@ shows every key in one order (``DASHBOARD_KEYS``).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from textual.app import App
 from textual.binding import Binding
 
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
+
+if TYPE_CHECKING:
+    from grpo_tui.tui.state import RunState
 
 STEER_KEYS = [
     Binding("p", "pause", "pause"),
@@ -83,3 +88,25 @@ PALETTE: tuple[tuple[str, str, str], ...] = (
 # tabs pick their own (the table of the level shown, the first chart).
 TAB_FOCUS: dict[View, str] = {"samples": "#samples-table", "logs": "#logs-view", "config": "#checkpoints-table",
                               "doctor": "#doctor-table"}
+
+# The run's keys that only a running (or paused) run can act on, and what each does.
+NEEDS_LIVE_RUN = {"pause": "p (pause)", "resume": "r (resume)", "save": "s (save a checkpoint)",
+                  "cycle_display": "m (the sample display)", "settings": "t (the live settings)"}
+
+
+class ExplainedKeys(App[int]):
+    """The dashboard app's base: a run key pressed when it cannot act (its ``check_action`` says no)
+    says why instead of nothing."""
+
+    state: RunState  # the subclass's: the run's status now
+
+    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:  # type: ignore[no-untyped-def]
+        if await super().run_action(action, default_namespace, namespaces):
+            return True
+        target, name, _ = self._parse_action(action, self if default_namespace is None else default_namespace, namespaces)
+        status = self.state.status
+        if target is not self or name not in NEEDS_LIVE_RUN or status in ("running", "paused"):
+            return False
+        why = "this run is over" if status in ("done", "error") else f"the run is {status}"
+        self.notify(f"{why}: {NEEDS_LIVE_RUN[name]} needs a running run", severity="warning", markup=False)
+        return True

@@ -15,6 +15,7 @@ from textual.widgets import SelectionList, Static
 from textual.widgets.selection_list import Selection
 
 from grpo_tui.tui.compared_runs import MAX_COMPARED
+from grpo_tui.tui.widgets.tick_list import TickList
 
 
 class ComparePickerScreen(ModalScreen[list[Path] | None]):
@@ -37,7 +38,7 @@ class ComparePickerScreen(ModalScreen[list[Path] | None]):
             yield Static(Text.assemble(("Compare runs", "bold"), (f"  up to {MAX_COMPARED}, drawn over this run's "
                                                                    "charts in their own colours", "dim")))
             if self.rows:
-                yield SelectionList[int](*(Selection(Text(label), i, folder in self.ticked)
+                yield TickList(*(Selection(Text(label), i, folder in self.ticked)
                                            for i, (folder, label) in enumerate(self.rows)), id="compare-runs")
             else:
                 yield Static(Text("No other run beside this one (attach's --compare takes runs from any folder: "
@@ -51,6 +52,10 @@ class ComparePickerScreen(ModalScreen[list[Path] | None]):
 
     def action_apply(self) -> None:
         chosen = [self.rows[i][0] for runs in self.query("#compare-runs").results(SelectionList) for i in runs.selected]
+        if not chosen and not self.ticked:  # nothing to draw and nothing to take away: say how to tick
+            what = "space ticks a run, then enter" if self.rows else "no other run to compare"
+            self.app.notify(f"nothing ticked: {what} (esc closes)", severity="warning", markup=False)
+            return
         self.dismiss(chosen[:MAX_COMPARED])
 
     def action_cancel(self) -> None:

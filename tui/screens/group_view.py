@@ -28,7 +28,10 @@ class GroupScreen(Screen[None]):
         if first:
             head.append(f"group {first.group} of step {first.step} · {len(self.samples)} completions shown", "bold")
             if self.group_size and len(self.samples) < self.group_size:
-                head.append(f" of {self.group_size} (the sample display sends a subset; m → all shows whole groups)", "dim")
+                # m works only while the run trains: a finished run's groups stay as they were sent
+                live = self.app.check_action("cycle_display", ())
+                how = "; m → all shows whole groups" if live else ""
+                head.append(f" of {self.group_size} (the sample display sent a subset{how})", "dim")
             head.append("\n")
             head.append_text(inert(first.prompt))
         yield Static(head, id="group-prompt")
