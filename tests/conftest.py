@@ -23,14 +23,24 @@ def pytest_report_header(config):
     return f"blas: {describe(active_blas())}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """The real-model demo (``smollm2``) needs a 98 MB download: it runs only when ``-m`` names it."""
-    if "smollm2" in (config.getoption("-m") or ""):
-        return
-    chosen = [item for item in items if item.get_closest_marker("smollm2") is None]
-    if len(chosen) != len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
-        items[:] = chosen
+    """The real-model demo (``smollm2``) needs a 98 MB download: it runs only when ``-m`` names it.
+    Under xdist (tests/helpers/parallel.py) each file is one group, and every test that launches
+    ranks is in the ``ranks`` group."""
+    if "smollm2" not in (config.getoption("-m") or ""):
+        chosen = [item for item in items if item.get_closest_marker("smollm2") is None]
+        if len(chosen) != len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
+            items[:] = chosen
+    for item in items:
+        ranks = item.get_closest_marker("ranks") is not None or "distributed" in item.path.parts
+        item.add_marker(pytest.mark.xdist_group("ranks" if ranks else item.path.relative_to(ROOT).as_posix()))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """One worker per core, at most four: each test may start a worker process of its own."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 4))
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,13 @@ shows every key in one order (``DASHBOARD_KEYS``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from textual.actions import ActionParseResult
 from textual.app import App
+from textual.dom import DOMNode
 from textual.binding import Binding
 
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
@@ -100,7 +103,8 @@ class ExplainedKeys(App[int]):
 
     state: RunState  # the subclass's: the run's status now
 
-    async def run_action(self, action, default_namespace=None, namespaces=None) -> bool:  # type: ignore[no-untyped-def]
+    async def run_action(self, action: str | ActionParseResult, default_namespace: DOMNode | None = None,
+                         namespaces: Mapping[str, DOMNode] | None = None) -> bool:
         if await super().run_action(action, default_namespace, namespaces):
             return True
         target, name, _ = self._parse_action(action, self if default_namespace is None else default_namespace, namespaces)

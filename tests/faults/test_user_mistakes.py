@@ -183,11 +183,48 @@ def test_check_says_a_batch_cannot_be_dealt_out_to_the_configured_ranks(tmp_path
         "is the unit of distribution; use a multiple of the rank count)"], done.stderr
 
 
-# The dashboard half: every case, through the real dashboard and the real worker, as `grpo-tui run`
-# starts them. A config that does not load, a --resume that names nothing and an output folder that
-# cannot hold the run are refused by `run` before the dashboard opens; the rest reach the worker,
-# whose sentence the mistake's modal shows.
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# The dashboard half, through the real dashboard and the real worker, as `grpo-tui run` starts them.
+# A config that does not load, a --resume that names nothing and an output folder that cannot hold
+# the run are refused by `run` before the dashboard opens; the rest reach the worker, whose fatal
+# error frame (the sentence the CLI half checks for every case) the mistake's modal shows. That way
+# is one for every case, so these cases take each turn of it: refused by `run`, and the worker's
+# stop at its config, model, data, reward file, a reward while scoring, a tool, the output folder,
+# the ranks, the memory budget and a resume; every case's sentence goes through the modal below.
+THROUGH_THE_DASHBOARD = ("unknown-key", "output-is-a-file", "reused-generation-with-dynamic-sampling",
+                         "model-weights-truncated", "no-prompt-column", "reward-import-fails", "reward-wrong-count",
+                         "tool-no-type-hints", "output-locked", "ranks-batch-not-dealt-out", "memory-budget-too-small",
+                         "resume-damaged-checkpoint")
+
+
+def test_the_mistake_modal_shows_every_cases_sentence_whole(tmp_path):
+    from textual.app import App
+    from textual.widgets import Static
+
+    from grpo_tui.tui.screens.crash import MistakeScreen
+
+    async def show_all() -> list[str]:
+        missing = []
+        async with App().run_test(size=(120, 40)) as pilot:
+            for case in CASES:
+                folder = tmp_path / case.id
+                folder.mkdir()
+                setup = case.build(folder)  # some sentences name what was built (a file's size)
+                for undo in reversed(setup.undo):
+                    undo()
+                sentence = case.sentence(folder)
+                await pilot.app.push_screen(MistakeScreen(sentence))
+                shown = " ".join(str(pilot.app.screen.query_one("#mistake-text", Static).render()).split())
+                if " ".join(sentence.split()) not in shown or "Traceback" in shown:
+                    missing.append(case.id)
+                pilot.app.pop_screen()
+        return missing
+
+    import asyncio
+
+    assert asyncio.run(show_all()) == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in THROUGH_THE_DASHBOARD], ids=lambda c: c.id)
 async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, case, build, monkeypatch, capsys):
     from textual.widgets import Static
 

@@ -125,6 +125,7 @@ def test_the_worker_stops_before_loading_when_a_tracker_is_missing(root, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.ranks
 def test_with_two_ranks_only_rank_0_reports(root, tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(

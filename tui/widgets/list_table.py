@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from textual.binding import BindingType
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from grpo_tui.tui.keys import TABLE_KEYS
 
@@ -14,7 +16,7 @@ from grpo_tui.tui.keys import TABLE_KEYS
 class ListTable(DataTable):
     BINDINGS: ClassVar[list[BindingType]] = [*TABLE_KEYS]
 
-    def _update_dimensions(self, new_rows):  # type: ignore[no-untyped-def]
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # DataTable fits its columns to new rows only when idle, and caches each cell's drawing
         # without its width: a frame painted between ``add_row`` and that idle moment (a busy
         # machine) left the cells cut to their headers' widths until the next cursor move.
