@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from grpo_tui.callbacks import CallbackHandler
-from grpo_tui.common.last_words import silent_death
+from grpo_tui.common.last_frame import silent_death
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.config import GRPOConfig, trl_name
 from grpo_tui.errors import TrainingError
@@ -314,7 +314,7 @@ class GRPOTrainer:
         if follower.callback_error is not None:
             raise follower.callback_error
         if not dashboard and follower.complete is None and follower.error is None:
-            # its exit code is believed only with its last frame (common/last_words.py)
+            # its exit code is believed only with its last frame (common/last_frame.py)
             raise TrainingError(silent_death(code, [], log_file, offset), Exit.CRASH)
         if code == Exit.STOPPED and follower.stop_requested and follower.complete is not None:
             code = 0  # control.should_training_stop: ended as asked, after its checkpoint

@@ -3,7 +3,7 @@
     nice -n 10 python bench/dynamic_sampling.py [--seeds 0 1 2] [--steps 200] [--rounds 3]
 
 Each (mode, seed) trains the quickstart's model for ``--steps`` steps in a fresh process with the
-engine's Trainer (the quickstart's config; ``training.seed`` and ``data.seed`` = the seed), then
+engine's MlxTrainer (the quickstart's config; ``training.seed`` and ``data.seed`` = the seed), then
 scores the 200 held-out prompts greedily and sampled (one completion each, sampling seed fixed).
 It prints one line per run and a mean per mode: accuracy, training wall time and CPU time (rollouts,
 scoring, updates; no evaluation; the CPU time is the steadier figure on a shared machine),
@@ -31,7 +31,7 @@ def one_run(mode: str, seed: int, steps: int, rounds: int) -> dict:
     import mlx.core as mx
 
     from grpo_tui.protocol.config import load_config
-    from grpo_tui.worker.engine.trainer import Trainer
+    from grpo_tui.worker.engine.trainer import MlxTrainer
     from tests.helpers.evaluation import reward_means
 
     config = load_config(QUICKSTART)
@@ -39,7 +39,7 @@ def one_run(mode: str, seed: int, steps: int, rounds: int) -> dict:
     config.training.max_steps = steps
     config.grpo.dynamic_sampling = mode == "dynamic"
     config.grpo.max_sampling_rounds = rounds
-    trainer = Trainer(config, log=lambda level, message: None)
+    trainer = MlxTrainer(config, log=lambda level, message: None)
     t0, c0 = time.perf_counter(), time.process_time()
     generated, round_counts, short = 0, [], 0
     for step in range(1, steps + 1):

@@ -4,7 +4,7 @@ step, on the quickstart: training wall and CPU time per step, and held-out accur
     nice -n 10 python bench/generation_reuse.py [--reuse 1 2 4] [--seeds 0 1] [--steps 200]
 
 Each (steps_per_generation, seed) trains the quickstart's model for ``--steps`` steps in a fresh
-process with the engine's Trainer (the quickstart's config; ``training.seed`` and ``data.seed`` =
+process with the engine's MlxTrainer (the quickstart's config; ``training.seed`` and ``data.seed`` =
 the seed), then scores the 200 held-out prompts greedily and sampled (one completion each, sampling
 seed fixed). It prints one line per run, then a mean per setting with its time ratio to
 ``steps_per_generation = 1`` measured in the same run of this script. The rollout of a reused
@@ -32,14 +32,14 @@ def one_run(reuse: int, seed: int, steps: int) -> dict:
     import mlx.core as mx
 
     from grpo_tui.protocol.config import load_config
-    from grpo_tui.worker.engine.trainer import Trainer
+    from grpo_tui.worker.engine.trainer import MlxTrainer
     from tests.helpers.evaluation import reward_means
 
     config = load_config(QUICKSTART)
     config.training.seed = config.data.seed = seed
     config.training.max_steps = steps
     config.training.steps_per_generation = reuse
-    trainer = Trainer(config, log=lambda level, message: None)
+    trainer = MlxTrainer(config, log=lambda level, message: None)
     t0, c0 = time.perf_counter(), time.process_time()
     generation_ms = 0.0
     for step in range(1, steps + 1):

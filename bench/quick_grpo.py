@@ -1,4 +1,4 @@
-"""Run N GRPO steps with the engine's Trainer directly and print one line per step.
+"""Run N GRPO steps with the engine's MlxTrainer directly and print one line per step.
 
     python bench/quick_grpo.py examples/quickstart.toml --steps 20 --eval 200
 
@@ -20,11 +20,11 @@ from grpo_tui.common.blas import reexec_if_needed  # noqa: E402
 reexec_if_needed()  # an optimized BLAS for mlx[cpu] on Linux, before MLX is imported
 
 from grpo_tui.protocol.config import load_config  # noqa: E402
-from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
+from grpo_tui.worker.engine.trainer import MlxTrainer  # noqa: E402
 from tests.helpers.evaluation import reward_means  # noqa: E402
 
 
-def held_out(trainer: Trainer, n: int) -> str:
+def held_out(trainer: MlxTrainer, n: int) -> str:
     import mlx.core as mx
 
     greedy = reward_means(trainer, n, greedy=True)
@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=0, help="held-out prompts to score before/after")
     args = parser.parse_args()
 
-    trainer = Trainer(load_config(args.config), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
+    trainer = MlxTrainer(load_config(args.config), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     steps = args.steps or trainer.total_steps
     if args.eval:
         print(f"before: {held_out(trainer, args.eval)}", flush=True)

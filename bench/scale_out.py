@@ -25,11 +25,11 @@ def inner(config_path: str, steps: int) -> None:
 
     reexec_if_needed()
     from grpo_tui.protocol.config import load_config
-    from grpo_tui.worker.engine.trainer import Trainer
+    from grpo_tui.worker.engine.trainer import MlxTrainer
 
     config = load_config(config_path)
     config.training.gradient_accumulation_steps = 2
-    trainer = Trainer(config, log=lambda level, message: None)
+    trainer = MlxTrainer(config, log=lambda level, message: None)
     rows = []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()

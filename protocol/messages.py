@@ -215,7 +215,7 @@ class Turn(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class ScoredCompletion(msgspec.Struct, kw_only=True):
     """One completion, scored, as the engine hands it over, the store keeps it and the dashboard
-    shows it: these fields are declared here once. The worker's ``Generation`` (worker/records.py)
+    shows it: these fields are declared here once. The worker's ``Generation`` (worker/trainer_contract.py)
     adds what only the store keeps; a ``Sample`` frame adds where it sits in its step."""
 
     prompt: str

@@ -334,7 +334,7 @@ def test_every_command_printed_in_source_is_in_this_table():
 
 
 KNOWN_PRINTERS = {
-    "worker/checkpoint.py", "worker/start.py", "worker/nan_stop.py", "worker/trackers.py", "tui/cli.py",
+    "worker/checkpoint_files.py", "worker/start.py", "worker/nan_stop.py", "worker/trackers.py", "tui/cli.py",
     "tui/app.py", "tui/launcher.py", "tui/web.py", "tui/init_templates.py", "common/blas.py",
     "common/blas_warning.py", "common/install_hint.py", "common/commands.py", "common/resume_check.py",
     "common/live_settings.py", "tui/live_set.py", "tui/fork.py", "tui/compare.py",

@@ -37,7 +37,7 @@ from textual.widgets import Static, TabbedContent, TabPane
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.tui.closing import closing_lines
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 from grpo_tui.tui.keys import PALETTE, RUN_KEYS, VIEW_ACTIONS, ExplainedKeys
 from grpo_tui.tui.priority import DASHBOARD_NICE, yield_cpu
 from grpo_tui.tui.run_events import (

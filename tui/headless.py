@@ -4,7 +4,7 @@ The worker reports its own end (a ``[mistake]`` or ``[crash]`` line, a ``complet
 process that dies without a word (``os._exit`` in a reward or tool, a native crash, a kill) cannot.
 This parent passes stdin and stdout through untouched, copies the worker's stderr to its own while
 keeping the last lines, and, when the worker died silently (no ``complete`` or fatal ``error`` in
-the run's log after its ``hello``, whatever its exit code: ``common/last_words.py``), says so: the
+the run's log after its ``hello``, whatever its exit code: ``common/last_frame.py``), says so: the
 exit code, the step and phase it was in, its last stderr lines and where the log is. Its exit code
 is the worker's kind (``protocol/outcome.py``): a silent death is a crash (1).
 """
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from grpo_tui.common.last_words import TAIL_LINES, log_size, said_its_end, silent_death
+from grpo_tui.common.last_frame import TAIL_LINES, log_size, said_its_end, silent_death
 from grpo_tui.protocol.layout import RUN_LOG_FILE
 from grpo_tui.protocol.outcome import Exit
 

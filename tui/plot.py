@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.text import Span, Text
 
 from grpo_tui.tui.format import number
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 LINE_COLORS = ("green", "dark_orange", "cyan", "magenta", "yellow")
 # braille dot bits by (column, row) inside one 2 x 4 cell

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import number
-from grpo_tui.tui.inert import clean, inert
+from grpo_tui.tui.inert_text import clean, inert
 
 
 def summary(s: m.Sample) -> Text:

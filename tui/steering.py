@@ -12,7 +12,7 @@ from typing import Any
 from grpo_tui.common.live_settings import toml_value
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 from grpo_tui.tui.screens.settings import SettingsScreen
 from grpo_tui.tui.state import RunState
 

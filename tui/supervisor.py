@@ -34,7 +34,7 @@ import signal
 import sys
 from pathlib import Path
 
-from grpo_tui.common.last_words import log_size, silent_death
+from grpo_tui.common.last_frame import log_size, silent_death
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
@@ -139,7 +139,7 @@ class Supervisor:
     async def run_worker(self, resume_latest: bool) -> int:
         """One worker, start to end: its exit code, believed only with its last frame (a worker that
         greeted and then ended without ``complete`` or a fatal ``error`` died: a crash, whatever its
-        code, with ``silent`` saying so; common/last_words.py)."""
+        code, with ``silent`` saying so; common/last_frame.py)."""
         self.completed, self.last_error, self.greeted, self.silent = None, "", False, ""
         log = self.out / RUN_LOG_FILE
         offset = log_size(log)

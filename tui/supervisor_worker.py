@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from grpo_tui.common.last_words import TAIL_LINES
+from grpo_tui.common.last_frame import TAIL_LINES
 from grpo_tui.common.run_folder import open_append
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import messages as m

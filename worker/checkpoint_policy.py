@@ -9,7 +9,7 @@ from pathlib import Path
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import checkpoint_dir_name
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 from grpo_tui.worker.command_state import StopReason
 from grpo_tui.worker.context import RunContext
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.records import Generation
+from grpo_tui.worker.trainer_contract import Generation
 
 StopReason = Literal["stop", "eof", "signal", "nan", "silent", "doctor"]
 
 
 @dataclass
-class Control:
+class CommandState:
     display: m.SampleDisplay = "best_worst"
     step: int = 0  # last completed step
     stepping: bool = False  # a training step is running in the MLX thread

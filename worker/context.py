@@ -16,9 +16,9 @@ from typing import Any, Callable, TypeVar
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.worker.command_state import Control
+from grpo_tui.worker.command_state import CommandState
 from grpo_tui.worker.frames import Emitter
-from grpo_tui.worker.records import Trainer
+from grpo_tui.worker.trainer_contract import Trainer
 from grpo_tui.worker.store import Store
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ class RunContext:
         self.config_path = config_path  # what the messages' commands run again
         self.emitter = emitter
         self.output_dir = Path(config.checkpoint.output_dir)
-        self.control = Control(display=config.display.sample_display)
+        self.control = CommandState(display=config.display.sample_display)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
         self.loaded: Trainer | None = None  # the engine's trainer, once loaded
         self.store: Store | None = None

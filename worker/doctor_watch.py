@@ -9,7 +9,7 @@ from grpo_tui.common.doctor import SEVERITIES, Doctor, GenFacts, StepFacts
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.outcome import Exit
 from grpo_tui.worker.context import RunContext
-from grpo_tui.worker.records import StepOutput
+from grpo_tui.worker.trainer_contract import StepOutput
 from grpo_tui.worker.trackers import Trackers
 
 

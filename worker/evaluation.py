@@ -16,7 +16,7 @@ from typing import Callable
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.messages import mean_of
 from grpo_tui.worker.context import RunContext
-from grpo_tui.worker.records import EvalBatch, Trainer
+from grpo_tui.worker.trainer_contract import EvalBatch, Trainer
 
 CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a correct answer
 

@@ -13,7 +13,7 @@ from grpo_tui.protocol.outcome import Exit, Mistake
 from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.context import RunContext
-from grpo_tui.worker.records import RankLost, SaidFailure
+from grpo_tui.worker.trainer_contract import RankLost, SaidFailure
 
 
 async def end_badly(run: RunContext, checkpoints: CheckpointPolicy, exc: Exception, *, mistake: bool, leader: bool,

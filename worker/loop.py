@@ -27,9 +27,9 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.control import STEP_BARRIER_ENV
 from grpo_tui.protocol.outcome import Exit, Mistake
-from grpo_tui.worker import leftovers, ranks
+from grpo_tui.worker import leftover_processes, ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
-from grpo_tui.worker.command_state import Control, choose_samples
+from grpo_tui.worker.command_state import CommandState, choose_samples
 from grpo_tui.worker.context import RunContext
 from grpo_tui.worker.doctor_watch import DoctorWatch
 from grpo_tui.worker.epochs import Epochs
@@ -39,9 +39,9 @@ from grpo_tui.worker.frames import Emitter
 from grpo_tui.worker.live_changes import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
-from grpo_tui.worker.records import StepOutput
+from grpo_tui.worker.trainer_contract import StepOutput
 from grpo_tui.worker.silent_steps import SilentSteps
-from grpo_tui.worker.start import Start
+from grpo_tui.worker.start import RunStart
 from grpo_tui.worker.trackers import Trackers, check_installed
 
 
@@ -55,7 +55,7 @@ class TrainingLoop:
         self.config = config
         self.emitter = emitter
         self.plain = plain
-        self.control: Control = run.control
+        self.control: CommandState = run.control
         self.wake = asyncio.Event()
         self.exit_code: int = Exit.DONE  # how a run that does not complete ends (a stop, a NaN stop)
         self.started = time.time()
@@ -66,7 +66,7 @@ class TrainingLoop:
         self.silent = SilentSteps(run)
         self.doctor = DoctorWatch(run)  # the run doctor's findings after every step (docs/doctor.md)
         self.live = LiveChanges(run)  # set_setting: checked on arrival, applied at a step boundary
-        self.starter = Start(run, self.checkpoints, make_trainer, self.leader, self.distributed, self.live)
+        self.starter = RunStart(run, self.checkpoints, make_trainer, self.leader, self.distributed, self.live)
         self.epochs = Epochs(run)
         self.trackers: Trackers | None = None  # [logging] report_to, rank 0 only
         # GRPOTrainer with callbacks: after each step, its evaluations and checkpoint, the run says
@@ -131,7 +131,7 @@ class TrainingLoop:
         """Exit without waiting for the MLX thread; the store never saw the unfinished step."""
         await self.finish_store("stopped")
         self.run_context.emit(m.Complete(total_steps=self.control.step, seconds=time.time() - self.started, status="stopped"))
-        leftovers.end_and_say(self.run_context.log)
+        leftover_processes.end_and_say(self.run_context.log)
         self.emitter.close()
         os._exit(self.exit_code)
 

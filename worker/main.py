@@ -22,7 +22,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_command
 from grpo_tui.protocol.config import Config, ConfigError, load_config
 from grpo_tui.protocol.outcome import Exit
-from grpo_tui.worker import leftovers, ranks
+from grpo_tui.worker import leftover_processes, ranks
 from grpo_tui.worker.frames import Emitter, reserve_stdout
 from grpo_tui.worker.loop import TrainingLoop
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
@@ -92,7 +92,7 @@ async def run_worker(config: Config, emitter: Emitter, plain: bool, make_trainer
     finally:
         timed_calls.use_main_loop(None)
     quiet_teardown(asyncio.get_running_loop())
-    leftovers.end_and_say(training.run_context.log)
+    leftover_processes.end_and_say(training.run_context.log)
     return code
 
 

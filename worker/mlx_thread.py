@@ -8,7 +8,7 @@ from typing import Callable
 
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel
-from grpo_tui.worker.records import Trainer
+from grpo_tui.worker.trainer_contract import Trainer
 
 # How the loop builds its trainer on the MLX thread: ``make(config, log)``.
 TrainerFactory = Callable[[Config, Callable[[LogLevel, str], None]], Trainer]
@@ -21,9 +21,9 @@ def engine_trainer(config: Config, log: Callable[[LogLevel, str], None]) -> Trai
 
     # A judge reward loads a model: after the engine prepared the process for MLX (the trainer reads them then).
     inputs = None if any(r.judge is not None for r in config.rewards) else load_inputs(config)
-    from grpo_tui.worker.engine.trainer import Trainer as EngineTrainer
+    from grpo_tui.worker.engine.trainer import MlxTrainer
 
-    return EngineTrainer(config, log, inputs)
+    return MlxTrainer(config, log, inputs)
 
 
 def release_mlx_streams() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import last_good_dir_name
 from grpo_tui.protocol.outcome import Exit
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.context import RunContext
 

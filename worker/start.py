@@ -22,7 +22,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import RUN_LOG_FILE, STORE_FILE
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.context import RunContext
@@ -32,7 +32,7 @@ from grpo_tui.worker.mlx_thread import TrainerFactory
 from grpo_tui.worker.store import Store, StoreDamaged, set_damaged_aside
 
 
-class Start:
+class RunStart:
     """Starts one run; ``lock`` holds the output folder while the process lives."""
 
     def __init__(self, run: RunContext, checkpoints: CheckpointPolicy, make_trainer: TrainerFactory,

@@ -24,7 +24,7 @@ from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import STORE_FILE
 from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
 from grpo_tui.protocol.schema import STEP_TABLES, migrate, step_row
-from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.trainer_contract import Generation, StepOutput
 
 _HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
 

@@ -23,7 +23,7 @@ from grpo_tui.common.trl_names import StepWindow, eval_metrics
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.trainer_contract import Generation, StepOutput
 
 IDENTITY_FILE = "trackers.json"
 TENSORBOARD_DIR = "tensorboard"  # under the output folder: `tensorboard --logdir runs/x/tensorboard`

@@ -30,7 +30,7 @@ from grpo_tui.common.blas import active_blas  # noqa: E402
 from grpo_tui.protocol.config import parse_config  # noqa: E402
 from grpo_tui.worker.engine.models import plan as engine_plan  # noqa: E402
 from grpo_tui.worker.engine.policy import rollout  # noqa: E402
-from grpo_tui.worker.engine.trainer import Trainer  # noqa: E402
+from grpo_tui.worker.engine.trainer import MlxTrainer  # noqa: E402
 
 CONFIG = """
 [model]
@@ -63,7 +63,7 @@ enabled = false
 """
 
 
-def make_trainer(spec: dict) -> Trainer:
+def make_trainer(spec: dict) -> MlxTrainer:
     work = Path(spec["workdir"])
     data = work / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in spec["rows"]))
@@ -78,13 +78,13 @@ def make_trainer(spec: dict) -> Trainer:
         lora="[model.lora]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in spec["lora"].items())
         if spec.get("lora") else "",
     )
-    trainer = Trainer(parse_config(text), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
+    trainer = MlxTrainer(parse_config(text), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     if spec["fixed_length"]:
         trainer.policy.tokenizer.eos_token_ids = set()  # no stop token: every completion is max length
     return trainer
 
 
-def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
+def run_steps(trainer: MlxTrainer, spec: dict) -> list[dict]:
     steps = []
     for step in range(1, spec["warmup"] + spec["steps"] + 1):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -118,7 +118,7 @@ def run_steps(trainer: Trainer, spec: dict) -> list[dict]:
     return steps
 
 
-def rollout_vs_batch_generate(trainer: Trainer, spec: dict, repeats: int) -> dict:
+def rollout_vs_batch_generate(trainer: MlxTrainer, spec: dict, repeats: int) -> dict:
     """Generated tokens/s of our rollout and of raw batch_generate, interleaved, median of repeats."""
     from mlx_lm.sample_utils import make_sampler
 

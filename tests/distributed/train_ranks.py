@@ -1,4 +1,4 @@
-"""Run under ``mlx.launch`` (or alone): train N steps with the engine's Trainer and write, per rank,
+"""Run under ``mlx.launch`` (or alone): train N steps with the engine's MlxTrainer and write, per rank,
 the step metrics and the final trainable weights to ``OUT/rank-R.npz`` (tests/distributed)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 
 
 def main() -> None:
     config, out, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    trainer = Trainer(load_config(config), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
+    trainer = MlxTrainer(load_config(config), log=lambda level, msg: print(f"[{level}] {msg}", file=sys.stderr))
     rank = trainer.ranks.rank
     before = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
     metrics = []

@@ -1,4 +1,4 @@
-"""The real Trainer with fault hooks: "hold here" so a test can SIGKILL the worker at an exact
+"""The real MlxTrainer with fault hooks: "hold here" so a test can SIGKILL the worker at an exact
 moment, and a simulated full disk.
 
 Loaded into the worker with ``tests.helpers.trainer_env.fake_trainer_env(FAULT_TRAINER)`` (the
@@ -13,7 +13,7 @@ there it creates the file ``FAULT_MARK`` and sleeps, and the test kills it durin
 
 ``FAULT_ENOSPC=<step>`` instead makes the checkpoint of that step fail the way a full disk does:
 the model files are written, then ``OSError(ENOSPC)`` (``FAULT_ERRNO=EDQUOT``: a quota that is full
-instead). Without either it is the real Trainer.
+instead). Without either it is the real MlxTrainer.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import os
 import time
 from pathlib import Path
 
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 from grpo_tui.worker.store import Store
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 
 POINT, _, STEP = os.environ.get("FAULT_HOLD", "").partition("@")
 HOLD_STEP = int(STEP) if STEP else -1
@@ -73,7 +73,7 @@ def _hold_then_install(tmp: Path, target: Path) -> None:
 ckpt._install = _hold_then_install
 
 
-class FaultTrainer(Trainer):
+class FaultTrainer(MlxTrainer):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._step = 0

@@ -22,7 +22,7 @@ from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.screens.sample_detail import SampleDetailScreen
 from grpo_tui.tui.widgets.database_generation_detail import DatabaseGenerationDetail
 from grpo_tui.tui.widgets.database_view import DatabaseView
-from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.trainer_contract import Generation, StepOutput
 from grpo_tui.worker.store import Store
 from tests.helpers.pilot import settle
 from tests.faults.hostile import FORBIDDEN, HOSTILE, LITERALS, MARKUP, samples

@@ -22,7 +22,7 @@ import pytest
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.common.resume_check import newest_first
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 from tests.faults import FAULT_TRAINER
 from tests.helpers.trainer_env import fake_trainer_env
 from tests.helpers.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config

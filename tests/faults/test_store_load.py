@@ -23,7 +23,7 @@ import pytest
 from grpo_tui.protocol.messages import Step, ToolCall
 from grpo_tui.tui.db import GenFilter, ReadStore
 from grpo_tui.tui.db import queries as q
-from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.trainer_contract import Generation, StepOutput
 from grpo_tui.worker.store import Store
 
 STEPS = 250

@@ -1,4 +1,4 @@
-"""The real Trainer with injected non-finite steps, for worker tests of the NaN guard's aftermath.
+"""The real MlxTrainer with injected non-finite steps, for worker tests of the NaN guard's aftermath.
 
 Selected with ``tests.helpers.trainer_env.fake_trainer_env(FAULTY_TRAINER)`` (it loads through
 tests/helpers/trainer_hook, outside the product). Everything is the real engine except that the steps listed in ``FAKE_SKIP_STEPS=3,4,5``
@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 
 from grpo_tui.protocol.messages import Step
-from grpo_tui.worker.records import StepOutput
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.trainer_contract import StepOutput
+from grpo_tui.worker.engine.trainer import MlxTrainer
 
 
 def _steps(name: str) -> set[int]:
     return {int(s) for s in os.environ.get(name, "").split(",") if s.strip()}
 
 
-class FaultyTrainer(Trainer):
+class FaultyTrainer(MlxTrainer):
     def train_step(self, step, on_phase=lambda p: None):  # type: ignore[no-untyped-def]
         if step in _steps("FAKE_SKIP_STEPS"):
             epoch = self.batch(step)[0]

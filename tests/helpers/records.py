@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_tui.worker.records import Generation
+from grpo_tui.worker.trainer_contract import Generation
 
 
 def generation(prompt_index: int, group_index: int, reward: float | None, tool_calls=()) -> Generation:

@@ -6,7 +6,7 @@ from textual.app import App, ComposeResult
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.plot import HEAT, Series, heat_strip, line_chart
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.series import STEP_GROUPS, RewardSpread, SeriesBook, dict_group, flatten_step
 from grpo_tui.tui.widgets.chart_panel import ChartPanel
 from grpo_tui.tui.widgets.charts_view import WINDOWS, ChartsView

@@ -15,8 +15,8 @@ from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.keys import DASHBOARD_KEYS, PALETTE, RUN_KEYS, TAB_FOCUS
 from grpo_tui.tui.screens.dashboard import DashboardScreen
 from grpo_tui.tui.views import DISPLAY_MODES, VIEW_TITLES, VIEWS
-from grpo_tui.worker.command_state import Control, choose_samples
-from grpo_tui.worker.records import Generation
+from grpo_tui.worker.command_state import CommandState, choose_samples
+from grpo_tui.worker.trainer_contract import Generation
 
 
 def test_every_view_has_a_tab_a_title_and_a_key():
@@ -52,7 +52,7 @@ def _gen(i: int, reward: float) -> Generation:
 
 @pytest.mark.parametrize("mode", DISPLAY_MODES)
 def test_every_display_mode_is_handled_by_the_worker(mode):
-    control = Control()
+    control = CommandState()
     control.handle(m.SetSampleDisplay(mode=mode))
     assert control.display == mode
     gens = [_gen(i, float(i)) for i in range(4)]

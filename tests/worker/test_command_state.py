@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.command_state import Control, choose_samples
+from grpo_tui.worker.command_state import CommandState, choose_samples
 from tests.helpers.records import generation
 
 
@@ -14,7 +14,7 @@ def kinds(events):
 
 
 def test_pause_during_a_step_is_acknowledged_then_taken_at_the_boundary():
-    c = Control(step=4, stepping=True)
+    c = CommandState(step=4, stepping=True)
     events = c.handle(m.Pause())
     assert kinds(events) == ["Log"] and "after step 5 finishes" in events[0].message
     assert not c.paused and c.take_pause() and c.paused
@@ -24,14 +24,14 @@ def test_pause_during_a_step_is_acknowledged_then_taken_at_the_boundary():
 
 
 def test_resume_before_the_pause_took_effect_cancels_it():
-    c = Control(stepping=True)
+    c = CommandState(stepping=True)
     c.handle(m.Pause())
     assert kinds(c.handle(m.Resume())) == ["Log", "Resumed"]
     assert not c.take_pause()
 
 
 def test_commands_that_make_no_sense_now_are_refused_without_changing_state():
-    c = Control()
+    c = CommandState()
     error = c.handle(m.Resume())[0]
     assert isinstance(error, m.Error) and not error.fatal and error.message == "cannot resume: the run is not paused"
     c.handle(m.SaveCheckpoint())
@@ -43,7 +43,7 @@ def test_commands_that_make_no_sense_now_are_refused_without_changing_state():
 
 
 def test_stop_while_paused_unpauses_and_the_first_reason_wins():
-    c = Control(paused=True)
+    c = CommandState(paused=True)
     c.handle(m.Stop())
     c.stop("eof")
     assert (c.paused, c.stop_reason) == (False, "stop")

@@ -9,7 +9,7 @@ import pytest
 
 from grpo_tui.protocol.messages import Step, ToolCall
 from grpo_tui.protocol.schema import SCHEMA_VERSION, check_readable
-from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.trainer_contract import Generation, StepOutput
 from grpo_tui.worker.store import Store
 from tests.helpers.records import generation
 

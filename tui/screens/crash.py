@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from grpo_tui.protocol.outcome import describe
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 
 
 def _reason(text: Text, reason: str, log_path: str) -> None:

@@ -31,7 +31,7 @@ from textual.widgets import Static, TabbedContent
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
-from grpo_tui.tui.checkpoints import CheckpointInfo, describe_checkpoints
+from grpo_tui.tui.checkpoint_list import CheckpointInfo, describe_checkpoints
 from grpo_tui.tui.compare import CompareError
 from grpo_tui.tui.compared_runs import RUN_STYLES, ComparedRun, ComparedRuns, candidates, open_run, read_new
 from grpo_tui.tui.db.filters import evidence_filter

@@ -12,7 +12,7 @@ from textual.widgets import Footer, Input, Select, Static
 from grpo_tui.protocol.schema import StoreError
 from grpo_tui.tui.db import ReadStore, Run
 from grpo_tui.tui.db import queries as q
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 from grpo_tui.tui.widgets.database_compare_chart import DatabaseCompareChart
 
 Choice = tuple[str, int]  # (store path, run id)

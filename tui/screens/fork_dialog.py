@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 
 
 class ForkScreen(ModalScreen[tuple[list[str], str] | None]):

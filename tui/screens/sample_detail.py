@@ -11,7 +11,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 from grpo_tui.tui.sample_text import summary, tool_calls_text, turns_text
 from grpo_tui.tui.screens.group_view import GroupScreen
 from grpo_tui.tui.widgets.key_bar import KeyBar

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 
 
 class SettingsScreen(ModalScreen[list[str] | None]):

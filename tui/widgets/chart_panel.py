@@ -22,7 +22,7 @@ from grpo_tui.tui.format import number
 from grpo_tui.tui.plot import LINE_COLORS, ChartSettings, Series, line_chart
 from grpo_tui.tui.series import PanelSpec, SeriesBook
 from grpo_tui.tui.state import ema
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 
 class Move(Message):

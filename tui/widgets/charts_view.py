@@ -20,7 +20,7 @@ from textual.widgets import Static
 
 from grpo_tui.tui.compared_runs import ComparedRuns
 from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.plot import ChartSettings
 from grpo_tui.tui.widgets.chart_panel import ChartPanel, Move
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap

@@ -16,9 +16,9 @@ from textual.widgets import DataTable, Static
 from grpo_tui.common.live_settings import toml_value
 from grpo_tui.common.tomlout import dumps
 from grpo_tui.protocol import messages as m
-from grpo_tui.tui.checkpoints import CheckpointInfo
+from grpo_tui.tui.checkpoint_list import CheckpointInfo
 from grpo_tui.tui.format import MISSING, human_size
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 
 
 class ConfigPanel(VerticalScroll):

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual_plotext import PlotextPlot
 
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 
 Curve = list[tuple[int, float | None, float | None]]  # (step, reward, loss) as from queries.curve
 COLORS = ("cyan", "orange", "green", "magenta")

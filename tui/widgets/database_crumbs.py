@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from grpo_tui.tui.db import Run
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 
 
 class DatabaseCrumbs(Static):

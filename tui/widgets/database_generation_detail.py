@@ -13,7 +13,7 @@ from textual.widgets import Static
 from grpo_tui.tui.db import GenDetail
 from grpo_tui.tui.db.search import highlight_pattern
 from grpo_tui.tui.format import clock, number, signed
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 from grpo_tui.tui.sample_text import turns_text
 
 

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from grpo_tui.tui.db import Run
 from grpo_tui.tui.format import MISSING, clock, duration, number
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 from grpo_tui.tui.status_style import status_style
 from grpo_tui.tui.widgets.database_table import DatabaseTable
 

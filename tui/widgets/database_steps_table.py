@@ -12,7 +12,7 @@ from textual.widgets import DataTable
 
 from grpo_tui.tui.db.format import STEP_HEADERS, sort_rows, step_cell
 from grpo_tui.tui.db.queries import STEP_COLUMNS
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 from grpo_tui.tui.widgets.database_table import DatabaseTable
 
 

@@ -20,7 +20,7 @@ from textual.widgets import DataTable, Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import number
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 from grpo_tui.tui.plot import Series, line_chart
 from grpo_tui.tui.series import SeriesBook
 from grpo_tui.tui.widgets.list_table import ListTable

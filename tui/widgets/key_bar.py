@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.screen import Screen
 from textual.widgets import Static
 
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 
 class KeyBar(Static):

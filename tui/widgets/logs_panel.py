@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import RichLog, Static
 
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 from grpo_tui.tui.state import LogEntry
 from grpo_tui.tui.widgets.log_view import LogView
 

@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
 from grpo_tui.tui.format import fit_number, number
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 SPARK_POINTS = 60  # the sparkline shows the most recent steps only
 

@@ -15,7 +15,7 @@ from textual.widgets import ProgressBar, Static
 from textual.widgets._progress_bar import Bar, PercentageStatus
 
 from grpo_tui.tui.state import RunState
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 
 def epoch_note(state: RunState) -> str:

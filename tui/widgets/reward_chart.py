@@ -21,7 +21,7 @@ from textual.widget import Widget
 from grpo_tui.tui.compared_runs import THIS_RUN_STYLE, ComparedRuns
 from grpo_tui.tui.plot import LINE_COLORS, ChartSettings, Series, line_chart
 from grpo_tui.tui.state import ema
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.widgets.text_strips import text_strips
 
 class RewardChart(Widget):

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from grpo_tui.tui.plot import AXIS_WIDTH, axis_label, heat_strip
 from grpo_tui.tui.series import RewardSpread
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.plot import ChartSettings
 from grpo_tui.tui.widgets.chart_panel import CachedChart
 

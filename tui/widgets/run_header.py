@@ -6,10 +6,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from grpo_tui.tui.format import MISSING, duration
-from grpo_tui.tui.inert import clean
+from grpo_tui.tui.inert_text import clean
 from grpo_tui.tui.state import RunState
 from grpo_tui.tui.status_style import STATUS_GLYPHS, status_style
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 def health_badge(state: RunState) -> tuple[str, str]:
     """"2 warnings · 1 critical" (what holds now) and its style, from the run doctor's findings."""

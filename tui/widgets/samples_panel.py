@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import number
-from grpo_tui.tui.inert import inert
+from grpo_tui.tui.inert_text import inert
 from grpo_tui.tui.widgets.list_table import ListTable
 
 REDRAW_INTERVAL_S = 1.0  # one table rebuild a second at most, however fast the steps come

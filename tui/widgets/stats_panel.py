@@ -14,7 +14,7 @@ from textual.widget import Widget
 from grpo_tui.protocol import messages as m
 from grpo_tui.tui.format import number, megabytes, whole
 from grpo_tui.tui.state import RunState
-from grpo_tui.tui.tidy import tidy
+from grpo_tui.tui.glyph_text import tidy
 
 GAP = "   "
 

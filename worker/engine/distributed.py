@@ -29,7 +29,7 @@ from grpo_tui.protocol.messages import RankTiming
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
 from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.ranks import launched
-from grpo_tui.worker.records import RankLost
+from grpo_tui.worker.trainer_contract import RankLost
 
 ALL_REDUCE_CHUNK = 32 * 1024 * 1024  # bytes per all_sum call, as mlx.nn.average_gradients groups them
 

@@ -17,7 +17,7 @@ from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.engine.prompts import data
 from grpo_tui.worker.engine.scoring import timed_calls
 from grpo_tui.worker.engine.scoring.environments import Episode
-from grpo_tui.worker.records import EvalBatch
+from grpo_tui.worker.trainer_contract import EvalBatch
 
 Rolled = tuple[list[data.Example], list[Completion], list[data.Example], list[Episode] | None]
 

@@ -18,7 +18,7 @@ from grpo_tui.worker.engine.dynamic_sampling import Selection
 from grpo_tui.worker.engine.generation_reuse import HeldStep
 from grpo_tui.worker.engine.learning.grpo import advantages as grpo_advantages, group_std
 from grpo_tui.worker.engine.step_output import StepResults, step_frame
-from grpo_tui.worker.records import StepOutput
+from grpo_tui.worker.trainer_contract import StepOutput
 
 Phases = Callable[[Phase], None]  # hears "generating", "scoring" and "training" as they begin
 

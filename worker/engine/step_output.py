@@ -22,7 +22,7 @@ from grpo_tui.worker.engine.policy.parsing import parse_tool_calls, split_thinki
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
 from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.engine.learning.update import PassResult
-from grpo_tui.worker.records import Generation
+from grpo_tui.worker.trainer_contract import Generation
 
 if TYPE_CHECKING:
     from grpo_tui.protocol.config import Config

@@ -22,14 +22,14 @@ from typing import Any, Callable
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config, load_config
 from grpo_tui.protocol.layout import TrainingState, read_state
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 from grpo_tui.worker import evaluation
 from grpo_tui.worker.engine.prompts import data
 from grpo_tui.worker.engine import dynamic_sampling, step as engine_step
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
 from grpo_tui.worker.engine.policy.rollout import Completion
-from grpo_tui.worker.engine.trainer import Trainer, default_log
-from grpo_tui.worker.records import Generation, StepOutput
+from grpo_tui.worker.engine.trainer import MlxTrainer, default_log
+from grpo_tui.worker.trainer_contract import Generation, StepOutput
 
 
 class EngineError(ValueError):
@@ -88,7 +88,7 @@ class Engine:
             raise EngineError(f"training.steps_per_generation = {self.config.training.steps_per_generation}: the engine "
                               "generates one step at a time, so each generate() is its own generation; "
                               "set it to 1, or train with the worker (GRPOTrainer, grpo-tui run)")
-        self.trainer = Trainer(self.config, log)
+        self.trainer = MlxTrainer(self.config, log)
         self.step = 0  # the last step trained
         self._store: Any = None
         self._run_id = 0

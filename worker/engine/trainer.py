@@ -1,7 +1,7 @@
-"""The engine's side of the contract with the worker process (``records.Trainer``): it loads the run
+"""The engine's side of the contract with the worker process (``trainer_contract.Trainer``): it loads the run
 (the user's inputs, the model, the plan) into its collaborators, a policy, a scorer and a learner
 over the run's prompts (docs/architecture.md, "The step's spine"), and answers the process side's
-calls with them: ``Trainer.train_step`` is ``step.train_step``.
+calls with them: ``MlxTrainer.train_step`` is ``step.train_step``.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from grpo_tui.worker.engine.scoring import judge
 from grpo_tui.worker.engine.scoring.rewards import RewardError
 from grpo_tui.worker.engine.scoring.scorer import Scorer
 from grpo_tui.worker.engine.step import train_step
-from grpo_tui.worker.records import EvalBatch, StepOutput
+from grpo_tui.worker.trainer_contract import EvalBatch, StepOutput
 
-__all__ = ["Trainer", "RewardError", "REFERENCE_FILE", "default_log", "load_collaborators"]
+__all__ = ["MlxTrainer", "RewardError", "REFERENCE_FILE", "default_log", "load_collaborators"]
 
 
 def default_log(level: LogLevel, message: str) -> None:
@@ -83,8 +83,8 @@ def load_collaborators(config: Config, log: Callable[[LogLevel, str], None], inp
     return Collaborators(config, prompts, policy, scorer, learner, ranks, inputs.rollout_func, log)
 
 
-class Trainer:
-    """What the worker's loop calls (``records.Trainer``), on the MLX thread."""
+class MlxTrainer:
+    """What the worker's loop calls (``trainer_contract.Trainer``), on the MLX thread."""
 
     def __init__(self, config: Config, log: Callable[[LogLevel, str], None] = default_log,
                  inputs: Inputs | None = None) -> None:

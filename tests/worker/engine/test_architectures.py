@@ -15,7 +15,7 @@ from mlx_lm import stream_generate
 from mlx_lm.sample_utils import make_sampler
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 from tests.helpers.arch_models import ARCHITECTURES, LORA, build, quantize, step_config
 from tests.helpers.plans import stock_plan
 
@@ -51,7 +51,7 @@ def test_grpo_step_checkpoint_reload_and_generate(arch, mode, models, tmp_path):
     float_dir, q4_dir = models[arch]
     base = q4_dir if mode == "4-bit lora" else float_dir
     lines: list[str] = []
-    trainer = Trainer(load_config(step_config(tmp_path, base, "" if mode == "full" else LORA)),
+    trainer = MlxTrainer(load_config(step_config(tmp_path, base, "" if mode == "full" else LORA)),
                       log=lambda level, message: lines.append(message))
     before = {k: np.array(v) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
 
@@ -153,7 +153,7 @@ def test_sliding_window_layers_keep_the_speed_paths_off_and_the_log_says_why(tmp
     # rotating cache and a windowed mask, which the compiled rollout and shared prompt do not model.
     folder = build(tmp_path / "m", "llama", layer_types=["sliding_attention", "full_attention"], sliding_window=4)
     lines: list[str] = []
-    trainer = Trainer(load_config(step_config(tmp_path / "run", folder)), log=lambda level, message: lines.append(message))
+    trainer = MlxTrainer(load_config(step_config(tmp_path / "run", folder)), log=lambda level, message: lines.append(message))
     engine = next(line for line in lines if line.startswith("engine: "))
     assert "speed paths off for llama: it has sliding-window layers" in engine
     assert "rollout: mlx-lm BatchGenerator" in engine and "training: full sequences" in engine
@@ -162,6 +162,6 @@ def test_sliding_window_layers_keep_the_speed_paths_off_and_the_log_says_why(tmp
 
 def test_gemma2_rolls_out_one_row_at_a_time_and_says_so(models, tmp_path):
     lines: list[str] = []
-    Trainer(load_config(step_config(tmp_path, models["gemma2"][0])), log=lambda level, message: lines.append(message))
+    MlxTrainer(load_config(step_config(tmp_path, models["gemma2"][0])), log=lambda level, message: lines.append(message))
     engine = next(line for line in lines if line.startswith("engine: "))
     assert "rollout one row at a time (mlx-lm's gemma2 cannot take a batched padding mask)" in engine

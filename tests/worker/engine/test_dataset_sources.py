@@ -97,13 +97,13 @@ def _tool_model(tmp_path):
 
 def _trainer(tmp_path, data_line: str, extra: str = ""):
     from grpo_tui.protocol.config import load_config
-    from grpo_tui.worker.engine.trainer import Trainer
+    from grpo_tui.worker.engine.trainer import MlxTrainer
     from tests.helpers.arch_models import step_config
 
     path = step_config(tmp_path / "run", _tool_model(tmp_path), extra)
     text = path.read_text().replace('path = "data.jsonl"\neval_path = "data.jsonl"', f"path = {data_line}")
     path.write_text(text)
-    return Trainer(load_config(path), log=lambda level, message: None)
+    return MlxTrainer(load_config(path), log=lambda level, message: None)
 
 
 def test_tool_schemas_reach_the_chat_template_from_a_column_or_the_tools_file(tmp_path):

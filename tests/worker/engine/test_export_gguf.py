@@ -12,7 +12,7 @@ from grpo_tui.protocol.config import ModelConfig, load_config
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker.engine.models import export_gguf
 from grpo_tui.worker.engine.models import model_io
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 from tests.helpers.arch_models import LORA, step_config
 from tests.helpers.gguf_files import build_model, write_gguf
 
@@ -31,7 +31,7 @@ def test_a_gguf_born_checkpoint_exports_to_gguf_and_loads_back_with_the_same_log
     file = tmp_path / "model.gguf"
     write_gguf(original, file, "smollm", "F32" if mode == "full" else "Q4_1", embedding_qtype=None)
     config = load_config(step_config(tmp_path / "run", file, LORA if mode == "lora" else ""))
-    trainer = Trainer(config, log=lambda level, message: None)
+    trainer = MlxTrainer(config, log=lambda level, message: None)
     start = logits(trainer.policy.model)
     assert trainer.train_step(1).metrics.gradients_applied
     final = tmp_path / "final"

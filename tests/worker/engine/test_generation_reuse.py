@@ -13,7 +13,7 @@ from grpo_tui.worker.engine import generation_reuse
 from grpo_tui.worker.engine.learning.grpo import group_advantages
 from grpo_tui.worker.engine.learning.logps import token_logps
 from grpo_tui.worker.engine.stepwise import Engine, EngineError
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 from tests.helpers.tiny_model import build_tiny_model, write_config
 
 BASE = """
@@ -35,9 +35,9 @@ def model_dir(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
-def make(tmp_path, model_dir, grpo: str = "", training: str = "steps_per_generation = 3") -> Trainer:
+def make(tmp_path, model_dir, grpo: str = "", training: str = "steps_per_generation = 3") -> MlxTrainer:
     path = write_config(tmp_path, model_dir, BASE.format(grpo=grpo, training=training))
-    return Trainer(load_config(path), log=lambda level, msg: None)
+    return MlxTrainer(load_config(path), log=lambda level, msg: None)
 
 
 def test_a_block_runs_to_its_end_or_the_runs():

@@ -30,10 +30,10 @@ def held_out_accuracy(trainer) -> tuple[float, float]:
 @pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="the demo model examples/models/tiny-arith is not built yet")
 def test_quickstart_grpo_raises_held_out_accuracy():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from grpo_tui.worker.engine.trainer import Trainer
+    from grpo_tui.worker.engine.trainer import MlxTrainer
 
     config = load_config(EXAMPLES / "quickstart.toml")
-    trainer = Trainer(config, log=lambda level, msg: None)
+    trainer = MlxTrainer(config, log=lambda level, msg: None)
     before = held_out_accuracy(trainer)
     start = time.perf_counter()
     rewards = [trainer.train_step(step).metrics.rewards["accuracy"] for step in range(1, STEPS + 1)]

@@ -12,7 +12,7 @@ import pytest
 from mlx_lm import generate, load as mlx_load
 
 from grpo_tui.protocol.config import ConfigError, load_config
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 from tests.helpers.arch_models import LORA, build, quantize, step_config
 
 PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5]])
@@ -21,7 +21,7 @@ PROBE = mx.array([[1, 7, 30, 31, 9, 82, 92, 5]])
 @pytest.mark.parametrize("bits", [4, 8])
 def test_lora_on_a_quantized_base_trains_and_its_adapters_and_fused_model_load_in_mlx_lm(bits, tmp_path):
     base = quantize(build(tmp_path / "float", "qwen3"), tmp_path / f"q{bits}", bits)
-    trainer = Trainer(load_config(step_config(tmp_path, base, LORA)), log=lambda level, message: None)
+    trainer = MlxTrainer(load_config(step_config(tmp_path, base, LORA)), log=lambda level, message: None)
     assert type(trainer.policy.model.model.layers[0].self_attn.q_proj.linear).__name__ == "QuantizedLinear"
     start = np.array(trainer.policy.model(PROBE))
     for step in (1, 2):
@@ -48,4 +48,4 @@ def test_lora_on_a_quantized_base_trains_and_its_adapters_and_fused_model_load_i
 def test_full_fine_tuning_a_quantized_base_stops_at_load_and_says_to_use_model_lora(tmp_path):
     base = quantize(build(tmp_path / "float", "qwen3"), tmp_path / "q4", 4)
     with pytest.raises(ConfigError, match=r"model.lora: .* is a 4-bit quantized model.*add a \[model.lora\] table"):
-        Trainer(load_config(step_config(tmp_path, base)), log=lambda level, message: None)
+        MlxTrainer(load_config(step_config(tmp_path, base)), log=lambda level, message: None)

@@ -1,4 +1,4 @@
-"""The Trainer contract on a tiny random Qwen3 model: step metrics, replay, accumulation,
+"""The MlxTrainer contract on a tiny random Qwen3 model: step metrics, replay, accumulation,
 the NaN guard, LoRA / full saving and checkpoint restore."""
 
 import math
@@ -11,8 +11,8 @@ from mlx_lm import generate as mlx_generate, load
 
 from grpo_tui.protocol.config import load_config
 from grpo_tui.worker.engine.learning import loss as loss_step
-from grpo_tui.worker import records
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker import trainer_contract
+from grpo_tui.worker.engine.trainer import MlxTrainer
 from tests.helpers.tiny_model import build_tiny_model, write_config
 from grpo_tui.worker.engine.models.plan import Head
 
@@ -33,16 +33,16 @@ def model_dir(tmp_path_factory):
 
 
 def make(tmp_path, model_dir, extra=BASE):
-    return Trainer(load_config(write_config(tmp_path, model_dir, extra)), log=lambda level, msg: None)
+    return MlxTrainer(load_config(write_config(tmp_path, model_dir, extra)), log=lambda level, msg: None)
 
 
 def test_the_trainer_is_what_the_worker_loop_expects(tmp_path, model_dir):
-    assert isinstance(make(tmp_path, model_dir), records.Trainer)
+    assert isinstance(make(tmp_path, model_dir), trainer_contract.Trainer)
 
 
 def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
     lines = []
-    Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
+    MlxTrainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
     engine = next(line for line in lines if line.startswith("engine: "))
     assert "rollout: compiled loop, one prefill per prompt" in engine
     from grpo_tui.worker.engine.accel import cpu_fast
@@ -50,7 +50,7 @@ def test_the_log_says_which_speed_paths_the_model_gets(tmp_path, model_dir):
     assert "training: prompt once per group" in engine and "compiled loss" in engine
     assert "batch halves on two CPU streams" in engine
     lines.clear()
-    Trainer(load_config(write_config(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\nrepetition_penalty = 1.1"))),
+    MlxTrainer(load_config(write_config(tmp_path, model_dir, BASE.replace("[generation]", "[generation]\nrepetition_penalty = 1.1"))),
             log=lambda level, msg: lines.append(msg))
     assert "rollout: mlx-lm BatchGenerator" in next(line for line in lines if line.startswith("engine: "))
 
@@ -60,7 +60,7 @@ def test_the_log_says_when_the_vocabulary_goes_to_numpy(tmp_path, model_dir, mon
 
     monkeypatch.setattr(host_vocab, "MIN_VOCABULARY", 2)  # the tiny model's vocabulary counts as large
     lines = []
-    Trainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
+    MlxTrainer(load_config(write_config(tmp_path, model_dir, BASE)), log=lambda level, msg: lines.append(msg))
     engine = next(line for line in lines if line.startswith("engine: "))
     assert "LM head and vocabulary log-softmax in numpy" in engine and "compiled loss" not in engine
     assert "the logits never exist whole" in engine
@@ -234,7 +234,7 @@ def test_grpo_raises_a_dense_custom_reward_within_a_few_steps(tmp_path, model_di
     extra = BASE.replace("group_size = 4", f"group_size = 8\nloss_type = \"{loss_type}\"")
     path = write_config(tmp_path, model_dir, extra)
     path.write_text(path.read_text().replace('name = "accuracy"', 'function = "tests.worker.engine.test_trainer:digit_share"', 1))
-    t = Trainer(load_config(path), log=lambda level, msg: None)
+    t = MlxTrainer(load_config(path), log=lambda level, msg: None)
     shares = [t.train_step(step).metrics.rewards["digit_share"] for step in range(1, 9)]
     assert shares[0] < 0.2 and min(shares[-2:]) > 0.6, shares
 

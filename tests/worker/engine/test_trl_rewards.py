@@ -8,7 +8,7 @@ import json
 import pytest
 
 from grpo_tui.protocol.config import load_config
-from grpo_tui.worker.engine.trainer import Trainer
+from grpo_tui.worker.engine.trainer import MlxTrainer
 from tests.conftest import EXAMPLES
 from tests.helpers.tiny_model import write_config
 
@@ -79,7 +79,7 @@ def _trainer(tmp_path, conversational: bool, rewards: list[str]):
     # only the functions under test
     path.write_text(path.read_text().replace('name = "accuracy"', 'function = "trl_rewards.py:strict"')
                     .replace('name = "length"', 'function = "trl_rewards.py:strict"'))
-    return Trainer(load_config(path), log=lambda level, message: None), log_path
+    return MlxTrainer(load_config(path), log=lambda level, message: None), log_path
 
 
 def test_trl_functions_run_unchanged_on_conversational_data(tmp_path):

@@ -32,7 +32,7 @@ from grpo_tui.worker.engine.scoring import schema_check, timed_calls
 from grpo_tui.worker.engine.prompts.data import Example, columns_for
 from grpo_tui.worker.engine.policy.parsing import extract_answer, parse_number, parse_tool_calls, split_thinking
 from grpo_tui.worker.engine.scoring.reward_call import Signature, StepLog, TrainerState, call_arguments, tool_conversation, trl_completions
-from grpo_tui.worker.records import SaidFailure
+from grpo_tui.worker.trainer_contract import SaidFailure
 
 if TYPE_CHECKING:
     from grpo_tui.worker.engine.policy.rollout import Completion

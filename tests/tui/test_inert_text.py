@@ -4,7 +4,7 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from grpo_tui.tui.inert import REPLACEMENT, clean, inert
+from grpo_tui.tui.inert_text import REPLACEMENT, clean, inert
 
 
 @pytest.mark.parametrize(

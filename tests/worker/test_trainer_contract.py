@@ -3,7 +3,7 @@ field the two share, as the engine made it, and its place in the step."""
 
 from grpo_tui.protocol import codec
 from grpo_tui.protocol import messages as m
-from grpo_tui.worker.records import Generation
+from grpo_tui.worker.trainer_contract import Generation
 
 
 def test_a_sample_frame_is_its_generation_as_the_dashboard_decodes_it():

@@ -11,7 +11,7 @@ import pytest
 from grpo_tui.common.disk_space import DiskFull
 from grpo_tui.common.resume_check import newest_first
 from grpo_tui.protocol.layout import LOCK_FILE
-from grpo_tui.worker import checkpoint as ckpt
+from grpo_tui.worker import checkpoint_files as ckpt
 
 
 class FakeSaver:

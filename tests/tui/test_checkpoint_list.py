@@ -5,7 +5,7 @@ import json
 import numpy as np
 from safetensors.numpy import save_file
 
-from grpo_tui.tui.checkpoints import describe_checkpoints
+from grpo_tui.tui.checkpoint_list import describe_checkpoints
 from grpo_tui.tui.format import human_size
 
 
@@ -40,7 +40,7 @@ def test_a_corrupt_file_is_listed_without_numbers(tmp_path):
 def test_a_checkpoint_pruned_while_it_is_described_is_left_out(tmp_path, monkeypatch):
     """The worker prunes old checkpoints (keep_last) while the dashboard scans: a folder listed and
     then gone is left out, never an error (it failed the crash-restart test, once)."""
-    import grpo_tui.tui.checkpoints as checkpoints
+    import grpo_tui.tui.checkpoint_list as checkpoints
 
     kept = tmp_path / "checkpoint-6"
     kept.mkdir()
