@@ -81,9 +81,13 @@ def run_info(folder: Path) -> RunInfo | None:
     if record is not None:
         live = c.is_live(record)
         status = record.status if live or record.status not in c.LIVE_STATUSES else "crashed"
+        step, total, reward = record.step, record.total_steps, record.last_reward
+        if not live and record.status in c.LIVE_STATUSES:  # its supervisor was killed: the run log is newer
+            logged = _from_run_log(folder)
+            if logged is not None and logged.step > step:
+                step, total, reward = logged.step, logged.total_steps or total, logged.last_reward
         return RunInfo(
-            folder, status, record.step, record.total_steps, record.pid if live else 0, record.started_at,
-            record.last_reward, live, record.changes,
+            folder, status, step, total, record.pid if live else 0, record.started_at, reward, live, record.changes,
         )
     return _from_run_log(folder)
 

@@ -192,8 +192,10 @@ class Supervisor:
                 code_status = c.status_of_exit(code, self.completed)
                 if self.refused or (self.stopping and code_status == "crashed"):  # asked to stop: not a crash
                     code_status = "stopped"
+            # a stop the user asked for is said as one, never with an older stderr line of the run
+            said = "" if code == 0 else describe(code) if code_status == "stopped" and not self.refused else self.reason(code)
             final = m.WorkerExit(
-                code=code, reason="" if code == 0 else self.reason(code), attempt=restarts,
+                code=code, reason=said, attempt=restarts,
                 max_restarts=a.max_restarts, restart_on_crash=a.restart_on_crash, final=True,
             )
             self.record.update(status=code_status, exit_code=code, reason=final.reason, worker_pid=0)
