@@ -70,3 +70,32 @@ def test_a_malformed_return_is_one_sentence_and_exit_2(tmp_path):
     assert err.value.exit_code == 2
     assert str(err.value) == ("environment.rollout_func: its dict has no 'logprobs'; TRL's contract requires prompt_ids, "
                               "completion_ids and logprobs")
+
+
+MALFORMED = {  # issue 57.8: each was an MLX error, then restarted as a crash
+    "string log-probs": (lambda outs: {"logprobs": [[str(x) for x in o["logprobs"]] for o in outs]},
+                         "environment.rollout_func: logprobs[0] holds str '"),
+    "empty prompt_ids": (lambda outs: {"prompt_ids": [[] for _ in outs]},
+                         "environment.rollout_func: prompt_ids[0] is empty; give the prompt's token ids"),
+    "past the context": (lambda outs: {"completion_ids": [[5] * 600 for _ in outs], "logprobs": [[-1.0] * 600 for _ in outs]},
+                         "past the model's context of 512; cut the completion (max_tokens)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_return_the_model_cannot_take_is_one_sentence_and_exit_2(tmp_path, case):
+    from grpo_tui import GRPOTrainer, TrainingError, generate_rollout_completions
+
+    change, words = MALFORMED[case]
+
+    def rollout_func(prompts, trainer):
+        outs = generate_rollout_completions(trainer, prompts)
+        out = {"prompt_ids": [o["prompt_ids"] for o in outs], "completion_ids": [o["completion_ids"] for o in outs],
+               "logprobs": [o["logprobs"] for o in outs]}
+        return {**out, **change(outs)}
+
+    trainer = GRPOTrainer(model=str(TINY_MODEL), reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          args=quick_args(tmp_path, max_steps=1), train_dataset=[{"prompt": "1+1="}], rollout_func=rollout_func)
+    with pytest.raises(TrainingError) as err:
+        trainer.train()
+    assert err.value.exit_code == 2 and words in str(err.value), str(err.value)
