@@ -91,7 +91,8 @@ class StepFacts:
         if label not in self._rates:
             rates = []
             for grp in self.groups():
-                judged = [v for g in grp if (v := g.scores.get(label)) is not None]
+                # unscored (None, or NaN as TRL reads None) is not judged: neither right nor wrong
+                judged = [v for g in grp if (v := g.scores.get(label)) is not None and math.isfinite(v)]
                 if judged:
                     rates.append(sum(v >= CORRECT for v in judged) / len(judged))
             self._rates[label] = rates
@@ -121,7 +122,7 @@ def _pct(x: float) -> str:
 
 
 def _flat(group: list[GenFacts]) -> bool:
-    values = [0.0 if g.reward is None else g.reward for g in group]
+    values = [0.0 if g.reward is None or not math.isfinite(g.reward) else g.reward for g in group]
     return len(values) > 1 and max(values) - min(values) <= 1e-9
 
 
@@ -234,11 +235,15 @@ def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
     severity = _grade(share, d.no_signal)
     if severity is None:
         return None
-    values = [grp[0].reward or 0.0 for _, grp in flat]
-    zero = sum(v <= 0 for v in values) / max(len(values), 1)
+    unscored = sum(all(g.reward is None or not math.isfinite(g.reward) for g in grp) for _, grp in flat) / len(flat)
+    values = [r for _, grp in flat if (r := grp[0].reward) is not None and math.isfinite(r)]
+    zero = sum(v <= 0 for v in values) / len(flat)
     top = run.best_reward if run.best_reward is not None else max(values, default=0.0)
-    at_max = sum(v >= top > 0 for v in values) / max(len(values), 1)
-    if zero >= 0.5:
+    at_max = sum(v >= top > 0 for v in values) / len(flat)
+    if unscored >= 0.5:  # every reward None or NaN: nothing says the prompts are too hard
+        why, fix = (f"{_pct(unscored)} of them are unscored (every reward None or NaN: a reward that does not apply to "
+                    "these prompts, or one that fails on them)"), None
+    elif zero >= 0.5:
         why, fix = (f"{_pct(zero)} of them score 0: too hard for the model (harder prompts than it can solve, or a "
                     "reward without partial credit)"), "grpo.dynamic_sampling=true"
     elif at_max >= 0.5:
@@ -252,8 +257,9 @@ def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
     evidence = m.Evidence(steps=sorted({s.step for s, _ in flat}), generations=gens[-EVIDENCE_LIMIT:])
     # dynamic sampling cannot be turned on beside a reused generation (protocol/config.py)
     taken = config.grpo.dynamic_sampling or config.training.steps_per_generation > 1
-    suggestion = None if fix == "grpo.dynamic_sampling=true" and taken else fix
-    return Verdict(severity, message, {"flat_share": share, "all_zero": zero, "all_max": at_max}, evidence, suggestion)
+    suggestion = None if fix is None or fix == "grpo.dynamic_sampling=true" and taken else fix
+    return Verdict(severity, message, {"flat_share": share, "all_zero": zero, "all_max": at_max, "unscored": unscored},
+                   evidence, suggestion)
 
 
 def truncation(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:

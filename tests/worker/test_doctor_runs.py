@@ -241,3 +241,16 @@ def test_a_format_only_reward_with_eval_measuring_correctness_is_reward_up_eval_
     offline = json.loads(doctor(tmp_path / "out", "--json").stdout)  # the same from the store, as of step 6
     [again] = [f for f in offline["findings"] if f["name"] == "reward_up_eval_down"]
     assert again["since"] == 5 and again["evidence"]["steps"] == [0, 6]
+
+
+def test_a_nan_reward_is_unscored_not_too_hard(tmp_path, tiny_model):
+    """Issue 57.12: every reward NaN (TRL reads it as None: unscored) made the doctor call the
+    prompts too hard; it says they are unscored, and suggests no change for it."""
+    (tmp_path / "nan.py").write_text("def accuracy(completions, **kw):\n    return [float('nan')] * len(completions)\n")
+    config = write_config(tmp_path, tiny_model, rewards=f'[[rewards]]\nfunction = "{tmp_path / "nan.py"}:accuracy"\n',
+                          training={"max_steps": 4, "silent_patience": 0}, doctor={"window": 2})
+    worker, code = run(config)
+    said = [f for f in worker.of(m.Finding) if not f.cleared]
+    assert all("too hard" not in f.message for f in said), [f.message for f in said]
+    [no_signal] = [f for f in said if f.name == "no_signal"][-1:]
+    assert "are unscored (every reward None or NaN" in no_signal.message and no_signal.suggestion in (None, "")
