@@ -21,6 +21,7 @@ from grpo_tui.common.doctor import SEVERITIES, Doctor, GenFacts, StepFacts, wors
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.schema import STEP_METRIC_COLUMNS, StoreError, step_from_row
+from grpo_tui.tui.db.mlx_node import is_mlx_node_store
 from grpo_tui.tui.db.store import open_readonly
 
 HEALTHY, WARNING, CRITICAL = 0, 10, 11
@@ -123,8 +124,13 @@ def run_doctor(folder: Path, as_json_output: bool) -> int:
         print(f"grpo-tui: {folder}: no such run folder; name a run's output folder (grpo-tui ls lists them).", file=sys.stderr)
         return 2
     config, store = config_for(folder), store_of(folder)
+    if store.is_file() and is_mlx_node_store(store):
+        print(f"grpo-tui: {store} is mlx-node's store, not a grpo-tui run's: the doctor replays grpo-tui runs; "
+              f"grpo-tui browse {store} opens it.", file=sys.stderr)
+        return 2
     if config is None or not store.is_file():
-        print(f"grpo-tui: {folder}: no run with a store here (its config or outputs.db is missing); "
+        missing = "its outputs.db" if config is not None else "its config (no run.jsonl or supervisor record)"
+        print(f"grpo-tui: {folder}: no run with a store here ({missing} is missing); "
               "name a run's output folder (grpo-tui ls lists them).", file=sys.stderr)
         return 2
     try:

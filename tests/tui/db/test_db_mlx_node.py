@@ -48,3 +48,16 @@ async def test_an_mlx_node_store_is_browsed_and_searched_and_never_written(tmp_p
             assert "search 'pineapple'" in str(app.query_one("#db-filter-summary", Static).render())
             assert app.query_one(DatabaseView).level == "generations"
     assert digest(store) == before
+
+
+def test_doctor_on_an_mlx_node_store_says_what_it_is(tmp_path):
+    """Issue 57.12: it said the folder's config or outputs.db was missing."""
+    import subprocess
+    import sys
+
+    store = build_mlx_node_store(tmp_path / "outputs.db")
+    done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "doctor", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr == (f"grpo-tui: {store} is mlx-node's store, not a grpo-tui run's: the doctor replays grpo-tui "
+                           f"runs; grpo-tui browse {store} opens it.\n")
