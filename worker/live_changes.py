@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from grpo_tui.common.live_settings import carried, check, resume_note, set_value, toml_value, value_at
+from grpo_tui.common.live_settings import canonical_key, carried, check, resume_note, set_value, toml_value, value_at
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config, ConfigError, validate
 from grpo_tui.protocol.layout import TrainingState
@@ -29,6 +29,7 @@ class LiveChanges:
         self.run = run
         self.pending: list[tuple[m.SetSetting, str, Any]] = []  # checked: (command, key, new value)
         self.batches: dict[str, list[m.SetSetting]] = {}  # a `grpo-tui set` of several items, until all came
+        self.overridden: list[m.SettingChanged] = []  # a resume's --set over a live change: recorded as a change
         self.replay: list[m.SettingChanged] = []  # recorded after the resumed checkpoint: applied again at their step
 
     def request(self, command: m.SetSetting) -> list[m.Event]:
@@ -149,6 +150,12 @@ class LiveChanges:
         kept = carried(state.live_changes, run.overrides)
         said = [f"--set {c.key} wins over its live change ({toml_value(c.new)} since step {c.step})"
                 for c in state.live_changes if c not in kept]
+        latest = {c.key: c.new for c in [*state.live_changes, *later]}  # the value each key trained with last
+        self.overridden = [
+            m.SettingChanged(step=state.step + 1, key=key, old=old, new=value_at(run.config, key), source="cli",
+                             time=time.time())
+            for key, old in latest.items()
+            if key in {canonical_key(item.partition("=")[0]) for item in run.overrides} and value_at(run.config, key) != old]
         if note := resume_note(kept, run.config):
             said.append(note)
         for change in kept:

@@ -80,6 +80,10 @@ class RunStart:
         if resume is not None:  # before the model loads: a change of the length or the sampler counts from the start
             for line in self.live.resume(resume[1], later):
                 run.log("info", line)
+            for change in self.live.overridden:  # what compare and the charts read: the value the run trains with
+                run.emit(change)
+                if run.store is not None:
+                    await run.store.write_change(run.run_id, change)
         if cfg.doctor.probe and resume is None and "probe" not in cfg.doctor.silence:  # before step 1 (docs/doctor.md)
             await probe_before_step_1(run)
         run.emit(m.Status(phase="loading", message=f"loading {cfg.model.path}"))

@@ -211,3 +211,28 @@ def test_a_refused_set_line_on_a_plain_worker_s_stdin_is_said(tmp_path, tiny_mod
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[refused] bogus.key=1: " in done.stdout
+
+
+def test_compare_shows_a_resume_s_set_over_a_live_change(tmp_path, tiny_model):
+    """Issue 57.12: compare showed the live change as the run's value after a resume's --set won over it."""
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 2, "silent_patience": 0},
+                          checkpoint={"save_every": 0})
+    first = WorkerProcess(config)
+    first.send(m.SetSetting(key="training.learning_rate", value="7e-6", source="api"))
+    first.wait_for(m.Complete)
+    assert first.finish() == 0
+    second = WorkerProcess(config, "--resume", "latest", "--set", "training.max_steps=3",
+                           "--set", "training.learning_rate=3e-6")
+    second.wait_for(m.Complete)
+    assert second.finish() == 0
+    out = tmp_path / "out"
+    rows = query(out / "outputs.db", "SELECT step, key, new FROM setting_changes ORDER BY id")
+    assert [(k, json.loads(v)) for _, k, v in rows] == [("training.learning_rate", 7e-6), ("training.learning_rate", 3e-6)]
+    assert rows[1][0] == 3
+    from tests.helpers.run_folders import write_run
+
+    other = write_run(tmp_path / "other", "other", [0.1, 0.2])
+    shown = subprocess.run([*CLI, "compare", str(out), str(other), "--json"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    [rate] = [d["values"][0] for d in json.loads(shown.stdout)["differences"] if d["key"] == "training.learning_rate"]
+    assert rate.endswith("→ 7e-06 at step 1 → 3e-06 at step 3"), rate
