@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,6 @@ def as_nobody(*command: str, timeout: float = 60, cwd: Path | None = None) -> su
         capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env={**os.environ, "HOME": "/tmp"},
     )
-
-
-def python_as_nobody(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return as_nobody(sys.executable, "-c", code, timeout=timeout)
 
 
 def give_to_nobody(path: Path) -> None:

@@ -167,7 +167,8 @@ class PolicyEndpoint:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # out of descriptors: the kernel keeps the rest in the backlog
+            except OSError:  # out of descriptors: the kernel keeps the rest in the backlog (no busy loop meanwhile)
+                time.sleep(0.05)
                 return
             sock.setblocking(False)
             head = heads[sock] = _Head(sock)
