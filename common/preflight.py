@@ -203,9 +203,33 @@ def model_files_problem(folder: Path) -> str | None:
     return None
 
 
+def offline_and_not_cached(path: str, cache: str) -> str:
+    return (f"model {path!r} was not found: it is not a local folder, the Hugging Face cache ({cache}) "
+            "has no snapshot of it, and HF_HUB_OFFLINE=1 forbids downloading it")
+
+
+def hub_model_problem(path: str) -> str | None:
+    """A hub id that the worker could not get: offline (HF_HUB_OFFLINE) with no snapshot of it in the
+    cache. Online, a missing snapshot is downloaded: only the worker can tell whether that works."""
+    if Path(path).expanduser().exists() or path.count("/") != 1 or path.startswith(("/", ".", "~")):
+        return None
+    from huggingface_hub import constants, snapshot_download
+
+    if not constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        snapshot_download(path, allow_patterns=["config.json"], local_files_only=True)
+    except Exception:  # noqa: BLE001 — the hub raises several kinds; all mean "not in the cache"
+        return offline_and_not_cached(path, constants.HF_HUB_CACHE)
+    return None
+
+
 def model_problems(config: Config) -> list[str]:
     """A local model folder without config.json or weights, its quantization and LoRA keys, from
-    config.json and the weight headers (a GGUF file or a hub id: the worker checks them)."""
+    config.json and the weight headers (a GGUF file: the worker checks it); a hub id offline that the
+    cache does not hold."""
+    if (hub := hub_model_problem(config.model.path)) is not None:
+        return [hub]
     folder = Path(config.model.path)
     ggufs = [folder] if folder.is_file() and folder.suffix == ".gguf" else sorted(folder.glob("*.gguf")) if folder.is_dir() else []
     for file in ggufs:

@@ -3,6 +3,7 @@ written (a few steps here), offline; a used folder or an unknown template is one
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -13,11 +14,13 @@ from grpo_tui.protocol.config import load_config
 
 def cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, timeout=900)
 
 
 @pytest.mark.parametrize("template", ["math", "json", "tools", "reasoning-gym"])
-def test_each_template_trains_as_written(template, tmp_path):
+def test_each_template_trains_as_written_and_its_eval_rises(template, tmp_path):
+    """As written: every step, ending 0, its held-out reward higher at the end than before the first step
+    (on two quiet cores each takes well under a minute: bench/newcomer.sh times them)."""
     out = cli("init", template, str(tmp_path / template))
     assert out.returncode == 0, out.stderr
     assert f"grpo-tui run {tmp_path / template / 'config.toml'}" in out.stdout
@@ -28,14 +31,15 @@ def test_each_template_trains_as_written(template, tmp_path):
     config = load_config(folder / "config.toml")  # valid as written
     # named after its folder wherever the run goes (a run in `det` is "det" in ls, browse and its forks)
     assert load_config(folder / "config.toml", overrides=["checkpoint.output_dir=det"]).run_name == "det"
-    run = cli("worker", str(folder / "config.toml"), "--plain", "--set", "training.max_steps=2",
-              "--set", "eval.limit=4", cwd=tmp_path)
+    run = cli("worker", str(folder / "config.toml"), "--plain", cwd=folder)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "completed: 2 steps" in run.stdout
+    assert f"completed: {config.training.max_steps} steps" in run.stdout
     labels = [r.label for r in config.rewards]
     step_lines = [line for line in run.stdout.splitlines() if line.startswith("step ")]
-    assert len(step_lines) == 2 and all(label in step_lines[0] for label in labels)
-    assert run.stdout.count("eval at step") == 2  # at the start and at the end
+    assert all(label in step_lines[0] for label in labels)
+    evals = [float(re.search(r"\| reward (-?[\d.]+) \|", line).group(1))  # type: ignore[union-attr]
+             for line in run.stdout.splitlines() if line.startswith("eval at step")]
+    assert len(evals) >= 2 and evals[-1] > evals[0], evals
 
 
 def test_hub_dataset_lines_are_real_settings(tmp_path):

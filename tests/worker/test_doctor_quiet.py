@@ -27,9 +27,10 @@ SEEDS = (0, 1, 2)
 RUNS = {
     "quickstart": (ROOT / "examples" / "quickstart.toml", ["training.max_steps=10", "eval.every=0"]),
     "agent_demo": (ROOT / "examples" / "agent_calculator.toml", ["training.max_steps=6", "training.batch_size=4"]),
-    "init_tools": (None, ["training.max_steps=10", "eval.every=0"]),
+    "init_tools": ("tools", ["training.max_steps=10", "eval.every=0"]),  # a template: as `init` writes it
+    "init_math": ("math", ["training.max_steps=10", "eval.every=0"]),
 }
-TRUE_ON_THE_PLACEHOLDER = {("repetition", "critical"), ("truncation", "critical")}  # the math and json templates'
+TRUE_ON_THE_PLACEHOLDER = {("repetition", "critical"), ("truncation", "critical")}  # the json template's
 PLACEHOLDER_RUN = ["training.max_steps=5", "training.batch_size=2", "eval.every=0"]  # the doctor's first judgement
 
 
@@ -57,15 +58,15 @@ def findings_of(config: Path, out: Path, seed: int, sets: list[str]) -> list[m.F
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_a_run_that_learns_raises_nothing_above_info(name, seed, tmp_path):
     config, sets = RUNS[name]
-    if config is None:
-        config = init("tools", tmp_path / "tools")
+    if isinstance(config, str):
+        config = init(config, tmp_path / config)
     found = findings_of(config, tmp_path / "out", seed, sets)
     loud = [f"{f.name} {f.severity} at step {f.step}: {f.message}" for f in found if f.severity != "info" and not f.cleared]
     assert loud == []
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("template", ["math", "json"])
+@pytest.mark.parametrize("template", ["json"])
 def test_a_template_on_its_placeholder_model_says_exactly_what_is_true(template, seed, tmp_path):
     config = init(template, tmp_path / template)
     assert "critical truncation and\n# repetition" in config.read_text()  # the user is told before the run

@@ -70,10 +70,7 @@ def resolve(path: str) -> Path:
         return Path(snapshot_download(path, allow_patterns=DEFAULT_ALLOW_PATTERNS, local_files_only=_offline()))
     except Exception as exc:  # noqa: BLE001 — the hub raises a dozen kinds; all mean "not available"
         if _offline():
-            raise ModelSourceError(
-                f"model {path!r} was not found: it is not a local folder, the Hugging Face cache ({cache}) "
-                "has no snapshot of it, and HF_HUB_OFFLINE=1 forbids downloading it"
-            ) from None
+            raise ModelSourceError(preflight.offline_and_not_cached(path, cache)) from None
         raise ModelSourceError(
             f"model {path!r} was not found: it is not a local folder or in the Hugging Face cache ({cache}), "
             f"and downloading it failed ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
