@@ -356,9 +356,13 @@ class Finding(_Message):
 
 
 class Complete(_Message):
+    """``trained``: the steps this worker trained (0: the run had already reached its end; None: an
+    older worker that did not say)."""
+
     total_steps: int
     seconds: float
     status: Literal["completed", "stopped"]
+    trained: int | None = None
 
 
 class Error(_Message):

@@ -79,6 +79,9 @@ def format_plain(event: m.Event, total_steps: int = 0) -> str | None:
     if isinstance(event, (m.Paused, m.Resumed)):
         return f"{event.__class__.__name__.lower()} at step {event.step}"
     if isinstance(event, m.Complete):
+        if event.trained == 0 and event.status == "completed":
+            return (f"completed already: the run had trained its {event.total_steps} steps, nothing was trained now "
+                    "(raise training.max_steps to train on, or set checkpoint.resume = false to start again)")
         return f"{event.status}: {event.total_steps} steps in {event.seconds:.1f} s"
     if isinstance(event, m.Finding):
         if event.cleared:

@@ -59,6 +59,7 @@ class TrainingLoop:
         self.wake = asyncio.Event()
         self.exit_code: int = Exit.DONE  # how a run that does not complete ends (a stop, a NaN stop)
         self.started = time.time()
+        self.first_step = 0  # the step this worker started from (a resume's)
         self.leader = ranks.is_leader()  # only rank 0 touches the output folder (ranks.py)
         self.distributed = ranks.launched()
         self.checkpoints = CheckpointPolicy(run, self.leader)
@@ -175,6 +176,7 @@ class TrainingLoop:
 
     async def _train(self) -> int:
         trainer = self.run_context.trainer
+        self.first_step = self.step
         if self.step >= trainer.total_steps:
             self.run_context.log("info", f"the run is already complete ({self.step} steps); set checkpoint.resume = false to restart")
         first = True
@@ -312,7 +314,9 @@ class TrainingLoop:
         await self.checkpoints.at_end(reason)
         status: Literal["completed", "stopped"] = "completed" if completed else "stopped"
         await self.finish_store(status)
-        self.run_context.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status))
+        trained = self.step - self.first_step
+        self.run_context.emit(m.Complete(total_steps=self.step, seconds=time.time() - self.started, status=status,
+                                         trained=trained))
         if completed:
             return Exit.DONE
         # a user's stop, EOF or a signal; a NaN stop and a silent stop say their own

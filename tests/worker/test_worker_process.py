@@ -349,3 +349,16 @@ def test_each_step_records_its_completions_perplexity_and_token_accuracy(tmp_pat
     assert all(p is not None and p > 1.0 and a is not None and 0.0 <= a <= 1.0 for p, a in frames), frames
     stored = query(tmp_path / "out" / "outputs.db", "SELECT perplexity, token_accuracy FROM steps ORDER BY step")
     assert stored == frames  # the store, the Charts tab and browse read these columns
+
+
+def test_worker_plain_on_a_finished_run_says_nothing_was_trained(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 2, "silent_patience": 0},
+                          checkpoint={"resume": "latest"})
+    cli = [sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"]
+    first = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and first.stdout.splitlines()[-1].startswith("completed: 2 steps in "), first.stderr
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == (
+        "completed already: the run had trained its 2 steps, nothing was trained now (raise training.max_steps to "
+        "train on, or set checkpoint.resume = false to start again)")
