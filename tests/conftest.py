@@ -36,6 +36,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         ranks = item.get_closest_marker("ranks") is not None or "distributed" in item.path.parts
         item.add_marker(pytest.mark.xdist_group("ranks" if ranks else item.path.relative_to(ROOT).as_posix()))
+    # the longest files first, so that no worker starts one of them while the others run out of work
+    heavy = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: heavy.get(item.path.relative_to(ROOT).as_posix(), len(heavy)))
+
+
+# The files that take longest (each a few minutes on two cores: the every-key table, the mistakes'
+# matrix, the SIGKILL moments, mypy, the doctor's quiet runs, the printed commands).
+LONGEST_FILES = ("tests/tui/test_global_keys.py", "tests/faults/test_user_mistakes.py", "tests/faults/test_kills.py",
+                 "tests/test_printed_commands.py", "tests/worker/test_doctor_quiet.py", "tests/test_types.py")
 
 
 def pytest_xdist_auto_num_workers(config):
