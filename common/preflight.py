@@ -208,20 +208,31 @@ def offline_and_not_cached(path: str, cache: str) -> str:
             "has no snapshot of it, and HF_HUB_OFFLINE=1 forbids downloading it")
 
 
+def hub_cache() -> Path:
+    """The Hugging Face hub cache, found as huggingface_hub finds it (this module imports no more
+    than the standard library)."""
+    if cache := os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(cache).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_offline() -> bool:
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.upper() in ("1", "ON", "YES", "TRUE")
+
+
 def hub_model_problem(path: str) -> str | None:
     """A hub id that the worker could not get: offline (HF_HUB_OFFLINE) with no snapshot of it in the
     cache. Online, a missing snapshot is downloaded: only the worker can tell whether that works."""
     if Path(path).expanduser().exists() or path.count("/") != 1 or path.startswith(("/", ".", "~")):
         return None
-    from huggingface_hub import constants, snapshot_download
-
-    if not constants.HF_HUB_OFFLINE:
+    if not hub_offline():
         return None
-    try:
-        snapshot_download(path, allow_patterns=["config.json"], local_files_only=True)
-    except Exception:  # noqa: BLE001 — the hub raises several kinds; all mean "not in the cache"
-        return offline_and_not_cached(path, constants.HF_HUB_CACHE)
-    return None
+    cache = hub_cache()
+    if any((cache / f"models--{path.replace('/', '--')}" / "snapshots").glob("*/config.json")):
+        return None
+    return offline_and_not_cached(path, str(cache))
 
 
 def model_problems(config: Config) -> list[str]:
