@@ -117,9 +117,8 @@ CREATE TRIGGER generations_ad AFTER DELETE ON generations BEGIN
 END;
 """
 
-# Held-out evaluations (``eval`` frames), one row per evaluation.
-_V2 = """
-CREATE TABLE evals (
+# Held-out evaluations (``eval`` frames), one row per evaluation; version 7 keys them by greedy too.
+_EVAL_COLUMNS = """
     id INTEGER PRIMARY KEY,
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     step INTEGER NOT NULL,
@@ -134,9 +133,8 @@ CREATE TABLE evals (
     clipped_ratio REAL,
     seconds REAL,
     created_at REAL NOT NULL,
-    UNIQUE (run_id, step)
-);
 """
+_V2 = f"CREATE TABLE evals ({_EVAL_COLUMNS}    UNIQUE (run_id, step)\n);"
 
 # What reward functions log: scalar means per step (log_metric), notes per generation (log_extra).
 _V3 = """
@@ -165,23 +163,8 @@ ALTER TABLE generations ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
 
 # eval.also_sampled: an evaluation may make a greedy and a sampled pass at the same step, one row
 # each. SQLite cannot change a UNIQUE constraint in place: the table is rebuilt with the same rows.
-_V7 = """
-CREATE TABLE evals_v7 (
-    id INTEGER PRIMARY KEY,
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    step INTEGER NOT NULL,
-    reward REAL,
-    accuracy REAL,
-    pass_at_k REAL,
-    rewards TEXT,
-    num_prompts INTEGER NOT NULL,
-    num_samples INTEGER NOT NULL,
-    greedy INTEGER NOT NULL,
-    completion_mean_length REAL,
-    clipped_ratio REAL,
-    seconds REAL,
-    created_at REAL NOT NULL,
-    UNIQUE (run_id, step, greedy)
+_V7 = f"""
+CREATE TABLE evals_v7 ({_EVAL_COLUMNS}    UNIQUE (run_id, step, greedy)
 );
 INSERT INTO evals_v7 SELECT id, run_id, step, reward, accuracy, pass_at_k, rewards, num_prompts, num_samples, greedy,
     completion_mean_length, clipped_ratio, seconds, created_at FROM evals;
