@@ -20,25 +20,17 @@ from typing import Any, NamedTuple
 
 from grpo_tui.callbacks import CallbackHandler
 from grpo_tui.common.last_frame import silent_death
-from grpo_tui.common.tomlout import dumps
-from grpo_tui.config import GRPOConfig, trl_name
+from grpo_tui.config import GRPOConfig
 from grpo_tui.errors import TrainingError
 from grpo_tui.follow import Follower, replay, run_worker, worker_env
-from grpo_tui.inputs import (Dataset, check_processing_class, check_rollout_func, dataset_file, environment_table,
-                             local_or_hub, lora_table, refuse_unsupported, reward_table, with_pickles, with_prompts)
+from grpo_tui.inputs import Dataset, check_processing_class, check_rollout_func, local_or_hub, refuse_unsupported, reward_table
 from grpo_tui.live import LiveLink
-from grpo_tui.protocol.config import Config, ConfigError, load_config
+from grpo_tui.run_files import write_run_config
+from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, STORE_FILE,
                                       parse_checkpoint_dir_name)
 from grpo_tui.protocol.outcome import Exit
 
-# The keys train() fills from the trainer's own arguments: a mistake there names the argument
-_ARGUMENT_KEYS = {"model.path": "model", "data.path": "train_dataset", "data.eval_path": "eval_dataset",
-                  "checkpoint.resume": "resume_from_checkpoint"}
-CONFIG_FILE = "config.toml"  # what train() writes into output_dir: `grpo-tui run` opens it too
-REWARDS_FILE = "rewards.pkl"
-TOOLS_FILE = "tools.pkl"
-ROLLOUT_FILE = "rollout_func.pkl"
 
 
 @dataclasses.dataclass
@@ -198,61 +190,10 @@ class GRPOTrainer:
     def write_config(self, resume: str | bool = False) -> Path:
         """Write the run's inputs into ``args.output_dir`` and return its ``config.toml``, which
         ``grpo-tui run`` / ``worker`` / ``check`` take as it is (``train()`` calls this)."""
-        out = self.output_dir
-        out.mkdir(parents=True, exist_ok=True)
-        raw = self.args.to_dict()
-        raw["checkpoint"] = {**raw.get("checkpoint", {}), "output_dir": str(out), "resume": resume}
-        raw["model"] = {**raw.get("model", {}), "path": local_or_hub(self.model)}
-        if self.peft_config is not None:
-            raw["model"]["lora"] = {**raw["model"].get("lora", {}), **lora_table(self.peft_config, raw["model"]["path"])}
-        data = dict(raw.get("data", {}))
-        if self.train_dataset is not None:
-            data["path"] = dataset_file(with_prompts(self.train_dataset) if self.environment_factory is not None
-                                        else self.train_dataset, out / "train.jsonl", "train_dataset")
-        if self.eval_dataset is not None:
-            data["eval_path"] = dataset_file(self.eval_dataset, out / "eval.jsonl", "eval_dataset")
-            if self.args.evaluates_while_training():
-                raw.setdefault("eval", {})
-            else:  # eval_strategy="no": as TRL, only evaluate() evaluates
-                raw.pop("eval", None)
-        if self.environment_factory is not None:
-            raw["environment"] = environment_table(self.environment_factory, out)
-            if "path" not in data:  # TRL's environment-owned data: reset() writes each prompt
-                data["path"] = dataset_file([{"prompt": [{"role": "user", "content": ""}]}] * 64, out / "train.jsonl",
-                                            "train_dataset")
-        if self.rollout_func is not None:
-            raw["environment"] = {"rollout_func": with_pickles([{"function": self.rollout_func}], out / ROLLOUT_FILE, "rollout_func")[0]["function"]}
-        if "path" not in data:
-            raise TrainingError("train_dataset: give a datasets.Dataset, a pandas DataFrame, a list of dicts or a path")
-        raw["data"] = data
-        if self._rewards:
-            raw["rewards"] = with_pickles(self._rewards, out / REWARDS_FILE, "reward_funcs")
-        if self.args.reward_weights is not None:
-            if len(self.args.reward_weights) != len(raw["rewards"]):
-                raise TrainingError(
-                    f"reward_weights: {len(self.args.reward_weights)} weights for {len(raw['rewards'])} reward functions"
-                )
-            for table, weight in zip(raw["rewards"], self.args.reward_weights):
-                table["weight"] = float(weight)
-        if self.tools:
-            tables = [{"function": t} for t in self.tools]
-            raw["tools"] = with_pickles(tables, out / TOOLS_FILE, "tools", keep_names=True)
-        path = out / CONFIG_FILE
-        text = "# Written by grpo_tui.GRPOTrainer; `grpo-tui run` and `grpo-tui check` take it as it is.\n" + dumps(raw)
-        path.write_text(text, encoding="utf-8")
-        try:
-            config = load_config(path)
-        except ConfigError as exc:  # name the GRPOConfig field when one stands for the key
-            name = _ARGUMENT_KEYS.get(exc.key or "") or trl_name(exc.key or "")
-            raise TrainingError(f"{name}: {exc.detail}" if exc.key else str(exc)) from None
-        from grpo_tui.protocol.outcome import Mistake
-        from grpo_tui.worker.trackers import check_installed
-
-        try:
-            check_installed(config)  # here, not minutes later in the worker, with the pip command
-        except Mistake as exc:
-            raise TrainingError(str(exc)) from None
-        return path
+        return write_run_config(self.args, self.output_dir, resume, model=self.model, peft_config=self.peft_config,
+                                train_dataset=self.train_dataset, eval_dataset=self.eval_dataset,
+                                environment_factory=self.environment_factory, rollout_func=self.rollout_func,
+                                rewards=self._rewards, tools=self.tools)
 
     # ------------------------------------------------------------ training
 

@@ -1,0 +1,1 @@
+../../api/run_files.py
