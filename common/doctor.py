@@ -240,19 +240,22 @@ def no_signal(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config:
     zero = sum(v <= 0 for v in values) / len(flat)
     top = run.best_reward if run.best_reward is not None else max(values, default=0.0)
     at_max = sum(v >= top > 0 for v in values) / len(flat)
+    # the curriculum skips such prompts before generating them; dynamic sampling drops their groups after
+    skip = "grpo.dynamic_sampling=true" if config.curriculum.on else "curriculum.strategy=pass_rate"
     if unscored >= 0.5:  # every reward None or NaN: nothing says the prompts are too hard
         why, fix = (f"{_pct(unscored)} of them are unscored (every reward None or NaN: a reward that does not apply to "
                     "these prompts, or one that fails on them)"), None
     elif zero >= 0.5:
         why, fix = (f"{_pct(zero)} of them score 0: too hard for the model (harder prompts than it can solve, or a "
-                    "reward without partial credit)"), "grpo.dynamic_sampling=true"
+                    "reward without partial credit)"), skip
     elif at_max >= 0.5:
-        why, fix = (f"{_pct(at_max)} of them are at the run's best reward: solved or too easy"), "grpo.dynamic_sampling=true"
+        why, fix = (f"{_pct(at_max)} of them are at the run's best reward: solved or too easy"), skip
     else:
         why, fix = "their rewards match inside each group (a reward that barely varies?)", "generation.temperature=1.2"
     message = (f"{_pct(share)} of the last {len(window)} steps' groups have no learning signal (every completion of "
-               f"the group got the same reward, so every advantage is 0); {why}; dynamic sampling skips such groups, "
-               "a larger grpo.group_size or a higher temperature spreads them")
+               f"the group got the same reward, so every advantage is 0); {why}; a pass-rate curriculum "
+               "(curriculum.strategy) skips such prompts before generating them, dynamic sampling drops their groups "
+               "after, a larger grpo.group_size or a higher temperature spreads them")
     gens = [(s.step, g.prompt_index, g.group_index) for s, grp in flat for g in grp]
     evidence = m.Evidence(steps=sorted({s.step for s, _ in flat}), generations=gens[-EVIDENCE_LIMIT:])
     # dynamic sampling cannot be turned on beside a reused generation (protocol/config.py)

@@ -27,6 +27,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "generation.max_completion_length", "generation.repetition_penalty",
     "grpo.beta", "grpo.epsilon", "grpo.epsilon_high", "grpo.scale_rewards", "grpo.dynamic_sampling",
     "eval.every", "checkpoint.save_every",
+    "curriculum.strategy", "curriculum.min_pass_rate", "curriculum.max_pass_rate", "curriculum.revisit_probability",
 )
 
 # Why a key that looks tunable is not live (the rest are what the run is: its model, data, LoRA's

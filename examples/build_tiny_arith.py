@@ -13,7 +13,9 @@ It writes, reproducibly (everything is seeded):
   tokenizer_config.json (with the chat template), special_tokens_map.json, generation_config.json:
   a folder that `mlx_lm.load` opens offline;
 - examples/data/arith.jsonl (GRPO train prompts) and examples/data/arith_eval.jsonl (held out), rows
-  {"prompt": "What is 23+45?", "answer": "68"}.
+  {"prompt": "What is 23+45?", "answer": "68"};
+- examples/data/mixed.jsonl and mixed_eval.jsonl: easy sums beside products the model never saw
+  (`make_mixed`, for bench/curriculum.py); `--data-only` writes the data files alone.
 
 How it is made:
 1. The problems are every "a+b" with two-digit a and b (8,100 in all), shuffled once and split into
@@ -91,6 +93,19 @@ def make_problems(seed: int) -> dict[str, list[dict[str, str]]]:
         "dev": rows[3200:3456],
         "sft": rows[3456:],
     }
+
+
+def make_mixed(seed: int, pools: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+    """A mixed-difficulty set for the curriculum's bench (bench/curriculum.py): easy sums (from the GRPO
+    and eval pools above) beside products of a digit and a two-digit number, which the model never
+    saw in its warm-up: 200 + 200 train rows, 100 + 100 held out, shuffled."""
+    products = [(a, b) for a in range(2, 10) for b in range(10, 100)]
+    random.Random(seed + 1).shuffle(products)
+    rows = [{"prompt": f"What is {a}*{b}?", "answer": str(a * b)} for a, b in products]
+    train, held_out = pools["train"][:200] + rows[:200], pools["eval"][:100] + rows[200:300]
+    random.Random(seed + 2).shuffle(train)
+    random.Random(seed + 3).shuffle(held_out)
+    return {"train": train, "eval": held_out}
 
 
 def build_tokenizer(out_dir: Path) -> None:
@@ -234,6 +249,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1000)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--target", type=float, default=0.25, help="dev accuracy that ends the warm-up")
+    parser.add_argument("--data-only", action="store_true", help="write the data files only (no model)")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
@@ -244,6 +260,11 @@ def main() -> None:
     print({name: len(rows) for name, rows in pools.items()}, "problems per pool")
     write_jsonl(args.data_dir / "arith.jsonl", pools["train"])
     write_jsonl(args.data_dir / "arith_eval.jsonl", pools["eval"])
+    mixed = make_mixed(args.seed, pools)
+    write_jsonl(args.data_dir / "mixed.jsonl", mixed["train"])
+    write_jsonl(args.data_dir / "mixed_eval.jsonl", mixed["eval"])
+    if args.data_only:
+        return
 
     if args.out.exists():
         shutil.rmtree(args.out)

@@ -18,6 +18,7 @@ import msgspec
 
 from grpo_tui.protocol import recipes
 from grpo_tui.protocol.config_base import SEP as _SEP, Section as _Section, invalid as _invalid
+from grpo_tui.protocol.config_curriculum import CurriculumConfig
 from grpo_tui.protocol.config_doctor import DoctorConfig
 from grpo_tui.protocol.config_errors import ConfigError as ConfigError, check_finite, explain
 from grpo_tui.protocol.config_environments import EnvironmentConfig, ReasoningGymConfig
@@ -533,6 +534,7 @@ class Config(_Section):
     tools: list[ToolConfig] = []  # functions the model calls during rollouts (agent training)
     fork: ForkConfig | None = None  # a forked run: its parent (grpo-tui fork)
     environment: EnvironmentConfig | None = None  # TRL's environment_factory (docs/environments.md)
+    curriculum: CurriculumConfig = msgspec.field(default_factory=CurriculumConfig)  # which prompts a step draws (docs/curriculum.md)
 
     def __post_init__(self) -> None:
         if not self.rewards and (self.environment is None or self.environment.rollout_func is not None):

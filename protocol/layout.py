@@ -36,6 +36,7 @@ STORE_FILE = "outputs.db"
 RUN_LOG_FILE = "run.jsonl"
 LOCK_FILE = ".worker.lock"
 STATE_FILE = "training_state.json"
+CURRICULUM_FILE = "curriculum.json"  # [curriculum]: every prompt's pass rate and the epoch's draws (worker/engine/prompts/curriculum.py)
 OPTIMIZER_FILE = "optimizer.safetensors"
 MODEL_WEIGHTS_FILE = "model.safetensors"  # a full fine-tuning checkpoint's weights
 ADAPTERS_FILE = "adapters.safetensors"  # a LoRA checkpoint's adapters (the base model is model.path)

@@ -141,7 +141,7 @@ class RankTiming(msgspec.Struct, kw_only=True):
 # judge. Every other key is what a reward function logged with ``log_metric``.
 LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss", "clip_ratio/low_min",
                 "clip_ratio/high_max")
-WORKER_METRIC_PREFIXES = ("rewards/", "completions/", "tools/", "sampling/", "judge/")
+WORKER_METRIC_PREFIXES = ("rewards/", "completions/", "tools/", "sampling/", "judge/", "curriculum/")
 
 
 def logged_by_rewards(name: str) -> bool:

@@ -16,7 +16,7 @@ import msgspec
 from grpo_tui.protocol.messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -34,7 +34,7 @@ STEP_METRIC_COLUMNS: tuple[str, ...] = tuple(
 JSON_STEP_COLUMNS = ("rewards", "extra_metrics", "ranks")
 # The tables whose rows belong to a step of a run: a resume from step N (and a fork at N) drops their
 # rows after N (tool_calls and the search index follow generations by cascade and triggers).
-STEP_TABLES = ("generations", "steps", "logs", "evals", "setting_changes", "findings")
+STEP_TABLES = ("generations", "steps", "logs", "evals", "setting_changes", "findings", "prompt_visits")
 # Version 1's steps columns, frozen: a field added to ``Step`` later arrives by a migration.
 _LATER_STEP_COLUMNS = ("extra_metrics", "ranks", "slowest_rank", "all_reduce_bytes", "perplexity", "token_accuracy")
 _V1_STEP_COLUMNS = tuple(c for c in STEP_METRIC_COLUMNS if c not in _LATER_STEP_COLUMNS)
@@ -213,8 +213,32 @@ CREATE TABLE findings (
 CREATE INDEX findings_run ON findings (run_id, step);
 """
 
+# The curriculum ([curriculum], docs/curriculum.md): each visit of a prompt (its group in a step, the
+# generations of (run_id, step, prompt_index)), the share of its completions that passed, its decayed
+# pass rate and state after it. ``prompts`` is each prompt's latest: visits, pass rate, state, last step
+# (a view, so a resume that drops the visits after its step drops them from it too).
+_V11 = """
+CREATE TABLE prompt_visits (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    prompt_index INTEGER NOT NULL,
+    prompt_row INTEGER NOT NULL,
+    passed REAL NOT NULL,
+    pass_rate REAL NOT NULL,
+    state TEXT NOT NULL,
+    visits INTEGER NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX prompt_visits_run_step ON prompt_visits (run_id, step, prompt_index);
+CREATE INDEX prompt_visits_run_row ON prompt_visits (run_id, prompt_row, id);
+CREATE VIEW prompts AS
+    SELECT run_id, prompt_row, COUNT(*) AS visits, MAX(id) AS last_visit, step AS last_step, pass_rate, state
+    FROM prompt_visits GROUP BY run_id, prompt_row;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10, 11: _V11}
 
 
 class StoreError(RuntimeError):

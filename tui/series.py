@@ -211,6 +211,7 @@ class PanelSpec:
     title: str
     lines: tuple[tuple[str, str], ...]
     percent: bool = False  # values are fractions: label the axis 0-100 %
+    shown_with: str | None = None  # shown only once this column exists (else: once any of its lines does)
 
 
 @dataclass(frozen=True)
@@ -259,9 +260,20 @@ STEP_GROUPS: tuple[GroupSpec, ...] = (
                                         ("completion_max_length", "max"))),
         single("completion_clipped_ratio", "clipped (hit max length)", percent=True),
     ), prefix="extra_metrics/completions/"),  # TRL's terminated lengths
+    # [curriculum] (docs/curriculum.md): the pool's states (the stacked strip above draws their shares)
+    # and the equal-reward groups against what uniform sampling would expect at the pool's pass rates
+    GroupSpec("curriculum", (
+        PanelSpec("equal-reward groups vs uniform", (("frac_reward_zero_std", "this run"),
+                                                     ("extra_metrics/curriculum/uniform_flat_share", "uniform (expected)")),
+                  percent=True, shown_with="extra_metrics/curriculum/uniform_flat_share"),
+        PanelSpec("prompts by state", tuple((f"extra_metrics/curriculum/{k}", k.replace("_", " "))
+                                            for k in ("too_hard", "learning", "solved", "unseen"))),
+        single("extra_metrics/curriculum/revisits", "revisits per step"),
+        single("extra_metrics/curriculum/level", "level"),
+    )),
     # the worker's own extra figures, under TRL's names (protocol/messages.py, LOSS_METRICS)
     GroupSpec("more step metrics", prefix="extra_metrics/",
-              keep=lambda key: not m.logged_by_rewards(key) and not key.startswith("completions/")),
+              keep=lambda key: not m.logged_by_rewards(key) and not key.startswith(("completions/", "curriculum/"))),
     GroupSpec("optimizer", (
         single("grad_norm", "grad norm"),
         single("learning_rate", "learning rate"),

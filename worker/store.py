@@ -182,6 +182,12 @@ class Store:
             )
             for gen in output.generations:
                 await self._write_generation(db, run_id, output.metrics.step, gen, now)
+            await db.executemany(
+                "INSERT INTO prompt_visits (run_id, step, prompt_index, prompt_row, passed, pass_rate, state, visits, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, v.step, v.prompt_index, v.prompt_row, v.passed, v.pass_rate, v.state, v.visits, now)
+                 for v in output.prompt_visits],
+            )
             await self._write_logs(db, run_id)
 
     async def write_eval(self, run_id: int, e: m.Eval) -> None:

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
@@ -39,11 +39,28 @@ class Generation(ScoredCompletion, kw_only=True):
 
 
 @dataclass
+class PromptVisit:
+    """A prompt's group in a step under ``[curriculum]`` (the store's ``prompt_visits``): its place in
+    the step (as its generations' ``prompt_index``), its dataset row, this visit's share of passing
+    completions, the decayed pass rate and state after it, and its visits so far."""
+
+    step: int
+    prompt_index: int
+    prompt_row: int
+    passed: float
+    pass_rate: float
+    state: str
+    visits: int
+
+
+@dataclass
 class StepOutput:
-    """The result of ``Trainer.train_step``: the ``step`` metrics and every generation."""
+    """The result of ``Trainer.train_step``: the ``step`` metrics, every generation and, under a
+    curriculum, the step's prompt visits."""
 
     metrics: Step
     generations: list[Generation]
+    prompt_visits: list[PromptVisit] = field(default_factory=list)
 
 
 @dataclass

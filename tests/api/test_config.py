@@ -211,3 +211,12 @@ def test_an_unknown_sampler_and_a_hub_repo_without_log_completions_are_refused(t
     args.train_sampling_strategy = "length"  # set after construction: checked when the run is built
     with pytest.raises(TrainingError, match="^train_sampling_strategy='length'"):
         args.to_dict()
+
+
+def test_the_curriculum_keys_travel_in_extra_and_a_bad_one_is_named(tmp_path):
+    extra = {"model": {"path": "m"}, "data": {"path": "d.jsonl"}, "rewards": [{"name": "accuracy"}],
+             "curriculum": {"strategy": "pass_rate", "max_pass_rate": 0.8, "revisit_probability": 0.2}}
+    run = load_config(GRPOConfig(extra=extra).to_toml(tmp_path / "a.toml"), check_paths=False)
+    assert (run.curriculum.strategy, run.curriculum.max_pass_rate, run.curriculum.revisit_probability) == ("pass_rate", 0.8, 0.2)
+    with pytest.raises(TrainingError, match=r"curriculum.min_pass_rate: 0.95 must not exceed max_pass_rate \(0.8\)"):
+        GRPOConfig(extra={**extra, "curriculum": {"strategy": "pass_rate", "min_pass_rate": 0.95, "max_pass_rate": 0.8}}).validate()

@@ -67,7 +67,11 @@ def test_flat_groups_are_no_signal_and_say_which_side(value, kind):
     doctor = Doctor(config())
     said = feed(doctor, [varied(1), *[step(n, [[value] * 4] * 4) for n in range(2, 12)]])
     [finding] = [f for f in said if f.name == "no_signal" and f.severity == "critical" and not f.cleared]
-    assert kind in finding.message and finding.suggestion == "grpo.dynamic_sampling=true"
+    # the curriculum first (it skips such prompts before generating them), then dynamic sampling
+    assert kind in finding.message and finding.suggestion == "curriculum.strategy=pass_rate"
+    with_curriculum = feed(Doctor(config('[curriculum]\nstrategy = "pass_rate"\n')),
+                           [varied(1), *[step(n, [[value] * 4] * 4) for n in range(2, 12)]])
+    assert [f.suggestion for f in with_curriculum if f.name == "no_signal" and f.severity == "critical"][0] == "grpo.dynamic_sampling=true"
     assert finding.evidence.generations and all(s >= 2 for s, _, _ in finding.evidence.generations)
     if value == 1.0:  # solved: said so, and its flat groups are no fault
         assert names(doctor.findings()) == {"converged"}
@@ -78,7 +82,10 @@ def test_a_run_that_reuses_generations_is_not_told_to_turn_dynamic_sampling_on()
     doctor = Doctor(config("[training]\nsteps_per_generation = 2\n"))
     said = feed(doctor, [varied(1), *[step(n, [[0.0] * 4] * 4) for n in range(2, 12)]])
     [finding] = [f for f in said if f.name == "no_signal" and f.severity == "critical" and not f.cleared]
-    assert finding.suggestion is None and "dynamic sampling skips such groups" in finding.message
+    assert finding.suggestion == "curriculum.strategy=pass_rate" and "dynamic sampling drops their groups" in finding.message
+    both = feed(Doctor(config('[training]\nsteps_per_generation = 2\n[curriculum]\nstrategy = "pass_rate"\n')),
+                [varied(1), *[step(n, [[0.0] * 4] * 4) for n in range(2, 12)]])
+    assert [f.suggestion for f in both if f.name == "no_signal" and f.severity == "critical"][0] is None
 
 
 def test_flat_groups_in_the_first_half_window_are_info_and_grow_once_the_window_is_full():

@@ -174,3 +174,37 @@ output_dir = "run"
             assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
         for key in w1:
             np.testing.assert_allclose(w2[key], w1[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("strategy", ["pass_rate", "levels"])
+def test_a_curriculum_on_two_ranks_draws_what_one_rank_draws(tmp_path, tiny_model, strategy):
+    """Every rank observes the gathered scores, so every rank's curriculum draws the same prompts
+    (the second epoch's from the pass rates of the first); the data's ``level`` column serves
+    ``levels``."""
+    extra = f"""
+[grpo]
+group_size = 4
+
+[generation]
+max_completion_length = 8
+
+[training]
+batch_size = 4
+gradient_accumulation_steps = 2
+learning_rate = 1e-2
+
+[curriculum]
+strategy = "{strategy}"
+revisit_probability = 0.25
+"""
+    config = write_config(tmp_path, tiny_model, extra)
+    steps = 6  # 16 prompts, 4 a step: steps 5 and 6 draw by the first epoch's pass rates
+    for ranks, out in ((1, tmp_path / "one"), (2, tmp_path / "two")):
+        out.mkdir()
+        run_ranks(ranks, SCRIPT, str(config), str(out), str(steps))
+    one, _ = _load(tmp_path / "one", 0)
+    assert any(m["extra"]["curriculum/too_hard"] + m["extra"]["curriculum/solved"] > 0 for m in one["metrics"])
+    for rank in (0, 1):
+        two, _ = _load(tmp_path / "two", rank)
+        for a, b in zip(one["metrics"], two["metrics"], strict=True):
+            assert (a["rows"], a["tokens"], a["visits"], a["extra"]) == (b["rows"], b["tokens"], b["visits"], b["extra"])

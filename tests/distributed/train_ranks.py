@@ -32,6 +32,8 @@ def main() -> None:
             "tokens": [g.raw_completion for g in output.generations],
             "dropped": [g.dropped for g in output.generations],
             "extra": m.extra_metrics,
+            "rows": trainer.batch(step)[2],
+            "visits": [[v.prompt_row, v.pass_rate, v.state] for v in output.prompt_visits],
         })
     weights = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(trainer.policy.model.trainable_parameters())}
     np.savez(out / f"rank-{rank}.npz", **weights)

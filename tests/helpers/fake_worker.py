@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hold", action="store_true", help="after the last step, wait for stop instead of completing")
     p.add_argument("--ignore-stop", action="store_true", help="never answer stop (tests the kill timeout)")
     p.add_argument("--zero-std-from", type=int, default=0, help="from this step on every group ties")
+    p.add_argument("--curriculum", action="store_true", help="steps carry a curriculum's pool (docs/curriculum.md)")
     p.add_argument("--output-dir", default="", help="write tiny safetensors checkpoints here")
     p.add_argument("--resume", default="", help='"latest": a dashboard restart (resume after the last checkpoint)')
     p.add_argument("--save-every", type=int, default=0)
@@ -179,7 +180,19 @@ def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
         num_tokens=640, generation_ms=300.0, scoring_ms=20.0, training_ms=180.0,
         generation_tokens_per_s=2000.0, training_tokens_per_s=3500.0 + 10 * step,
         grad_norm=0.5 + 0.1 * math.sin(step / 3), learning_rate=2e-4, peak_memory_mb=812.5, active_memory_mb=600.0,
+        extra_metrics=curriculum_pool(step) if getattr(args, "curriculum", False) else {},
     )
+
+
+def curriculum_pool(step: int, prompts: int = 400, per_step: int = 8) -> dict[str, float]:
+    """A curriculum's pool after ``step``: unseen prompts drawn ``per_step`` at a time, the seen ones
+    moving from too hard through learning to solved as the run goes on."""
+    seen = min(prompts, step * per_step)
+    solved = round(seen * min(0.6, step / 40))
+    too_hard = round((seen - solved) * max(0.2, 0.6 - step / 40))
+    return {"curriculum/unseen": float(prompts - seen), "curriculum/too_hard": float(too_hard),
+            "curriculum/learning": float(seen - solved - too_hard), "curriculum/solved": float(solved),
+            "curriculum/revisits": float(step % 2), "curriculum/uniform_flat_share": 0.2 + 0.3 * min(1.0, step / 24)}
 
 
 def findings(step: int) -> list[m.Finding]:

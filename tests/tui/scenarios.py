@@ -78,6 +78,17 @@ async def zero_std(pilot) -> None:  # type: ignore[no-untyped-def]
     await running(pilot)
 
 
+async def curriculum(pilot) -> None:  # type: ignore[no-untyped-def]
+    """The Charts tab of a run with a curriculum: its prompt pool's strip under the reward distribution."""
+    from grpo_tui.tui.widgets.prompt_pool_strip import PromptPoolStrip
+
+    await running(pilot)
+    await pilot.press("5")
+    strip = pilot.app.query_one(PromptPoolStrip)
+    await wait_until(pilot, lambda: strip.display and strip._key == strip._cache_key() and not strip.stale)
+    await pilot.pause(0.8)
+
+
 async def compared(pilot) -> None:  # type: ignore[no-untyped-def]
     """Two other runs drawn over this one's chart (C, docs/steering.md): a longer one and a fork."""
     await running(pilot)
@@ -103,4 +114,5 @@ SCENARIOS: dict[str, Scenario] = {
     "eval_curve": Scenario(RUN + ("--eval-every", "6"), running, {"eval_every": 6}),
     "compared": Scenario(RUN, compared),
     "doctor": Scenario(RUN + ("--findings-at", "20"), doctor),  # the Doctor tab: findings, a chart
+    "curriculum": Scenario(RUN + ("--curriculum",), curriculum),  # the Charts tab's prompt pool (docs/curriculum.md)
 }

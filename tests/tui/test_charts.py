@@ -248,3 +248,40 @@ def test_a_live_change_is_a_tick_and_a_short_label_on_the_x_axis_at_its_step():
     col = AXIS_WIDTH + round(5 / 9 * (2 * (48 - AXIS_WIDTH) - 1)) // 2
     assert axis[col:col + 3] == "▲lr" and "▲w1" in axis
     assert line_chart([Series("r", [1, 2], [0.1, 0.2])], 48, 8, marks=[(7, "lr")])[-1].plain.count("▲") == 0  # off the chart
+
+
+def test_the_prompt_pool_strip_stacks_each_steps_shares_bottom_up():
+    from grpo_tui.tui.widgets.prompt_pool_strip import STATES, stacked
+
+    grid = stacked([(2.0, 2.0, 0.0, 0.0), (0.0, 1.0, 3.0, 0.0)], 2, 4)
+    colour = {state: c for state, _, c in STATES}
+    assert [row[0] for row in grid] == [colour["learning"]] * 2 + [colour["too_hard"]] * 2
+    assert [row[1] for row in grid] == [colour["solved"]] * 3 + [colour["learning"]]
+
+
+async def test_a_curriculum_run_gets_its_pool_strip_and_the_equal_reward_chart_against_uniform():
+    from grpo_tui.tui.widgets.prompt_pool_strip import PromptPoolStrip
+
+    app = Host()
+    async with app.run_test(size=(120, 60)) as pilot:
+        view = app.query_one(ChartsView)
+        feed(view, 3)  # no curriculum: neither the strip nor its charts
+        await pilot.pause(0.7)
+        strip = app.query_one(PromptPoolStrip)
+        assert not strip.display and not list(view.query("#charts-group-curriculum ChartPanel"))
+        args = parse_args([])
+        for s in range(4, 12):
+            frame = step_frame(s, 0, args)
+            frame.extra_metrics.update({"curriculum/unseen": 60.0 - 5 * s, "curriculum/too_hard": 2.0 * s,
+                                        "curriculum/learning": 3.0 * s, "curriculum/solved": 0.0,
+                                        "curriculum/revisits": 1.0, "curriculum/uniform_flat_share": 0.3})
+            view.book.append(s, flatten_step(frame))
+        await pilot.pause(0.8)
+        assert strip.display and strip in view.panels()
+        assert strip.border_subtitle == "step 11: 22 too hard · 33 learning · 0 solved · 5 unseen"
+        titles = [p.spec.title for p in view.query("#charts-group-curriculum ChartPanel").results(ChartPanel)]
+        assert titles == ["equal-reward groups vs uniform", "prompts by state", "revisits per step"]
+        await pilot.press("right")  # the strip takes focus in its turn, after the heatmap
+        await pilot.press("down")
+        assert app.focused is strip
+        assert "too hard" in strip.plain() and "11" in strip.plain()

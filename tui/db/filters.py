@@ -26,6 +26,8 @@ TOOL_FILTERS = {
 }
 # Dynamic sampling's filter values: generations whose group was dropped, or trained on.
 SAMPLING_FILTERS = {"trained": "trained on", "dropped": "dropped (equal rewards)"}
+# The curriculum's states of a prompt after a visit (docs/curriculum.md, the store's prompt_visits).
+PROMPT_STATES = {"too_hard": "prompts too hard", "learning": "prompts being learned", "solved": "prompts solved"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class GenFilter:
     text: str = ""
     prompt_index: int | None = None  # with step_min == step_max: one group (the G completions of a prompt)
     dropped: bool | None = None  # dynamic sampling: True = dropped groups only, False = trained only
+    prompt_state: str | None = None  # the curriculum: groups whose prompt was in this state after the visit
+    history: tuple[int, int] | None = None  # (step, prompt_index): every visit of that group's prompt
     # the run doctor's evidence (docs/doctor.md): only these (step, prompt_index, group_index) generations
     keys: tuple[tuple[int, int, int], ...] = ()
     sort: Sort = "step"
@@ -73,6 +77,8 @@ class GenFilter:
             parts.append(f"group of prompt {self.prompt_index}")
         if self.keys:
             parts.append(f"the doctor's evidence ({len(self.keys)} generations)")
+        if self.history is not None:
+            parts.append(f"every visit of the prompt of step {self.history[0]} #{self.history[1]}")
         if self.reward_min is not None and self.reward_max is not None:
             parts.append(f"reward {self.reward_min:g}–{self.reward_max:g}")
         elif self.reward_min is not None:
@@ -89,6 +95,8 @@ class GenFilter:
             parts.append("with thinking" if self.has_thinking else "without thinking")
         if self.dropped is not None:
             parts.append(SAMPLING_FILTERS["dropped" if self.dropped else "trained"])
+        if self.prompt_state:
+            parts.append(PROMPT_STATES.get(self.prompt_state, self.prompt_state))
         if self.text:
             shown = self.text if len(self.text) <= SHOWN_SEARCH else self.text[: SHOWN_SEARCH - 1] + "…"
             parts.append(f"search {shown!r}")
@@ -122,6 +130,15 @@ def where(f: GenFilter, alias: str = "g", match: bool = True) -> tuple[str, list
         rows = ", ".join(["(?, ?, ?)"] * len(f.keys))
         clauses.append(f"({a}.step, {a}.prompt_index, {a}.group_index) IN (VALUES {rows})")
         params += [value for key in f.keys for value in key]
+    visit = (f"SELECT 1 FROM prompt_visits v WHERE v.run_id = {a}.run_id AND v.step = {a}.step "
+             f"AND v.prompt_index = {a}.prompt_index")
+    if f.prompt_state:
+        clauses.append(f"EXISTS ({visit} AND v.state = ?)")
+        params.append(f.prompt_state)
+    if f.history is not None:  # the visits of the same dataset row as the group at (step, prompt_index)
+        clauses.append(f"EXISTS ({visit} AND v.prompt_row = (SELECT w.prompt_row FROM prompt_visits w "
+                       f"WHERE w.run_id = {a}.run_id AND w.step = ? AND w.prompt_index = ?))")
+        params += list(f.history)
     if f.has_thinking is True:
         clauses.append(f"({a}.thinking IS NOT NULL AND {a}.thinking != '')")
     elif f.has_thinking is False:

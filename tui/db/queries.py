@@ -174,6 +174,9 @@ def _execute(conn: sqlite3.Connection, sql: str, params: list[Any]) -> list[sqli
         if "no such column" in msg and "dropped" in msg:
             raise QueryError("This store was written before dynamic sampling (no dropped groups): every generation "
                              "in it was trained on.") from None
+        if "no such table" in msg and "prompt_visits" in msg:
+            raise QueryError("This store was written before the curriculum (no prompt visits): its prompts have no "
+                             "states or history.") from None
         if "fts5" in msg or "no such column" in msg or "unterminated" in msg or "malformed MATCH" in msg:
             raise QueryError(
                 f"Search not understood ({msg}). After {search.FTS_PREFIX} use words, \"quoted phrases\", "
@@ -344,6 +347,11 @@ def group_filter(row: GenRow) -> GenFilter:
     """The filter showing the G completions of ``row``'s prompt at ``row``'s step, best first."""
     return GenFilter(run_id=row.run_id, step_min=row.step, step_max=row.step, prompt_index=row.prompt_index,
                      sort="reward", descending=True)
+
+
+def history_filter(row: GenRow) -> GenFilter:
+    """The filter showing every visit of ``row``'s prompt (the curriculum's ``prompt_visits``), oldest first."""
+    return GenFilter(run_id=row.run_id, history=(row.step, row.prompt_index), sort="step", descending=False)
 
 
 def run_of_output_dir(conn: sqlite3.Connection, folder: str | Path) -> int:

@@ -23,6 +23,7 @@ from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
 from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.plot import ChartSettings
 from grpo_tui.tui.widgets.chart_panel import ChartPanel, Move
+from grpo_tui.tui.widgets.prompt_pool_strip import PromptPoolStrip
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 
 REDRAW_INTERVAL_S = 0.25  # a look four times a second: each chart redraws at most every 0.5 s
@@ -42,7 +43,8 @@ class ChartsView(Vertical):
     ChartsView #charts-scroll { height: 1fr; }
     ChartsView .charts-group-title { height: 1; padding: 0 1; text-style: bold; color: $text-accent; }
     ChartsView .charts-grid { height: auto; grid-size: 2; grid-rows: 9; grid-gutter: 0 1; padding: 0 1; }
-    ChartsView RewardHeatmap { margin: 0 1; }
+    ChartsView RewardHeatmap, ChartsView PromptPoolStrip { margin: 0 1; }
+    ChartsView PromptPoolStrip, ChartsView #charts-title-prompt-pool { display: none; }
     """
     BINDINGS = [
         Binding("w", "window", "steps shown"),
@@ -72,6 +74,9 @@ class ChartsView(Vertical):
             title = Text.assemble(("reward distribution", "bold"), ("  brighter = more of the step's completions", "dim"))
             yield Static(tidy(title), classes="charts-group-title")
             yield RewardHeatmap(self.spread, self.settings, id="chart-reward-distribution")
+            title = Text.assemble(("prompt pool", "bold"), ("  the curriculum's prompts by state, bottom up", "dim"))
+            yield Static(tidy(title), classes="charts-group-title", id="charts-title-prompt-pool")
+            yield PromptPoolStrip(self.book, self.settings, id="chart-prompt-pool")
             for spec, _ in self.groups:
                 yield from self._group_widgets(spec)
 
@@ -109,6 +114,10 @@ class ChartsView(Vertical):
 
     def _sync(self) -> None:
         """Mount a chart for each column that appeared since the last look (a new reward function)."""
+        pool = self.query_one(PromptPoolStrip)
+        if pool.shown() != pool.display:  # a run with a curriculum: its prompt pool's strip
+            pool.display = self.query_one("#charts-title-prompt-pool").display = pool.shown()
+            self._panels = None
         for spec, book in self.groups:
             count = len(book.keys())
             if self._seen.get(spec.name) == count:
@@ -123,7 +132,8 @@ class ChartsView(Vertical):
             # a chart, and a group, only once it has a column (a one-rank run never shows "ranks")
             compared = self.compared if book is self.book else None
             new = [ChartPanel(p, book, self.settings, compared, id=f"chart-{_slug(spec.name)}-{_slug(p.title)}")
-                   for p in spec.resolve(book.keys()) if p.title not in have and any(k in keys for k, _ in p.lines)]
+                   for p in spec.resolve(book.keys()) if p.title not in have
+                   and (p.shown_with in keys if p.shown_with else any(k in keys for k, _ in p.lines))]
             if new:
                 grid.mount_all(new)
                 self._panels = None
@@ -162,7 +172,7 @@ class ChartsView(Vertical):
     def panels(self) -> list[Widget]:
         """The charts in screen order (kept: a query walks every chart, four times a second)."""
         if self._panels is None:
-            self._panels = list(self.query("ChartPanel, RewardHeatmap"))
+            self._panels = [w for w in self.query("ChartPanel, RewardHeatmap, PromptPoolStrip") if w.display]
         return self._panels
 
     def action_window(self) -> None:
@@ -205,7 +215,7 @@ class ChartsView(Vertical):
             return
         i = panels.index(focused)
         # the heatmap spans a row of its own; inside a grid, up/down jump a row of charts
-        step = dx if dy == 0 else dy * (1 if isinstance(focused, RewardHeatmap) else self.columns)
+        step = dx if dy == 0 else dy * (1 if isinstance(focused, (RewardHeatmap, PromptPoolStrip)) else self.columns)
         # remembered here, not on every focus event: hiding the tab moves focus through the charts
         self._last_focused = panels[max(0, min(len(panels) - 1, i + step))]
         self._last_focused.focus()

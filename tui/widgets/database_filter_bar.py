@@ -1,6 +1,6 @@
 """The generations filter: a search box, a one-line summary of the current filter, and a form
 (``f``) for step range, reward range, prompt, tool name, finish reason, tool-call status, thinking and
-dynamic sampling's dropped groups."""
+dynamic sampling's dropped groups and the curriculum's prompt states."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, Select, Static
 
 from grpo_tui.tui.db import GenFilter
-from grpo_tui.tui.db.filters import FINISH_REASONS, SAMPLING_FILTERS, TOOL_FILTERS, from_form
+from grpo_tui.tui.db.filters import FINISH_REASONS, PROMPT_STATES, SAMPLING_FILTERS, TOOL_FILTERS, from_form
 
 NumberKind = Literal["integer", "number"]
 NUMBER_FIELDS: tuple[tuple[str, str, NumberKind], ...] = (("step_min", "from", "integer"), ("step_max", "to", "integer"),
@@ -56,6 +56,8 @@ class DatabaseFilterBar(Vertical):
                              id="f-has_thinking")
                 yield Select([(label, key) for key, label in SAMPLING_FILTERS.items()], prompt="sampling: any",
                              id="f-dropped")
+                yield Select([(label, key) for key, label in PROMPT_STATES.items()], prompt="prompt state: any",
+                             id="f-prompt_state")
                 yield Button("Clear (x)", id="db-filter-clear", compact=True)
 
     @staticmethod
@@ -74,7 +76,7 @@ class DatabaseFilterBar(Vertical):
             thinking = None if f.has_thinking is None else ("yes" if f.has_thinking else "no")
             dropped = None if f.dropped is None else ("dropped" if f.dropped else "trained")
             for name, value in (("finish_reason", f.finish_reason), ("tool_status", f.tool_status),
-                                ("has_thinking", thinking), ("dropped", dropped)):
+                                ("has_thinking", thinking), ("dropped", dropped), ("prompt_state", f.prompt_state)):
                 select = self.query_one(f"#f-{name}", Select)
                 if value is None:
                     select.clear()
@@ -92,7 +94,7 @@ class DatabaseFilterBar(Vertical):
     def read_form(self) -> tuple[GenFilter, list[str]]:
         """The filter the form and search box describe now."""
         values: dict = {name: self.query_one(f"#f-{name}", Input).value for name, _, _ in NUMBER_FIELDS}
-        for name in ("finish_reason", "tool_status", "has_thinking", "dropped"):
+        for name in ("finish_reason", "tool_status", "has_thinking", "dropped", "prompt_state"):
             value = self.query_one(f"#f-{name}", Select).value
             values[name] = None if value is Select.NULL else value
         values["has_thinking"] = THINKING.get(values["has_thinking"])

@@ -9,7 +9,7 @@ from textual.widgets import Static
 HINTS = {
     "runs": "enter open run · c compare · F5 refresh",
     "steps": "enter step's generations · a all generations · o sort by column · esc back · c compare",
-    "generations": "enter detail · g group · n/b next/prev page · / search · f filters · e export · esc back",
+    "generations": "enter detail · g group · h prompt history · n/b next/prev page · / search · f filters · e export · esc back",
 }
 
 

@@ -71,7 +71,8 @@ class DatabaseView(Vertical):
         Binding("o", "sort", "sort"),
         Binding("n,right_square_bracket", "next_page", "next page"),
         Binding("b,left_square_bracket", "previous_page", "prev page"),
-        Binding("g", "group", "group"),
+        Binding("g", "around('group')", "group"),
+        Binding("h", "around('history')", "prompt history"),
         Binding("a", "all_generations", "all generations", show=False),
         Binding("e", "export", "export"),
         Binding("c", "compare", "compare runs"),
@@ -244,7 +245,7 @@ class DatabaseView(Vertical):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Only the keys that do something at this level show in the footer."""
-        if action in ("clear_filter", "sort", "next_page", "previous_page", "group", "export"):
+        if action in ("clear_filter", "sort", "next_page", "previous_page", "around", "export"):
             return self.level == "generations"
         if action in ("search", "filters", "all_generations"):
             return self.run_row is not None
@@ -301,11 +302,12 @@ class DatabaseView(Vertical):
         if self.level == "generations":
             self.generations.previous_page()
 
-    def action_group(self) -> None:
-        row = self.generations.selected
-        if self.level == "generations" and row is not None and self.filter.prompt_index is None:
+    def action_around(self, kind: str) -> None:
+        """g: the highlighted generation's group; p: every visit of its prompt (the curriculum's), oldest first."""
+        row, opened = self.generations.selected, self.filter.prompt_index if kind == "group" else self.filter.history
+        if self.level == "generations" and row is not None and opened is None:
             self.before_group = self.filter
-            self.open_generations(q.group_filter(row))
+            self.open_generations(q.group_filter(row) if kind == "group" else q.history_filter(row))
 
     def action_export(self) -> None:
         if self.level != "generations" or self.reader.store is None:

@@ -8,6 +8,7 @@ so every rank sees every round whole and decides the same. Round 0 has the step'
 round r > 0 draws ``batch_size`` others from the dataset with a generator seeded by (seed, step, r),
 and its rows' sampling keys continue the step's prompt positions (r·batch_size + i): the rounds, like
 the step, are pure functions of the step, so a resumed run and any rank count sample the same.
+With ``[curriculum]`` the extra rounds draw the curriculum's learning and unseen prompts instead.
 
 The trained batch keeps the step's shape (``batch_size`` groups, the usual micro-batches): the
 first ``batch_size`` informative groups in rollout order; when the rounds ran out before that, the
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from grpo_tui.protocol.config import Config
+from grpo_tui.worker.engine.prompts.curriculum import Curriculum
 from grpo_tui.worker.engine.prompts import data
 from grpo_tui.worker.engine.learning.grpo import zero_spread
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
@@ -108,14 +110,19 @@ def count_informative(rounds: list[Round], group_size: int) -> int:
     return sum(sum(informative_groups(r.totals, group_size)) for r in rounds)
 
 
-def next_round(step: int, rounds: list[Round], used: set[int], dataset_size: int, config: Config) -> list[int] | None:
+def next_round(step: int, rounds: list[Round], used: set[int], dataset_size: int, config: Config,
+               curriculum: Curriculum | None = None) -> list[int] | None:
     """The dataset indices of the step's next round, or None: without ``grpo.dynamic_sampling``,
     or once the rounds so far hold ``batch_size`` informative groups or ``max_sampling_rounds`` ran.
-    ``used``: the step's prompts so far (this round's are added)."""
+    ``used``: the step's prompts so far (this round's are added). With a ``curriculum``, the round's
+    prompts are its learning and unseen ones (``Curriculum.extra``)."""
     g, t = config.grpo, config.training
     if not g.dynamic_sampling or count_informative(rounds, g.group_size) >= t.batch_size or len(rounds) >= g.max_sampling_rounds:
         return None
-    more = extra_prompts(step, len(rounds), dataset_size, t.batch_size, config.data.seed, used)
+    if curriculum is not None:
+        more = curriculum.extra(step, len(rounds), used, config.curriculum)
+    else:
+        more = extra_prompts(step, len(rounds), dataset_size, t.batch_size, config.data.seed, used)
     used.update(more)
     return more
 

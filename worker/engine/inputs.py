@@ -40,7 +40,8 @@ def load_inputs(config: Config) -> Inputs:
         if reward.name == "reasoning_gym" and d.reasoning_gym is None:
             reasoning_gym_source.require(f"rewards[{i}] (reasoning_gym)")
     if d.reasoning_gym is not None:  # rows generated here, not read (reasoning_gym_source)
-        rows, dataset_hash = reasoning_gym_source.build(d.reasoning_gym, d.prompt_column)
+        levels = config.curriculum.levels if config.curriculum.strategy == "levels" else 0
+        rows, dataset_hash = reasoning_gym_source.build(d.reasoning_gym, d.prompt_column, levels=levels)
         dataset = data.examples_of(rows, d, d.label, default_tools=schemas)
         eval_label = "data.reasoning_gym (eval_seed)"
         eval_dataset = None

@@ -53,6 +53,7 @@ def roll_and_score(c: Collaborators, step: int, round_: int, examples: list[data
     their generation (``generation_reuse``)."""
     cfg = c.config
     G, B = cfg.grpo.group_size, cfg.training.batch_size
+    rows = [e.row for e in examples]
     mine = c.ranks.prompts(B, cfg.training.gradient_accumulation_steps)
     episodes = None
     if rolled is not None:
@@ -74,6 +75,8 @@ def roll_and_score(c: Collaborators, step: int, round_: int, examples: list[data
     completions, totals, per_fn, logged = distributed.gather_scored(c.ranks, completions, totals, per_fn, logged, mine.start)
     scoring_s = time.perf_counter() - t0
     report_hung(c.log)
+    if c.prompts.curriculum is not None:  # every rank's scores: every rank's curriculum draws alike
+        c.prompts.curriculum.observe(step, round_, rows, totals)
     return dynamic_sampling.Round(examples, completions, totals, per_fn, logged, generation_s, scoring_s)
 
 

@@ -38,7 +38,7 @@ def train_step(c: Collaborators, step: int, held: dict[int, HeldStep], on_phase:
     # Round 0: the step's own prompts; with dynamic sampling, more rounds until the groups teach.
     rounds = [scored_round.roll_and_score(c, step, 0, c.prompts.examples(indices), on_phase)]
     used = set(indices)
-    while (more := dynamic_sampling.next_round(step, rounds, used, c.prompts.dataset_size, cfg)) is not None:
+    while (more := dynamic_sampling.next_round(step, rounds, used, c.prompts.dataset_size, cfg, c.prompts.curriculum)) is not None:
         rounds.append(scored_round.roll_and_score(c, step, len(rounds), c.prompts.examples(more), on_phase))
     selection = dynamic_sampling.select(rounds, cfg.grpo.group_size, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
     return learn(c, step, epoch, selection, on_phase)
@@ -72,13 +72,15 @@ def learn(c: Collaborators, step: int, epoch: int, selection: Selection, on_phas
     training_s = time.perf_counter() - t0
 
     rank_times, slowest = distributed.timings(c.ranks, selection.generation_s, training_s)
+    chosen = c.prompts.curriculum
+    visits, pool = chosen.commit(step, cfg.curriculum) if chosen is not None else ([], {})
     metrics = step_frame(StepResults(
         step=step, epoch=epoch, completions=generated,
         prompt_tokens=sum(len(owner.prompt_ids) for owner in owners), totals=selection.totals, per_fn=selection.per_fn,
         advantages=advantages.tolist(), group_stds=stds.tolist()[::G], passes=passes,
         generation_s=selection.generation_s, scoring_s=scoring_s, training_s=training_s,
         learning_rate=c.learner.learning_rate, peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(),
-        with_kl=cfg.grpo.beta > 0, extra_metrics=step_output.extra_metrics(cfg, selection, c.scorer, G),
+        with_kl=cfg.grpo.beta > 0, extra_metrics={**step_output.extra_metrics(cfg, selection, c.scorer, G), **pool},
         ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=c.ranks.comm_bytes,
         trained_tokens=sum(len(examples[x.prompt_index].prompt_ids) + x.model_tokens for x in completions),
     ))  # fmt: skip
@@ -88,4 +90,4 @@ def learn(c: Collaborators, step: int, epoch: int, selection: Selection, on_phas
     generations = step_output.generations(owners, generated, selection.totals, selection.per_fn,
                                           step_output.advantage_by_completion(selection, advantages.tolist(), G),
                                           selection.logged, G, dropped=selection.dropped)
-    return StepOutput(metrics=metrics, generations=generations)
+    return StepOutput(metrics=metrics, generations=generations, prompt_visits=visits)

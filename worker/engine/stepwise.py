@@ -88,6 +88,10 @@ class Engine:
             raise EngineError(f"training.steps_per_generation = {self.config.training.steps_per_generation}: the engine "
                               "generates one step at a time, so each generate() is its own generation; "
                               "set it to 1, or train with the worker (GRPOTrainer, grpo-tui run)")
+        if self.config.curriculum.on:
+            raise EngineError(f"curriculum.strategy = {self.config.curriculum.strategy!r}: the engine's batches are "
+                              "the data order (the caller may score anything in between); set it to \"off\", or "
+                              "train with the worker (GRPOTrainer, grpo-tui run)")
         self.trainer = MlxTrainer(self.config, log)
         self.step = 0  # the last step trained
         self._store: Any = None

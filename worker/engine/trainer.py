@@ -132,6 +132,8 @@ class MlxTrainer:
         distributed.broadcast_state(self.ranks, learner.model, learner.optimizer)
         if learner.ref_model is not None and self.parts.config.grpo.sync_ref_model:
             distributed.broadcast_weights(self.ranks, learner.ref_model)  # rank 0 read the synced reference
+        if (chosen := self.prompts.curriculum) is not None:  # rank 0 read the checkpoint's
+            chosen.restore(self.leader_bytes(chosen.to_bytes()))
         return distributed.leader_value(self.ranks, step)
 
     def leader_bytes(self, payload: bytes) -> bytes:
@@ -143,7 +145,8 @@ class MlxTrainer:
         """Why the loaded run cannot take ``key`` = ``value``, asked of the collaborator that owns it.
         Reads only what loading fixed, so it answers at once, while a step runs."""
         return (self.learner.live_problem(key, value)
-                or self.policy.live_problem(key, value, self.prompts.every_prompt))
+                or self.policy.live_problem(key, value, self.prompts.every_prompt)
+                or self.prompts.live_problem(key, value))
 
     def settings_changed(self, keys: list[str]) -> None:
         """The shared config now holds live changes of ``keys``: each collaborator follows its own."""
@@ -154,9 +157,11 @@ class MlxTrainer:
 
     def save_model(self, directory: Path) -> None:
         self.learner.save(Path(directory), self.policy.tokenizer)
+        self.prompts.save(Path(directory))
 
     def save_optimizer(self, path: Path) -> None:
         self.learner.save_optimizer(path)
 
     def load_checkpoint(self, directory: Path) -> None:
         self.learner.load(Path(directory))
+        self.prompts.load(Path(directory))

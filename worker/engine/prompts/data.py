@@ -43,6 +43,7 @@ class Example:
     prompt_ids: list[int] = field(default_factory=list)
     prompt_text: str = ""
     cut: int = 0  # tokens cut from the prompt's left (generation.max_prompt_length)
+    row: int = -1  # its row in the training data (the curriculum's key); -1 elsewhere
 
 
 def read_dataset(path: str, config: DataConfig, split: str | None = None,

@@ -10,6 +10,7 @@ downloaded: reasoning-gym generates its tasks offline.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable
@@ -30,28 +31,47 @@ def require(key: str) -> Any:
     return reasoning_gym
 
 
-def build(config: ReasoningGymConfig, prompt_column: str = "prompt", *, held_out: bool = False) -> tuple[list[dict[str, Any]], str]:
+def build(config: ReasoningGymConfig, prompt_column: str = "prompt", *, held_out: bool = False,
+          levels: int = 0) -> tuple[list[dict[str, Any]], str]:
     """The rows of the training set (``held_out``: the eval set, from ``eval_seed``) and their
-    fingerprint (the tasks, size, seed and reasoning-gym's version) for resume checks."""
+    fingerprint (the tasks, size, seed and reasoning-gym's version) for resume checks. ``levels``
+    (``curriculum.strategy = "levels"``): ``size`` rows at each of that many difficulty levels, each
+    with its ``level`` column (docs/curriculum.md, "Levels")."""
     rg = require("data.reasoning_gym")
     from reasoning_gym.composite import DatasetSpec
 
     seed = config.held_out_seed if held_out else config.seed
     size = config.eval_size if held_out else config.size
     specs = config.specs()
-    try:
-        dataset = rg.create_dataset("composite", size=size, seed=seed,
-                                    datasets=[DatasetSpec(t.name, float(t.weight), dict(t.config)) for t in specs])
-        entries = [dataset[i] for i in range(size)]
-    except Exception as exc:  # noqa: BLE001 — an unknown task, a bad task config: the user's to fix
-        raise Mistake("data", f"data.reasoning_gym: {_sentence(exc, [t.name for t in specs])}") from None
-    rows = [{prompt_column: e["question"], "answer": e["answer"], "metadata": e["metadata"]} for e in entries]
+    rows = []
+    for level in range(levels) if levels else [None]:
+        try:
+            tasks = [DatasetSpec(t.name, float(t.weight), _at_level(t.name, dict(t.config), level, seed, size)) for t in specs]
+            dataset = rg.create_dataset("composite", size=size, seed=seed, datasets=tasks)
+            entries = [dataset[i] for i in range(size)]
+        except Exception as exc:  # noqa: BLE001 — an unknown task, a bad task config: the user's to fix
+            raise Mistake("data", f"data.reasoning_gym: {_sentence(exc, [t.name for t in specs])}") from None
+        rows += [{prompt_column: e["question"], "answer": e["answer"], "metadata": e["metadata"],
+                  **({} if level is None else {"level": level})} for e in entries]
     try:
         package = version("reasoning-gym")
     except PackageNotFoundError:
         package = "?"
-    digest = hashlib.sha256(f"{config.fingerprint()} {seed} {size} {package}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{config.fingerprint()} {seed} {size} {package}{f' levels {levels}' if levels else ''}".encode()).hexdigest()
     return rows, digest
+
+
+def _at_level(name: str, own: dict[str, Any], level: int | None, seed: int, size: int) -> dict[str, Any]:
+    """A task's config at a global difficulty ``level`` of its reasoning-gym curriculum (the task's
+    own keys win); ``own`` as it is without a level or a curriculum."""
+    import reasoning_gym.factory as factory
+
+    if level is None or not factory.has_curriculum(name):
+        return own
+    curriculum = factory.create_curriculum(name)
+    curriculum.set_global_level(level)
+    generated = dataclasses.asdict(curriculum.generate_configuration({"seed": seed, "size": size}))
+    return {**{k: v for k, v in generated.items() if k not in ("seed", "size")}, **own}
 
 
 def _sentence(exc: Exception, names: list[str]) -> str:

@@ -1,16 +1,19 @@
 """The run's prompts: the training and eval rows rendered with the chat template and fitted to the
 context, and which of them each step trains on (docs/architecture.md, "The step's spine"). The
-order is a pure function of the step (a seeded shuffle per epoch), so a resume replays it.
+order is a pure function of the step (a seeded shuffle per epoch), so a resume replays it; with
+``[curriculum]`` the curriculum draws it (``prompts/curriculum.py``), its state kept in checkpoints.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.layout import CURRICULUM_FILE
 from grpo_tui.protocol.messages import LogLevel
 from grpo_tui.worker.engine.models import model_source
-from grpo_tui.worker.engine.prompts import data
+from grpo_tui.worker.engine.prompts import curriculum, data
 
 
 class RunPrompts:
@@ -26,6 +29,7 @@ class RunPrompts:
         self.dataset_size = len(dataset)
         self.steps_per_epoch = data.steps_per_epoch(self.dataset_size, config.training.batch_size)
         self.num_epochs, self.total_steps = self._schedule()
+        self.curriculum = curriculum.for_run(config, dataset, self.steps_per_epoch)  # None: [curriculum] is off
 
     def schedule_note(self) -> str | None:
         """What the log says when ``max_steps`` decides the run's length instead of ``num_epochs``."""
@@ -60,6 +64,8 @@ class RunPrompts:
     def batch(self, step: int) -> tuple[int, int, list[int]]:
         """(epoch, step_in_epoch, dataset indices) of 1-based ``step``."""
         d, t = self.config.data, self.config.training
+        if self.curriculum is not None:  # drawn from the prompts still being learned
+            return self.curriculum.batch(step, self.config.curriculum)
         return data.batch_indices(step, self.dataset_size, t.batch_size, shuffle=d.shuffle, seed=d.seed)
 
     def examples(self, indices: list[int]) -> list[data.Example]:
@@ -78,3 +84,17 @@ class RunPrompts:
         """The config now holds live changes of ``keys``: a new ``max_steps`` is a new schedule."""
         if "training.max_steps" in keys:
             self.num_epochs, self.total_steps = self._schedule()
+        if "curriculum.strategy" in keys:
+            self.curriculum = curriculum.switched(self.curriculum, self.config, self.dataset, self.steps_per_epoch)
+
+    def live_problem(self, key: str, value: Any) -> str | None:
+        return curriculum.problem(self.config, self.dataset, key, value)
+
+    def save(self, directory: Path) -> None:
+        """The curriculum's state beside a checkpoint's weights (a resume draws what the run would)."""
+        if self.curriculum is not None:
+            (directory / CURRICULUM_FILE).write_bytes(self.curriculum.to_bytes())
+
+    def load(self, directory: Path) -> None:
+        if self.curriculum is not None and (note := self.curriculum.load(directory / CURRICULUM_FILE)):
+            self.log("warning", note)
