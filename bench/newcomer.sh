@@ -3,7 +3,8 @@
 #   1. a fresh virtual environment and the README's install command (`pip install -e .`);
 #   2. the README's run command, `grpo-tui run examples/quickstart.toml`, in a terminal (a pty): the
 #      dashboard trains to the end, q closes it, and its closing lines say "Run completed";
-#   3. `grpo-tui init` of each template, each trained as written (`worker --plain`), its eval before and after;
+#   3. `grpo-tui init` of each template, each trained as written (`worker --plain`), its eval before and after
+#      (reasoning-gym after `pip install -e '.[environments]'`, as its config says);
 #   4. a detach / attach / set / fork / compare cycle on the quickstart: run --detach, attach and d,
 #      set a live learning rate, fork from a checkpoint, compare the two, then stop both (attach, q, y).
 # Each stage prints its wall time; the last line is the total. Run from the repository root:
@@ -92,7 +93,13 @@ rm -rf examples/runs/newcomer-quickstart
 
 # -- 3. init of each template, trained as written
 for template in math json tools reasoning-gym; do
+    if [ "$template" = reasoning-gym ]; then  # as its config's first lines say: the package that makes its tasks
+        t=$(date +%s.%N)
+        "$WORK/venv/bin/pip" install -q -e "$REPO[environments]"
+        stage "install the reasoning-gym template's extra ([environments])" "$t"
+    fi
     t=$(date +%s.%N)
+    rm -rf "${WORK:?}/$template"
     grpo-tui init "$template" "$WORK/$template" > /dev/null
     (cd "$WORK/$template" && grpo-tui worker config.toml --plain "${STEPS[@]}" > "$WORK/$template.txt")
     evals=$(grep '^eval at step' "$WORK/$template.txt" | sed -E 's/.*\| reward ([-0-9.]+) \|.*/\1/' | tr '\n' ' ')
@@ -102,6 +109,7 @@ done
 # -- 4. detach / attach / set / fork / compare, then stop both
 t=$(date +%s.%N)
 RUNS="$WORK/runs"
+rm -rf "$RUNS"
 cp examples/quickstart.toml "$WORK/cycle.toml"
 sed -i "s#^path = \"models/#path = \"$REPO/examples/models/#; s#^path = \"data/#path = \"$REPO/examples/data/#; s#^eval_path = \"data/#eval_path = \"$REPO/examples/data/#" "$WORK/cycle.toml"
 MAX=$([ -n "$TINY" ] && echo 40 || echo 300)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.actions import ActionParseResult
@@ -23,6 +24,7 @@ from textual.binding import Binding
 from grpo_tui.tui.views import DISPLAY_MODES, VIEWS, View
 
 if TYPE_CHECKING:
+    from grpo_tui.tui.run_link import RunLink
     from grpo_tui.tui.state import RunState
 
 STEER_KEYS = [
@@ -99,9 +101,19 @@ NEEDS_LIVE_RUN = {"pause": "p (pause)", "resume": "r (resume)", "save": "s (save
 
 class ExplainedKeys(App[int]):
     """The dashboard app's base: a run key pressed when it cannot act (its ``check_action`` says no)
-    says why instead of nothing."""
+    says why instead of nothing, and the palette's Screenshot saves where the run is."""
 
     state: RunState  # the subclass's: the run's status now
+    run_link: RunLink  # the subclass's: the run's folder
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Into the run's folder (else the current one), not ~/Downloads, which may not exist; Textual's
+        notice says the file's path."""
+        if path is None:
+            folder = Path(self.run_link.run_dir)
+            path = str(folder if folder.is_dir() else Path.cwd())
+        return super().deliver_screenshot(filename, path, time_format)
 
     async def run_action(self, action: str | ActionParseResult, default_namespace: DOMNode | None = None,
                          namespaces: Mapping[str, DOMNode] | None = None) -> bool:

@@ -51,3 +51,18 @@ async def test_the_compare_picker_says_nothing_is_ticked_and_shows_ticks_without
         await pilot.pause(0.2)
         rows = {name: line for line in screen_text(app).splitlines() for name in ("alpha", "beta") if name in line}
         assert "▐X▌" in rows["alpha"] and "▐ ▌" in rows["beta"]
+
+
+async def test_the_palettes_screenshot_is_saved_in_the_run_folder_and_says_where(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # a home without ~/Downloads
+    monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(tmp_path / "home" / "Downloads"))
+    app = build_app(tmp_path / "run", *RUN)
+    (tmp_path / "run").mkdir()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await running(pilot)
+        app.clear_notifications()
+        app.deliver_screenshot()  # what the palette's Screenshot calls
+        await wait_until(pilot, lambda: list((tmp_path / "run").glob("*.svg")) and notes(app))
+        [shot] = (tmp_path / "run").glob("*.svg")
+        assert any(str(shot) in note for note in notes(app)), notes(app)
+        assert "<svg" in shot.read_text()
