@@ -1,4 +1,5 @@
-"""TRL's reward functions under their TRL names: ``from grpo_tui.rewards import accuracy_reward``.
+"""TRL's reward functions under their TRL names: ``from grpo_tui.rewards import accuracy_reward``; and
+the built-in rewards a config names, under those names: ``from grpo_tui.rewards import xml_format``.
 
 When TRL is installed these are ``trl.rewards``' own functions. Otherwise they are equivalents
 written after TRL 1.16's ``trl/rewards`` (Apache-2.0, the HuggingFace team), with the same
@@ -17,7 +18,21 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["accuracy_reward", "get_cosine_scaled_reward", "get_repetition_penalty_reward",
-           "get_soft_overlong_punishment", "reasoning_accuracy_reward", "think_format_reward"]
+           "get_soft_overlong_punishment", "reasoning_accuracy_reward", "think_format_reward",
+           "json_schema", "length", "tool_use", "xml_format"]
+
+# The built-in rewards of a config's [[rewards]] name = "...", callable directly (mlx-node's users call
+# theirs so): tool_use (with allowed_tools), xml_format (tags), length (a band), json_schema (schema).
+# Imported on first use: they live with the worker's scoring.
+BUILTINS = ("json_schema", "length", "tool_use", "xml_format")
+
+
+def __getattr__(name: str) -> Any:
+    if name in BUILTINS:
+        from grpo_tui.worker.engine.scoring import rewards
+
+        return getattr(rewards, name)
+    raise AttributeError(f"module 'grpo_tui.rewards' has no attribute {name!r}")
 
 
 def _text(completion: Any) -> str:

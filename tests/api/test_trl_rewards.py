@@ -85,3 +85,24 @@ def test_a_reward_called_where_a_loop_runs_on_the_main_thread_may_run_its_own(tm
         return timed_calls.call(reward, {}, 5.0, "reward", main_thread=True)
 
     assert asyncio.run(notebook_cell()) == [1.0]
+
+
+def test_the_built_in_rewards_are_importable_and_score_when_called_directly():
+    """mlx-node's users call the built-ins themselves: tool use with an allowed list, XML format, a
+    length band, a JSON schema."""
+    import subprocess
+    import sys
+
+    from grpo_tui.rewards import json_schema, length, tool_use, xml_format
+
+    assert xml_format([""] * 2, ["<answer>4</answer>", "4"]) == [1.0, 0.0]
+    assert length([""] * 3, ["a", "b", "c"], num_tokens=[2, 10, 40], max_completion_length=64, min_length=4,
+                  max_length=20) == [0.5, 1.0, 0.5]
+    schema = {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}
+    assert json_schema([""] * 3, ['{"city": "Oslo"}', '{"town": 1}', "no json"], schema=schema) == [1.0, 0.5, 0.0]
+    call = '<tool_call>\n{"name": "%s", "arguments": {"q": "x"}}\n</tool_call>'
+    assert tool_use([""] * 3, [call % "search", call % "shell", "no call"], allowed_tools=["search"],
+                    required=True) == [1.0, 0.0, 0.0]
+    # importing the TRL names alone brings in none of the worker
+    code = "import sys, grpo_tui.rewards; print('grpo_tui.worker.engine.scoring.rewards' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
