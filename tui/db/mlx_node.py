@@ -8,6 +8,7 @@ Database view then browses and searches like one of ours; the mlx-node file is n
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
@@ -66,15 +67,30 @@ def _seconds(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
 
 
+def _run_name(config: str | None) -> str | None:
+    """The name mlx-node's trainer config gave the run (``runName``), kept in its ``config`` column;
+    its ``id`` is what it keys the run by."""
+    try:
+        parsed = json.loads(config or "{}")
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    name = parsed.get("runName") or parsed.get("run_name")
+    return str(name) if isinstance(name, (str, int)) and str(name).strip() else None
+
+
 def _copy_runs(src: sqlite3.Connection, out: sqlite3.Connection) -> dict[str, int]:
     ids: dict[str, int] = {}
     rows = src.execute("SELECT id, model_name, model_path, config, started_at, ended_at, total_steps, status "
                        "FROM training_runs ORDER BY started_at, id")
     for run, model, model_path, config, started, ended, total, status in rows:
+        name = _run_name(config)
         cur = out.execute(
             "INSERT INTO runs (name, model, model_path, config, started_at, ended_at, status, total_steps) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (str(run), model, model_path, config, _seconds(started) or 0.0, _seconds(ended),
+            (f"{name} ({run})" if name and name != str(run) else str(run), model, model_path, config,
+             _seconds(started) or 0.0, _seconds(ended),
              _STATUS.get(str(status or "").lower(), "stopped"), total),
         )  # fmt: skip
         ids[str(run)] = int(cur.lastrowid or 0)

@@ -32,7 +32,7 @@ def build_mlx_node_store(path: Path, steps: int = 2, group: int = 4) -> Path:
     conn = sqlite3.connect(path)
     for table in TABLES:
         conn.execute(f"CREATE TABLE {table}")
-    conn.execute("INSERT INTO training_runs VALUES ('qwen3-gsm8k', 'Qwen3-0.6B', '/models/qwen3', '{}', ?, ?, ?, "
+    conn.execute("INSERT INTO training_runs VALUES ('qwen3-gsm8k', 'Qwen3-0.6B', '/models/qwen3', '{\"runName\": \"gsm8k-first\"}', ?, ?, ?, "
                  "'completed')", (T0, T0 + 60_000, steps))
     for step in range(1, steps + 1):
         sid = conn.execute("INSERT INTO training_steps (run_id, step, epoch, loss, mean_reward, std_reward, "

@@ -30,7 +30,7 @@ async def test_an_mlx_node_store_is_browsed_and_searched_and_never_written(tmp_p
             await settle(pilot)
             assert "mlx-node store" in app.sub_title
             [run] = app.query_one(DatabaseRunsTable).rows_data
-            assert run.name == "qwen3-gsm8k" and run.status == "completed"
+            assert run.name == "gsm8k-first (qwen3-gsm8k)" and run.status == "completed"  # its runName, then its id
             await pilot.press("enter")
             await settle(pilot)
             steps = app.query_one(DatabaseStepsTable).rows_data
