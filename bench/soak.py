@@ -214,9 +214,13 @@ def main() -> int:
     stop.set()
     for t in threads:
         t.join(timeout=120)
-    record = c.read_record(out)
-    finish_at = max(record.step if record else 0, max(steps_in(out)[0], default=0)) + 3
-    subprocess.run([*CLI, "set", str(out), f"training.max_steps={finish_at}"], capture_output=True, text=True, timeout=600)
+    for _ in range(10):  # the run ends a little later; a step count it has passed already is refused: again
+        record = c.read_record(out)
+        finish_at = max(record.step if record else 0, max(steps_in(out)[0], default=0)) + 100
+        told = subprocess.run([*CLI, "set", str(out), f"training.max_steps={finish_at}"], capture_output=True,
+                              text=True, timeout=600)
+        if told.returncode == 0:
+            break
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and c.is_live(c.read_record(out)):
         time.sleep(1)
