@@ -88,11 +88,14 @@ fd = req["fd"]
 if sys.platform.startswith("linux"):
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-def sweep(first):
+def sweep(group):
     me, quiet = str(os.getpid()), 0
+    try:  # the code's own session (its group): where no subreaper exists (macOS), what it started in it
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
     for _ in range(400):
-        found = [first] if first else []
-        first = 0
+        found = []
         for p in os.listdir("/proc") if os.path.isdir("/proc") else ():
             try:
                 if p.isdigit() and open("/proc/" + p + "/stat").read().rsplit(")", 1)[1].split()[1] == me:
@@ -118,6 +121,10 @@ if child:
     sys.stdin.close()
     os.close(fd)
     def stop(signum, frame):
+        try:
+            os.kill(child, signal.SIGKILL)  # not reaped yet: still the code's pid
+        except OSError:
+            pass
         sweep(child)
         os._exit(124)
     signal.signal(signal.SIGTERM, stop)
@@ -128,7 +135,7 @@ if child:
         except ChildProcessError:
             status = 0
             break
-    sweep(0)
+    sweep(child)
     if os.WIFSIGNALED(status):  # ended as the code ended: the same signal
         if os.WTERMSIG(status) != signal.SIGKILL:
             signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
