@@ -150,6 +150,8 @@ class RunState:
     started_at: float = 0.0
     ended_at: float | None = None
     step_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ETA_WINDOW))
+    eta_ms: deque[float] = field(default_factory=lambda: deque(maxlen=ETA_WINDOW))  # step_ms but a worker's first
+    compiling: bool = True  # the next step is a worker's first: it compiles, so the ETA leaves it out
     # every metric of every step: the one home of the history the tiles, the main chart and the Charts tab draw
     book: SeriesBook = field(default_factory=SeriesBook)
     spread: RewardSpread = field(default_factory=RewardSpread)  # each step's completion rewards
@@ -187,9 +189,9 @@ class RunState:
         return (self.ended_at if self.ended_at is not None else self.clock()) - self.started_at
 
     def eta_seconds(self) -> float | None:
-        if not self.step_ms or not self.total_steps or self.status in ("done", "error"):
+        if not self.eta_ms or not self.total_steps or self.status in ("done", "error"):
             return None
-        per_step = sum(self.step_ms) / len(self.step_ms) / 1000.0
+        per_step = sum(self.eta_ms) / len(self.eta_ms) / 1000.0
         return max(self.total_steps - self.step, 0) * per_step
 
     @property
@@ -322,6 +324,7 @@ class RunState:
 
     def _on_hello(self, e: m.Hello) -> set[Part]:
         self.worker_version = e.worker_version
+        self.compiling = True  # a new worker (a start or a restart) compiles again
         return {"header"}
 
     def _on_status(self, e: m.Status) -> set[Part]:
@@ -360,6 +363,7 @@ class RunState:
         self.total_tokens = e.aggregates.total_tokens
         if e.aggregates.avg_generation_ms is not None and e.aggregates.avg_training_ms is not None:
             self.step_ms.append(e.aggregates.avg_generation_ms + e.aggregates.avg_training_ms)
+            self.eta_ms.append(self.step_ms[-1])
         return {"header", "metrics", "progress", "stats"}
 
     def _on_epoch_start(self, e: m.EpochStart) -> set[Part]:
@@ -386,6 +390,9 @@ class RunState:
         parts = [finite(e.generation_ms), finite(e.scoring_ms), finite(e.training_ms)]
         if any(p is not None for p in parts):
             self.step_ms.append(sum(p or 0.0 for p in parts))
+            if not self.compiling:
+                self.eta_ms.append(self.step_ms[-1])
+        self.compiling = False
 
     def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
         self.book.append_step(step, row)

@@ -57,6 +57,19 @@ def test_steps_fill_history_progress_and_eta():
     assert duration(s.elapsed()) == "1m05s"
 
 
+def test_the_eta_leaves_out_each_workers_first_step_which_compiles():
+    s = RunState(clock=Clock())
+    s.apply(m.Init(model="x", model_path="/x", total_steps=200, steps_per_epoch=200, num_epochs=1))
+    s.apply(m.Hello(worker_version="1", protocol_version=m.PROTOCOL_VERSION, pid=1))
+    s.apply(m.Step(step=1, epoch=0, loss=0.1, reward=0.5, num_tokens=10, generation_ms=20_000.0, training_ms=2_000.0))
+    assert s.eta_seconds() is None  # not "1h13m" from a step that was mostly compiling
+    s.apply(m.Step(step=2, epoch=0, loss=0.1, reward=0.5, num_tokens=10, generation_ms=80.0, training_ms=20.0))
+    assert s.eta_seconds() == pytest.approx(198 * 0.1)
+    s.apply(m.Hello(worker_version="1", protocol_version=m.PROTOCOL_VERSION, pid=1))  # a restart compiles again
+    s.apply(m.Step(step=3, epoch=0, loss=0.1, reward=0.5, num_tokens=10, generation_ms=20_000.0, training_ms=0.0))
+    assert s.eta_seconds() == pytest.approx(197 * 0.1)
+
+
 def test_nan_metrics_are_gaps_not_crashes():
     s = RunState(clock=Clock())
     s.apply(m.Step(step=1, epoch=1, loss=None, reward=float("nan")))
