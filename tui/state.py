@@ -323,8 +323,7 @@ class RunState:
                 assert_never(event)
 
     def _on_hello(self, e: m.Hello) -> set[Part]:
-        self.worker_version = e.worker_version
-        self.compiling = True  # a new worker (a start or a restart) compiles again
+        self.worker_version, self.compiling = e.worker_version, True  # a new worker (a restart too) compiles again
         return {"header"}
 
     def _on_status(self, e: m.Status) -> set[Part]:
@@ -390,8 +389,7 @@ class RunState:
         parts = [finite(e.generation_ms), finite(e.scoring_ms), finite(e.training_ms)]
         if any(p is not None for p in parts):
             self.step_ms.append(sum(p or 0.0 for p in parts))
-            if not self.compiling:
-                self.eta_ms.append(self.step_ms[-1])
+            self.eta_ms.extend([] if self.compiling else [self.step_ms[-1]])
         self.compiling = False
 
     def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
