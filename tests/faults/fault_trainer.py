@@ -77,13 +77,13 @@ class FaultTrainer(MlxTrainer):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
         self._step = 0
-        update = self.optimizer.update
+        update = self.learner.optimizer.update
 
         def update_then_hold(model, grads):  # type: ignore[no-untyped-def]
             update(model, grads)
             _hold("update", self._step)
 
-        self.optimizer.update = update_then_hold  # type: ignore[method-assign]
+        self.learner.optimizer.update = update_then_hold  # type: ignore[method-assign]
 
     def train_step(self, step, on_phase=lambda p: None):  # type: ignore[no-untyped-def]
         self._step = step
