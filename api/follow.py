@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from grpo_tui.common.trl_names import StepWindow, eval_metrics
-from grpo_tui.live import LiveLink
+from grpo_tui.live_settings import LiveLink
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.codec import ProtocolError, decode_event, encode
 from grpo_tui.protocol.control import STEP_BARRIER_ENV

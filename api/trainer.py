@@ -24,7 +24,7 @@ from grpo_tui.config import GRPOConfig
 from grpo_tui.errors import TrainingError
 from grpo_tui.follow import Follower, replay, run_worker, worker_env
 from grpo_tui.inputs import Dataset, check_processing_class, check_rollout_func, local_or_hub, refuse_unsupported, reward_table
-from grpo_tui.live import LiveLink
+from grpo_tui.live_settings import LiveLink
 from grpo_tui.run_files import write_run_config
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.layout import (FINAL_DIR, OPTIMIZER_FILE, RUN_LOG_FILE, STATE_FILE, STORE_FILE,

@@ -5,7 +5,7 @@ A change is the ``KEY=VALUE`` text that ``--set`` reads; it is checked by the sa
 ``--set`` (``config_overrides.apply_override`` over the run's effective config, then
 ``config.validate``), so a bad value gets the same sentence. Then the key must be one that can
 change between two steps; any other is refused with one sentence that lists what can. The worker
-applies a checked change at the next step boundary (``worker/live_changes.py``).
+applies a checked change at the next step boundary (``worker/live_settings.py``).
 """
 
 from __future__ import annotations

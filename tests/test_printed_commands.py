@@ -23,7 +23,7 @@ The table (message → where the program prints it → what the command must do)
 | init --from-mlx-node | cli (tui/from_mlx_node.py) | check the converted config; train it; convert into a new folder |
 | attach with no live run here | cli | list the runs |
 | a key that cannot change live | cli (`grpo-tui set`; common/live_settings.py) | fork the run with that key changed; resume the stopped run with it |
-| set, fork or compare on a folder that is no live run / no run | cli (tui/live_set.py, tui/fork.py, tui/compare.py) | list the runs |
+| set, fork or compare on a folder that is no live run / no run | cli (tui/live_settings_command.py, tui/fork.py, tui/compare.py) | list the runs |
 | a tracker that is not installed | worker, trackers | pip: install what provides it |
 | attach --web without textual-serve | cli (web) | pip: install what provides it |
 | the reference BLAS (slow) on x86-64 Linux | worker, start (common/blas.py, blas_warning.py) | pip: install MKL |
@@ -337,7 +337,7 @@ KNOWN_PRINTERS = {
     "worker/checkpoint_files.py", "worker/start.py", "worker/nan_stop.py", "worker/trackers.py", "tui/cli.py",
     "tui/app.py", "tui/launcher.py", "tui/web.py", "tui/init_templates.py", "common/blas.py",
     "common/blas_warning.py", "common/install_hint.py", "common/commands.py", "common/resume_check.py",
-    "common/live_settings.py", "tui/live_set.py", "tui/fork.py", "tui/compare.py",
+    "common/live_settings.py", "tui/live_settings_command.py", "tui/fork.py", "tui/compare.py",
     # not a command to run: the header of the config file GRPOTrainer writes names the commands that
     # read it (no path: the file is the one it is in); a comment
     "api/trainer.py", "tui/supervisor.py", "tui/from_mlx_node.py",

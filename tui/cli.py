@@ -240,7 +240,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_set(args: argparse.Namespace) -> int:
-    from grpo_tui.tui.live_set import set_live
+    from grpo_tui.tui.live_settings_command import set_live
 
     return set_live(args.run_dir, args.items)
 

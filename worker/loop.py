@@ -36,7 +36,7 @@ from grpo_tui.worker.epochs import Epochs
 from grpo_tui.worker.failure import end_badly
 from grpo_tui.worker.evaluation import due, run_eval
 from grpo_tui.worker.frames import Emitter
-from grpo_tui.worker.live_changes import LiveChanges
+from grpo_tui.worker.live_settings import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory, engine_trainer, release_mlx_streams
 from grpo_tui.worker.nan_stop import NanStop
 from grpo_tui.worker.trainer_contract import StepOutput

@@ -42,7 +42,7 @@ def parse_plain(line: str) -> m.Command | str:
         key, eq, value = rest.partition("=")
         if not eq or not key.strip():
             return f"no KEY=VALUE in {_short(text)}; expected SET training.learning_rate=5e-6 or SET sample_display=" + "|".join(_DISPLAYS)
-        if key.strip().lower() != "sample_display":  # a live setting: checked as --set checks it (live_changes.py)
+        if key.strip().lower() != "sample_display":  # a live setting: checked as --set checks it (worker/live_settings.py)
             return m.SetSetting(key=key.strip(), value=value.strip(), source="stdin")
         value = value.strip().strip("\"'").lower()
         if value not in _DISPLAYS:

@@ -27,7 +27,7 @@ from grpo_tui.worker import ranks
 from grpo_tui.worker.checkpoint_policy import CheckpointPolicy
 from grpo_tui.worker.context import RunContext
 from grpo_tui.worker.doctor_probe import probe_before_step_1
-from grpo_tui.worker.live_changes import LiveChanges
+from grpo_tui.worker.live_settings import LiveChanges
 from grpo_tui.worker.mlx_thread import TrainerFactory
 from grpo_tui.worker.store import Store, StoreDamaged, set_damaged_aside
 

@@ -26,7 +26,7 @@ from grpo_tui.protocol.config_overrides import apply_override, value_problem
 from grpo_tui.protocol.outcome import Exit
 
 
-MAX_ITEMS = 64  # the worker checks a set's items together (worker/live_changes.py)
+MAX_ITEMS = 64  # the worker checks a set's items together (worker/live_settings.py)
 
 
 def set_live(run_dir: str, items: list[str]) -> int:

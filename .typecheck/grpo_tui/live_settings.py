@@ -1,0 +1,1 @@
+../../api/live_settings.py
