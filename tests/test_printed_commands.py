@@ -338,9 +338,11 @@ KNOWN_PRINTERS = {
     "tui/app.py", "tui/launcher.py", "tui/web.py", "tui/init_templates.py", "common/blas.py",
     "common/blas_warning.py", "common/install_hint.py", "common/commands.py", "common/resume_check.py",
     "common/live_settings.py", "tui/live_settings_command.py", "tui/fork.py", "tui/compare.py",
+    "tui/closing.py",  # the dashboard's last lines: test_the_commands_printed_when_the_dashboard_closes
+    "worker/live_settings.py",  # a comment naming `grpo-tui set`, not a command to run
     # not a command to run: the header of the config file GRPOTrainer writes names the commands that
     # read it (no path: the file is the one it is in); a comment
-    "api/trainer.py", "tui/supervisor.py", "tui/from_mlx_node.py",
+    "api/trainer.py", "api/run_files.py", "tui/supervisor.py", "tui/from_mlx_node.py",
 }
 
 

@@ -17,7 +17,7 @@ def trainer_module() -> ModuleType:
 
 
 def Trainer(*args, **kwargs):  # noqa: N802 - reads like the class it builds
-    return _trainer.Trainer(*args, **kwargs)
+    return _trainer.MlxTrainer(*args, **kwargs)
 
 
 def rollout() -> ModuleType:
