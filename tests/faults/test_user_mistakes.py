@@ -242,6 +242,13 @@ async def test_the_dashboard_shows_the_sentence_and_never_restarts(tmp_path, cas
         assert cli.main(["run", str(setup.config), *setup.args]) == 2
         assert said(capsys.readouterr().err).count(sentence) == 2  # once from each call
         return
+    from grpo_tui.tui.launcher import live_run
+
+    if live_run(config.checkpoint.output_dir) is not None:  # a run already lives there: said, nothing opens
+        assert cli.main(["run", str(setup.config), *setup.args]) == 2
+        lines = said(capsys.readouterr().err)  # one sentence naming the folder and the key that moves the run
+        assert len(lines) == 1 and str(config.checkpoint.output_dir) in lines[0] and "checkpoint.output_dir" in lines[0]
+        return
     worker_args = distributed.forwarded(args) + cli._sets(args) + cli._resume_args(args)
     app = GrpoApp(args.config, config, worker_argv=[sys.executable, "-m", "grpo_tui.worker", args.config, *worker_args])
     async with app.run_test(size=(120, 40)) as pilot:
