@@ -52,7 +52,8 @@ def test_no_network_no_private_files_and_nothing_outside_its_folder_changes(tmp_
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     (private / "id_ed25519").write_text("SECRET KEY")  # as ~/.ssh holds one
-    before = sorted(os.listdir(tempfile.gettempdir()))
+    # the sandbox's own folders only: other tests (pytest-xdist's workers) write the temp folder meanwhile
+    before = sorted(n for n in os.listdir(tempfile.gettempdir()) if n.startswith("grpo-tui-sandbox-"))
     code = (f"import os, socket\nprint(os.getcwd() == os.environ['HOME'])\nopen('scratch.txt', 'w').write('mine')\n"
             f"for attempt in ('read', 'write', 'connect'):\n"
             f"    try:\n"
@@ -66,7 +67,7 @@ def test_no_network_no_private_files_and_nothing_outside_its_folder_changes(tmp_
     assert result.stdout.splitlines() == ["True", "read refused: PermissionError", "write refused: PermissionError",
                                           "connect refused: OSError"]
     assert os.listdir(private) == ["id_ed25519"]
-    assert sorted(os.listdir(tempfile.gettempdir())) == before  # its folder went with it
+    assert sorted(n for n in os.listdir(tempfile.gettempdir()) if n.startswith("grpo-tui-sandbox-")) == before  # its folder went with it
 
 
 def test_a_tool_function_is_called_with_its_arguments(tmp_path):
