@@ -259,7 +259,7 @@ class TRLFields:
     logging_steps: float = _key("logging.steps", 10, note="a ratio below 1 is refused")
     logging_first_step: bool = _own(False, note="log_history also has step 1")
     log_on_each_node: bool = _inert(True, "rank 0 logs")
-    logging_nan_inf_filter: bool = _inert(True, "non-finite steps are skipped and stop the run after nan_patience")
+    logging_nan_inf_filter: bool = _inert(True, "non-finite steps are skipped and stop the run after nan_patience (training.on_nonfinite)")
     include_num_input_tokens_seen: str | bool = _inert("no", "log_history has num_tokens")
     log_level: str = _inert("passive")
     log_level_replica: str = _inert("warning")

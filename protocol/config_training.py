@@ -8,6 +8,7 @@ from typing import Literal
 from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
 
 
+OnNonfinite = Literal["stop", "checkpoint"]
 SchedulerType = Literal["constant", "linear", "cosine", "constant_with_warmup", "cosine_with_min_lr"]
 
 
@@ -25,6 +26,7 @@ class TrainingConfig(_Section):
     adam_epsilon: float = 1e-8
     seed: int = 0
     nan_patience: int = 3  # consecutive non-finite steps before an emergency checkpoint
+    on_nonfinite: OnNonfinite = "stop"  # "checkpoint": save the last finite weights and go on (docs/config.md)
     silent_patience: int = 10  # steps in a row with all-None or all-equal rewards before the run stops; 0 = never
     lr_scheduler_type: SchedulerType = "constant"  # TRL / transformers names and formulas
     warmup_steps: int = 0

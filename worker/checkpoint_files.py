@@ -40,7 +40,7 @@ DAMAGED_PREFIX = "damaged-"  # a checkpoint that failed to load, set aside (prot
 
 __all__ = [  # STATE_FILE, TrainingState, read_state: the worker's names for protocol's (resume_check decides what resumes)
     "DAMAGED_PREFIX", "OPTIMIZER_FILE", "STATE_FILE", "Saver", "set_damaged_aside", "TrainingState", "config_digest", "copy_checkpoint",
-    "nan_stop_message", "skipped_newer", "prune", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
+    "nan_stop_message", "skipped_newer", "prune", "remove_checkpoint", "read_state", "recover_interrupted", "save_checkpoint", "set_aside",
 ]
 
 
@@ -170,6 +170,14 @@ def set_damaged_aside(directory: Path) -> Path:
     return target
 
 
+def remove_checkpoint(path: Path) -> None:
+    """Delete one checkpoint folder; renamed first so a kill mid-delete never leaves a half checkpoint that looks
+    complete."""
+    trash = path.with_name(f"{_TMP}{path.name}")
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def prune(output_dir: Path, keep_last: int) -> list[Path]:
     """Delete all but the ``keep_last`` newest periodic checkpoints. Returns what was deleted."""
     if keep_last <= 0:
@@ -177,10 +185,7 @@ def prune(output_dir: Path, keep_last: int) -> list[Path]:
     periodic = [f.path for f in list_checkpoints(output_dir) if f.state is not None and f.state.kind == "periodic" and f.kind == "periodic"]
     doomed = periodic[:-keep_last]
     for path in doomed:
-        # Rename first so a kill mid-delete never leaves a half checkpoint that looks complete.
-        trash = path.with_name(f"{_TMP}{path.name}")
-        os.rename(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        remove_checkpoint(path)
     return doomed
 
 

@@ -210,6 +210,29 @@ def test_non_finite_steps_in_a_row_save_an_emergency_checkpoint_keep_the_last_go
     assert mlx_lm.load(str(out / "emergency-4"))[0] is not None
 
 
+def test_on_nonfinite_checkpoint_saves_the_last_finite_weights_goes_on_and_still_ends_after_ten_times_the_patience(
+        tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "varied"),
+                          training={"nan_patience": 1, "on_nonfinite": "checkpoint", "max_steps": 14},
+                          checkpoint={"save_every": 3})
+    skipped = [2, *range(4, 14)]  # one, then ten in a row
+    worker = WorkerProcess(config, env={**fake_trainer_env(FAULTY_TRAINER), "FAKE_SKIP_STEPS": ",".join(map(str, skipped))})
+    worker.wait_for(m.Complete)
+    assert worker.finish() == 3  # ten in a row (10 x nan_patience) still stop the run
+    saves = [(c.kind, c.step) for c in worker.of(m.Checkpoint)]
+    assert saves == [("emergency", 2), ("periodic", 3), ("emergency", 4), ("periodic", 6), ("periodic", 9),
+                     ("periodic", 12)]  # one emergency save per streak, the run going on after each
+    assert [e.step for e in worker.of(m.Step)] == list(range(1, 14))
+    errors = worker.of(m.Error)
+    assert len(errors) == 1 and errors[0].fatal and "10 steps in a row" in errors[0].message
+    out = tmp_path / "out"
+    assert not (out / "emergency-2").exists()  # replaced by the next streak's save
+    assert mlx_lm.load(str(out / "emergency-4"))[0] is not None
+    logged = [r[0] for r in query(out / "outputs.db", "SELECT message FROM logs WHERE message LIKE '%and going on%'")]
+    assert len(logged) == 2 and "emergency-2" in logged[0] and "emergency-4" in logged[1]
+    assert "stops after 10 such steps in a row" in logged[1]
+
+
 def test_tool_calls_in_real_completions_are_parsed_streamed_and_stored(tmp_path):
     model = build_tool_calling_model(tmp_path / "tool-model")  # a real model whose every turn calls `add`
     config = write_config(
