@@ -81,24 +81,19 @@ class DatabasePath(_Message):
     run_name: str
 
 
-class StepSummary(msgspec.Struct, kw_only=True):
-    """One step of history, as sent in ``resume_state``."""
-
-    step: int
-    epoch: int = 0
-    loss: float | None = None
-    reward: float | None = None
-    reward_std: float | None = None
-    kl: float | None = None
-    completion_mean_length: float | None = None
-    training_tokens_per_s: float | None = None
+# Steps of history the dashboard keeps (its tiles, main chart and Charts tab) and a resume sends back.
+HISTORY_LIMIT = 5000
 
 
 class Aggregates(msgspec.Struct, kw_only=True):
+    """The whole run's totals, older steps than ``resume_state``'s history included."""
+
     best_reward: float | None = None
     avg_reward: float | None = None
+    reward_steps: int = 0  # steps with a finite reward (what avg_reward averages)
     best_loss: float | None = None
     avg_loss: float | None = None
+    loss_steps: int = 0
     total_tokens: int = 0
     avg_generation_ms: float | None = None
     avg_training_ms: float | None = None
@@ -110,7 +105,8 @@ class ResumeState(_Message):
     total_epochs: int
     step_in_epoch: int
     steps_per_epoch: int
-    history: list[StepSummary] = []
+    # the last HISTORY_LIMIT steps as the store keeps them (store.py: every series the Charts tab draws)
+    history: list["Step"] = []
     aggregates: Aggregates = msgspec.field(default_factory=Aggregates)
     changes: list["SettingChanged"] = []  # the live changes the run goes on with (docs/steering.md)
 

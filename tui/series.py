@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from grpo_tui.protocol import messages as m
 
-HISTORY_LIMIT = 5000  # steps of history kept for the sparklines, the main chart and every book
+HISTORY_LIMIT = m.HISTORY_LIMIT  # steps of history kept for the sparklines, the main chart and every book
 
 
 def _finite(value: object) -> float | None:
@@ -36,7 +36,7 @@ class SeriesBook:
         self.limit = limit
         self._steps: deque[int] = deque(maxlen=limit)
         self._columns: dict[str, deque[float | None]] = {}
-        self._unread: deque[tuple[int, m.Step | m.StepSummary]] = deque(maxlen=limit)
+        self._unread: deque[tuple[int, m.Step]] = deque(maxlen=limit)
         self.version = 0  # bumped on every change: widgets redraw only when it moved
         self.marks: list[tuple[int, str]] = []  # (step, short label) of each live change: a tick on every chart
 
@@ -52,7 +52,7 @@ class SeriesBook:
         self._settle()
         return list(self._columns)
 
-    def append_step(self, step: int, row: m.Step | m.StepSummary) -> None:
+    def append_step(self, step: int, row: m.Step) -> None:
         """Add a step frame's values (``flatten_step``), flattened when the book is next read."""
         self._unread.append((step, row))  # more than ``limit`` unread: the oldest would leave the book anyway
         self.version += 1
@@ -103,8 +103,8 @@ class SeriesBook:
         return None
 
 
-def flatten_step(step: m.Step | m.StepSummary) -> dict[str, float | None]:
-    """A step frame (or a resume summary) as flat ``key -> value``; per-reward means as ``rewards/NAME``."""
+def flatten_step(step: m.Step) -> dict[str, float | None]:
+    """A step frame (live, or from a resume's history) as flat ``key -> value``; per-reward means as ``rewards/NAME``."""
     out: dict[str, float | None] = {}
     for name in step.__struct_fields__:
         value = getattr(step, name)
@@ -124,9 +124,8 @@ def flatten_step(step: m.Step | m.StepSummary) -> dict[str, float | None]:
             continue  # one rank sends nothing: no flat zero chart
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = value
-    if isinstance(step, m.Step):
-        parts = (step.generation_ms, step.scoring_ms, step.training_ms)
-        out["step_ms"] = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+    parts = (step.generation_ms, step.scoring_ms, step.training_ms)
+    out["step_ms"] = sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
     return out
 
 

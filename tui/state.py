@@ -39,7 +39,7 @@ from grpo_tui.tui.views import Part
 
 RunStatus = Literal["starting", "running", "paused", "stopping", "done", "error", "restarting"]
 
-# (key in Step / StepSummary, tile title); the order of the metric tiles.
+# (key in Step, tile title); the order of the metric tiles.
 METRICS: tuple[tuple[str, str], ...] = (
     ("loss", "loss"),
     ("reward", "reward"),
@@ -89,6 +89,14 @@ class RunTotals:
     best_loss: float | None = None
     _sums: list[float] = field(default_factory=lambda: [0.0, 0.0])
     _counts: list[int] = field(default_factory=lambda: [0, 0])
+
+    @classmethod
+    def of(cls, agg: m.Aggregates) -> RunTotals:
+        """The totals a resume goes on from (the store's, over every step of the run)."""
+        totals = cls(best_reward=finite(agg.best_reward), best_loss=finite(agg.best_loss))
+        totals._counts = [agg.reward_steps, agg.loss_steps]
+        totals._sums = [(agg.avg_reward or 0.0) * agg.reward_steps, (agg.avg_loss or 0.0) * agg.loss_steps]
+        return totals
 
     def add(self, reward: float | None, loss: float | None) -> None:
         for i, value in enumerate((finite(reward), finite(loss))):
@@ -355,10 +363,10 @@ class RunState:
         self.changes = list(e.changes)  # the live changes the run goes on with
         for change in e.changes:
             self.book.mark(change.step, change.key)
-        self.totals = RunTotals()
+        self.totals = RunTotals.of(e.aggregates)  # the whole run's, older steps than the history's too
         for row in e.history:
             self._record(row.step, row)
-            self.totals.add(row.reward, row.loss)
+            self.spread.add_step(row.step, row.completion_rewards)
         self.total_tokens = e.aggregates.total_tokens
         if e.aggregates.avg_generation_ms is not None and e.aggregates.avg_training_ms is not None:
             self.step_ms.append(e.aggregates.avg_generation_ms + e.aggregates.avg_training_ms)
@@ -392,7 +400,7 @@ class RunState:
             self.eta_ms.extend([] if self.compiling else [self.step_ms[-1]])
         self.compiling = False
 
-    def _record(self, step: int, row: m.Step | m.StepSummary) -> None:
+    def _record(self, step: int, row: m.Step) -> None:
         self.book.append_step(step, row)
 
     def _on_sample(self, e: m.Sample) -> set[Part]:

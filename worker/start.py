@@ -183,7 +183,7 @@ class RunStart:
             run.log("info", f"training settings differ from those of {path.name}")
         history, aggregates = await run.store.history(run.run_id) if run.store else ([], m.Aggregates())
         epoch, step_in_epoch = run.position(state.step)
-        self.epoch_metrics = [(h.loss, h.reward) for h in history if h.epoch == epoch and h.step <= state.step]
+        self.epoch_metrics = await run.store.epoch_metrics(run.run_id, epoch, state.step) if run.store else []
         self.tokens_seen = aggregates.total_tokens
         run.emit(
             m.ResumeState(

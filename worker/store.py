@@ -22,11 +22,9 @@ import msgspec
 from grpo_tui.common.run_folder import refuse_link
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.layout import STORE_FILE
-from grpo_tui.protocol.messages import Aggregates, StepSummary, finite
-from grpo_tui.protocol.schema import STEP_TABLES, migrate, step_row
+from grpo_tui.protocol.messages import Aggregates, finite
+from grpo_tui.protocol.schema import STEP_TABLES, migrate, step_from_row, step_row
 from grpo_tui.worker.trainer_contract import Generation, StepOutput
-
-_HISTORY_COLUMNS = [f for f in StepSummary.__struct_fields__]
 
 
 class StoreDamaged(Exception):
@@ -277,24 +275,53 @@ class Store:
             row = await cur.fetchone()
         return int(row[0] or 0) if row else 0
 
-    async def history(self, run_id: int) -> tuple[list[StepSummary], Aggregates]:
-        """Per-step summaries and run aggregates, for ``resume_state``."""
-        sql = f"SELECT {', '.join(_HISTORY_COLUMNS)} FROM steps WHERE run_id=? ORDER BY step"
-        async with self._conn.execute(sql, (run_id,)) as cur:
-            rows = await cur.fetchall()
-        history = [StepSummary(**dict(zip(_HISTORY_COLUMNS, r, strict=True))) for r in rows]
+    async def history(self, run_id: int, limit: int = m.HISTORY_LIMIT) -> tuple[list[m.Step], Aggregates]:
+        """The last ``limit`` steps as ``step`` frames (the length extremes and every completion's reward
+        from the step's trained generations, which the steps table leaves to them) and the whole run's
+        aggregates, for ``resume_state``."""
         async with self._conn.execute(
-            "SELECT max(reward), avg(reward), min(loss), avg(loss), coalesce(sum(num_tokens), 0), "
-            "avg(generation_ms), avg(training_ms) FROM steps WHERE run_id=?",
+            "SELECT * FROM (SELECT * FROM steps WHERE run_id=? ORDER BY step DESC LIMIT ?) ORDER BY step",
+            (run_id, limit),
+        ) as cur:
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r, strict=True)) for r in await cur.fetchall()]
+        first = rows[0]["step"] if rows else 0
+        lengths: dict[int, tuple[float, float]] = {}
+        rewards: dict[int, list[float | None]] = {}
+        async with self._conn.execute(
+            "SELECT step, num_tokens, reward FROM generations WHERE run_id=? AND step>=? AND dropped=0 ORDER BY id",
+            (run_id, first),
+        ) as cur:
+            async for n, tokens, reward in cur:
+                low, high = lengths.get(n, (tokens, tokens))
+                lengths[n] = (min(low, tokens), max(high, tokens))
+                rewards.setdefault(n, []).append(reward)
+        history = []
+        for row in rows:
+            step = step_from_row(row)
+            if step.step in lengths:
+                step.completion_min_length, step.completion_max_length = map(float, lengths[step.step])
+                step.completion_rewards = rewards[step.step]
+            history.append(step)
+        async with self._conn.execute(
+            "SELECT max(reward), avg(reward), count(reward), min(loss), avg(loss), count(loss), "
+            "coalesce(sum(num_tokens), 0), avg(generation_ms), avg(training_ms) FROM steps WHERE run_id=?",
             (run_id,),
         ) as cur:
             agg = await cur.fetchone()
         assert agg is not None
         aggregates = Aggregates(
-            best_reward=agg[0], avg_reward=agg[1], best_loss=agg[2], avg_loss=agg[3],
-            total_tokens=int(agg[4]), avg_generation_ms=agg[5], avg_training_ms=agg[6],
+            best_reward=agg[0], avg_reward=agg[1], reward_steps=agg[2], best_loss=agg[3], avg_loss=agg[4],
+            loss_steps=agg[5], total_tokens=int(agg[6]), avg_generation_ms=agg[7], avg_training_ms=agg[8],
         )  # fmt: skip
         return history, aggregates
+
+    async def epoch_metrics(self, run_id: int, epoch: int, upto: int) -> list[tuple[float | None, float | None]]:
+        """(loss, reward) of each step of ``epoch`` up to ``upto``: the epoch's summary goes on from them."""
+        async with self._conn.execute(
+            "SELECT loss, reward FROM steps WHERE run_id=? AND epoch=? AND step<=? ORDER BY step", (run_id, epoch, upto)
+        ) as cur:
+            return [(r[0], r[1]) for r in await cur.fetchall()]
 
     async def close(self) -> None:
         # Fold the WAL into the main file so outputs.db alone holds the whole run (a reader that

@@ -247,11 +247,17 @@ def run(args: argparse.Namespace) -> int:
     first = 1
     if restarted and marker.exists():
         first = int(marker.read_text() or 0) + 1
-        history = [m.StepSummary(step=s, epoch=(s - 1) // steps_per_epoch, loss=step_frame(s, 1, args).loss,
-                                 reward=step_frame(s, 1, args).reward) for s in range(1, first)]
+        history = [step_frame(s, (s - 1) // steps_per_epoch, args) for s in range(1, first)]
+        rewards = [h.reward for h in history if h.reward is not None]
+        losses = [h.loss for h in history if h.loss is not None]
+        aggregates = m.Aggregates(
+            best_reward=max(rewards, default=None), avg_reward=sum(rewards) / len(rewards) if rewards else None,
+            reward_steps=len(rewards), best_loss=min(losses, default=None),
+            avg_loss=sum(losses) / len(losses) if losses else None, loss_steps=len(losses),
+        )  # fmt: skip
         fake.send(m.ResumeState(step=first - 1, epoch=(first - 2) // steps_per_epoch, total_epochs=2,
                                 step_in_epoch=(first - 2) % steps_per_epoch + 1, steps_per_epoch=steps_per_epoch,
-                                history=history))
+                                history=history, aggregates=aggregates))
         fake.send(m.Log(level="info", message=f"resumed from step {first - 1}"))
     if args.eval_every and first == 1:
         fake.send(eval_frame(0))

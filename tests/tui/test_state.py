@@ -80,10 +80,14 @@ def test_resume_state_replaces_history():
     s = RunState(clock=Clock())
     s.apply(m.Step(step=9, epoch=1, loss=9.0))
     s.apply(m.ResumeState(step=4, epoch=1, total_epochs=2, step_in_epoch=4, steps_per_epoch=5,
-                          history=[m.StepSummary(step=i, loss=float(i)) for i in range(1, 5)],
-                          aggregates=m.Aggregates(total_tokens=1234)))
+                          history=[m.Step(step=i, epoch=1, loss=float(i)) for i in range(1, 5)],
+                          aggregates=m.Aggregates(total_tokens=1234, best_loss=0.5, avg_loss=2.0, loss_steps=6)))
     assert list(s.history_steps) == [1, 2, 3, 4] and s.series("loss") == [1.0, 2.0, 3.0, 4.0]
     assert s.step == 4 and s.total_tokens == 1234
+    # the run's totals cover the steps older than the history too, and go on from them
+    assert (s.totals.best_loss, s.totals.mean_loss) == (0.5, 2.0)
+    s.apply(m.Step(step=5, epoch=1, loss=9.0))
+    assert s.totals.mean_loss == 3.0
 
 
 def test_pause_resume_complete_and_zero_std():

@@ -9,6 +9,7 @@ import mlx_lm
 import pytest
 
 from grpo_tui.protocol import messages as m
+from grpo_tui.tui.state import RunState
 from tests.helpers.worker_harness import WorkerProcess, query, reward_config, tiny_model, write_config
 
 __all__ = ["tiny_model"]
@@ -45,6 +46,23 @@ def test_three_steps_then_resume_then_three_equals_six_straight(tmp_path, tiny_m
     assert max(mx.abs(a[k] - start[k]).max().item() for k in a) > 1e-4  # training did move the weights
     one, two = (query(f / "out" / "outputs.db", "SELECT step, loss, reward FROM steps ORDER BY step") for f in (straight, split))
     assert one == two
+
+
+def test_a_resume_brings_back_every_series_the_charts_tab_drew(tmp_path, tiny_model):
+    rewards = reward_config(tmp_path, "varied")
+    first = run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 2}))
+    resumed = run_to_end(write_config(tmp_path, tiny_model, rewards=rewards, training={"max_steps": 3}))
+    live, again = RunState(clock=time.monotonic), RunState(clock=time.monotonic)
+    for step in first.of(m.Step):
+        live.apply(step)
+    again.apply(resumed.of(m.ResumeState)[0])
+    assert {"perplexity", "token_accuracy", "advantage_std", "generation_ms", "training_ms", "step_ms",
+            "completion_min_length", "completion_max_length", "entropy", "grad_norm"} <= set(live.book.keys())
+    assert sorted(again.book.keys()) == sorted(live.book.keys())
+    assert {k: again.book.column(k) for k in live.book.keys()} == {k: live.book.column(k) for k in live.book.keys()}
+    assert [sorted(r.rewards) for r in again.spread.rows] == [sorted(r.rewards) for r in live.spread.rows]
+    assert again.totals.best_reward == live.totals.best_reward
+    assert again.totals.mean_loss == pytest.approx(live.totals.mean_loss)
 
 
 @pytest.mark.slow

@@ -116,6 +116,10 @@ async def test_history_and_aggregates_for_resume_state(store):
     assert [(h.step, h.loss, h.reward) for h in history] == [(1, 0.4, 0.1), (2, 0.2, 0.7), (3, 0.3, 0.4)]
     assert (agg.best_reward, agg.best_loss, agg.total_tokens) == (0.7, 0.2, 300)
     assert agg.avg_reward == pytest.approx(0.4) and agg.avg_loss == pytest.approx(0.3)
+    assert history[0].rewards == {"accuracy": 0.1} and history[0].completion_rewards == [0.1, 1.1, 0.1, 1.1]
+    assert (history[0].completion_min_length, history[0].completion_max_length) == (7.0, 7.0)
+    recent, whole = await store.history(run, limit=2)  # the frame holds the charts' last steps, the totals all
+    assert [h.step for h in recent] == [2, 3] and (whole.reward_steps, whole.loss_steps) == (3, 3)
 
     await store.finish_run(run, "completed")
     assert rows(store.path, "SELECT status FROM runs") == [("completed",)]
