@@ -4,14 +4,17 @@
 
 Each state is the one the snapshot tests pin (tests/tui/scenarios.py). ``--png`` also writes
 PNGs next to them with cairosvg or rsvg-convert (handy for looking at them outside a browser;
-rsvg draws braille from a proportional fallback font, so chart lines look dotted and a little wide).
+rsvg draws braille from a proportional fallback font, so chart lines look dotted; each glyph is
+pinned to its cell first, so none runs past its pane).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import html
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,14 +60,43 @@ async def shoot(name: str, png: bool) -> Path:
             await prepare(pilot)
             app.save_screenshot(filename=path.name, path=str(HERE))
         end_started()  # the run outlives its dashboard: end it before its folder goes
-    if png:  # cairosvg, or librsvg's rsvg-convert (apt-get install librsvg2-bin)
+    if png:
+        write_png(path)
+    return path
+
+
+# One <text> run of Textual's SVG: its cell-aligned start and width (textLength), and its characters.
+_TEXT_RUN = re.compile(r'(<text [^>]*?x=")([0-9.]+)(" y="[0-9.]+" textLength=")([0-9.]+)("[^>]*>)([^<]*)(</text>)')
+
+
+def pinned_to_cells(svg: str) -> str:
+    """``svg`` with each run of box, block or braille characters split into one <text> per cell.
+    A converter that ignores textLength draws such a run in its fallback font's wider glyphs, so a
+    chart line or an empty sparkline would seem to run past its pane; a glyph per cell cannot."""
+    def split(match: re.Match[str]) -> str:
+        head, x, mid, length, tail, body, end = match.groups()
+        chars = html.unescape(body)
+        if len(chars) < 2 or all(ord(c) < 0x2500 for c in chars):
+            return match.group(0)
+        cell = float(length) / len(chars)
+        return "".join(f"{head}{float(x) + i * cell:.1f}{mid}{cell:.1f}{tail}{html.escape(c)}{end}"
+                       for i, c in enumerate(chars))
+    return _TEXT_RUN.sub(split, svg)
+
+
+def write_png(svg: Path) -> Path:
+    """A PNG beside ``svg`` (cairosvg, or librsvg's rsvg-convert: apt-get install librsvg2-bin)."""
+    out = svg.with_suffix(".png")
+    with tempfile.NamedTemporaryFile("w", suffix=".svg", encoding="utf-8") as pinned:
+        pinned.write(pinned_to_cells(svg.read_text(encoding="utf-8")))
+        pinned.flush()
         try:
             import cairosvg
         except ImportError:
-            subprocess.run(["rsvg-convert", str(path), "-w", "1600", "-o", str(path.with_suffix(".png"))], check=True)
+            subprocess.run(["rsvg-convert", pinned.name, "-w", "1600", "-o", str(out)], check=True)
         else:
-            cairosvg.svg2png(url=str(path), write_to=str(path.with_suffix(".png")), output_width=1600)
-    return path
+            cairosvg.svg2png(url=pinned.name, write_to=str(out), output_width=1600)
+    return out
 
 
 def main() -> None:

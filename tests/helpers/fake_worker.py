@@ -35,6 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--protocol-version", type=int, default=m.PROTOCOL_VERSION)
     p.add_argument("--crash-at", type=int, default=0, help="exit 7 after this step (first run only)")
     p.add_argument("--mistake-at", type=int, default=0, help="a fixable mistake after this step: an error frame, exit 2")
+    p.add_argument("--no-kl", action="store_true", help="no kl in the steps (grpo.beta = 0)")
     p.add_argument("--hold", action="store_true", help="after the last step, wait for stop instead of completing")
     p.add_argument("--ignore-stop", action="store_true", help="never answer stop (tests the kill timeout)")
     p.add_argument("--zero-std-from", type=int, default=0, help="from this step on every group ties")
@@ -173,7 +174,7 @@ def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
         step=step, epoch=epoch, loss=0.0 if tie else 0.5 * math.exp(-step / 10) + 0.05 * math.sin(step),
         reward=reward, reward_std=0.0 if tie else 0.3 / (1 + step / 10),
         frac_reward_zero_std=1.0 if tie else 0.25, rewards={"accuracy": reward, "xml_format": 0.9},
-        kl=0.001 * step, entropy=1.2, completion_mean_length=20.0 + step % 5,
+        kl=None if args.no_kl else 0.001 * step, entropy=1.2, completion_mean_length=20.0 + step % 5,
         completion_min_length=12.0 + step % 3, completion_max_length=24.0, completion_clipped_ratio=0.125,
         completion_rewards=completion_rewards(step, args, reward, bool(tie)), advantage_std=0.4,
         clip_ratio=m.ClipRatio(low=0.01, high=0.02 + 0.001 * (step % 4), region=0.03),

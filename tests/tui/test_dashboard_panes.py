@@ -21,6 +21,8 @@ from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 from grpo_tui.tui.widgets.samples_panel import SamplesPanel
 from grpo_tui.tui.widgets.stats_panel import cell, pack
 
+from tests.helpers.pilot import screen_text
+
 from .conftest import wait_until
 from .sized_scenarios import OPTIONS, make_store
 
@@ -194,6 +196,22 @@ async def test_a_tab_switch_repaints_the_tabs_not_the_metrics(make_app):
         # two frames a switch (the tab, then what focus moved); the underline's slide drew 20
         tab_frames = [frame for frame in frames if any(r.overlaps(tab_bar) for r in frame)]
         assert len(keys) <= len(tab_frames) <= 2 * len(keys), frames
+
+
+async def test_a_tile_without_values_draws_no_line(make_app):
+    """kl with beta = 0: the tile says "—" and leaves its sparkline row blank, not a flat line of its lowest bar."""
+    app = make_app("--steps", "6", "--no-kl", "--hold")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.step == 6)
+        await pilot.pause()
+        kl, loss = (app.query_one(f"#tile-{key}").region for key in ("kl", "loss"))
+        lines = screen_text(app).splitlines()
+
+        def inside(region: Region) -> list[str]:
+            return [line[region.x + 1:region.right - 1] for line in lines[region.y + 1:region.bottom - 1]]
+
+        assert inside(kl)[0].strip() == "—" and inside(kl)[1].strip() == ""
+        assert set(inside(loss)[1].strip()) - {" "} and "▁" not in "".join(inside(kl))
 
 
 async def test_progress_bars_of_unknown_length_do_not_animate():

@@ -36,16 +36,22 @@ class MetricTile(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(tile_value(*self._shown), classes="tile-value")
-        yield Sparkline([], classes="tile-spark")
+        spark = Sparkline([], classes="tile-spark")
+        spark.visible = False  # until there is a value to draw
+        yield spark
 
     def show(self, values: Sequence[float | None], note: str = "") -> None:
         latest = next((v for v in reversed(values) if v is not None), None) if values else None
         self._latest = (latest, note)
         self._show_value()
         recent = [v for v in list(values)[-SPARK_POINTS:] if v is not None]
-        if recent != self._spark:  # empty (e.g. kl with beta = 0) draws nothing
+        if recent != self._spark:
             self._spark = recent
-            self.query_one(Sparkline).data = recent
+            spark = self.query_one(Sparkline)
+            spark.data = recent
+            # empty (e.g. kl with beta = 0): Textual would draw a flat line of its lowest bar, which reads
+            # as a series stuck at its minimum; the blank line says there is none
+            spark.visible = bool(recent)
 
     def on_resize(self) -> None:
         self._show_value()
