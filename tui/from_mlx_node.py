@@ -21,12 +21,13 @@ from grpo_tui.tui.init_templates import InitError
 @dataclass(frozen=True)
 class Key:
     ours: str | None  # "section.key" in grpo-tui's TOML, or None: no counterpart
-    default: Any  # mlx-node's DEFAULT_GRPO_CONFIG value (None: it has none)
+    default: Any  # mlx-node's default: DEFAULT_GRPO_CONFIG's, else its engine's documented one (None: none)
     note: str = ""  # what differs, said in the written config
 
 
 KEYS: dict[str, Key] = {
     "modelPath": Key("model.path", None),
+    "modelName": Key(None, None, "a label for mlx-node's logs; grpo-tui names the model by model.path (its folder or hub id)"),
     "modelConfig": Key(None, None, "the architecture comes from the model folder's config.json"),
     "learningRate": Key("training.learning_rate", 1e-6,
                         "mlx-node's GRPO engine steps param - lr*grad; grpo-tui uses AdamW, where the same rate moves "
@@ -43,7 +44,8 @@ KEYS: dict[str, Key] = {
     "klCoef": Key("grpo.beta", 0.0),
     "lossType": Key("grpo.loss_type", "grpo"),
     "advantageNormalization": Key("grpo.scale_rewards", True, "true: divide by the group's std (\"group\"); false: \"none\""),
-    "maxNewTokens": Key("generation.max_completion_length", 256),
+    "maxCompletionLength": Key("generation.max_completion_length", 256, "bounds generation and training alike, as mlx-node's"),
+    "maxNewTokens": Key(None, None, "older mlx-node's name of maxCompletionLength, taken as it"),
     "maxCompletionLengthForTraining": Key(None, 1024, "grpo-tui trains every generated token (max_completion_length bounds both)"),
     "temperature": Key("generation.temperature", 0.8),
     "topP": Key("generation.top_p", 0.95),
@@ -51,10 +53,27 @@ KEYS: dict[str, Key] = {
     "repetitionPenalty": Key("generation.repetition_penalty", 1.1,
                              "above 1 the rollout takes mlx-lm's BatchGenerator instead of the fast compiled one; "
                              "repetition_stop_ngram/count end looping completions without it"),
+    "presencePenalty": Key(None, None, "no presence penalty here: repetition_penalty, or repetition_stop_ngram/count"),
+    "frequencyPenalty": Key(None, None, "no frequency penalty here: repetition_penalty, or repetition_stop_ngram/count"),
+    "enableThinking": Key("generation.enable_thinking", True, "mlx-node's engine thinks unless told not to; grpo-tui's default is false"),
+    "tools": Key(None, None, "tools are [[tools]] tables of Python functions (docs/agents.md): rewrite each JavaScript tool in Python"),
     "rewardType": Key(None, None, "rewards are [[rewards]] tables: built-ins by name, Python functions by file"),
     "rewardFunction": Key(None, None, "a JavaScript function: write it in Python as [[rewards]] function = \"rewards.py:name\""),
     "rewardModelPath": Key(None, None, "a judge model is [[rewards]] judge = { model = ..., prompt = ... }"),
+    "rewardTimeout": Key("rewards.timeout_s", 60000, "milliseconds in mlx-node, seconds per [[rewards]] table here (0: no limit)"),
     "gradientClipValue": Key(None, 1.0, "no element-wise clamp here: max_grad_norm clips the global norm"),
+    "optimizerType": Key(None, "adamw", "grpo-tui trains with AdamW only"),
+    "adamwBeta1": Key("training.adam_beta1", 0.9),
+    "adamwBeta2": Key("training.adam_beta2", 0.999),
+    "adamwEps": Key("training.adam_epsilon", 1e-8),
+    "gradientCheckpointing": Key("training.gradient_checkpointing", True,
+                                 "mlx-node's engine checkpoints unless told not to: the same numbers, less memory, slower"),
+    "lmHeadChunkSize": Key(None, 2, "sequences per LM-head chunk; grpo-tui's memory switches are training.logprob_batch_size, "
+                                    "vocab_chunk_size and memory_limit_gb (docs/config.md, \"Memory\")"),
+    "forwardChunkSize": Key("training.logprob_batch_size", None, "sequences per forward and backward pass"),
+    "vocabChunkSize": Key(None, None, "mlx-node splits the vocabulary; grpo-tui's training.vocab_chunk_size splits the positions "
+                                      "(docs/config.md, \"Memory\")"),
+    "useParallelBatchGeneration": Key(None, None, "grpo-tui always generates the whole batch at once"),
     "logInterval": Key("logging.steps", 1),
     "saveInterval": Key("checkpoint.save_every", 100),
     "evalInterval": Key(None, 100, "with held-out rows (data.eval_path), add [eval] every = N: without them no evaluation runs"),
@@ -70,6 +89,11 @@ KEYS: dict[str, Key] = {
                                                 "store.path); `grpo-tui browse` opens mlx-node's outputs.db too"),
 }
 
+# Older mlx-node names -> the newer key they are taken as.
+ALIASES = {"maxNewTokens": "maxCompletionLength"}
+# Keys without a counterpart whose value is what grpo-tui does anyway: not said to be left behind.
+FITS = {"optimizerType": "adamw"}
+
 SECTIONS = ("model", "data", "grpo", "generation", "training", "checkpoint", "logging", "store")
 
 
@@ -83,18 +107,28 @@ def convert(source: Path, data: str | None = None) -> tuple[str, list[str]]:
         raise InitError(f"{source} is not an mlx-node config in JSON ({exc}): write the GRPOTrainerConfig object with JSON.stringify") from None
     if not isinstance(raw, dict):
         raise InitError(f"{source} holds a JSON {type(raw).__name__}, not an mlx-node GRPOTrainerConfig object")
-    unknown = sorted(set(raw) - set(KEYS))
+    unknown = [name for name in raw if name not in KEYS]
     if unknown:
-        raise InitError(f"{source}: {unknown[0]!r} is not a GRPOTrainerConfig key of mlx-node (known: {', '.join(KEYS)})")
+        raise InitError(f"{source}: {', '.join(map(repr, unknown))} {'is not a GRPOTrainerConfig key' if len(unknown) == 1 else 'are not GRPOTrainerConfig keys'} "
+                        f"of mlx-node (known: {', '.join(KEYS)})")
+    unmapped: list[str] = []
+    said = {name: name for name in raw}  # the name the file gave each value under
+    for old, new in ALIASES.items():
+        if old in raw and new in raw:
+            unmapped.append(f"{old}: {new} is given too, and taken")
+        elif old in raw:
+            raw[new], said[new] = raw[old], old
     values = {name: raw.get(name, key.default) for name, key in KEYS.items()}
     tables: dict[str, list[str]] = {s: [] for s in SECTIONS}
     top: list[str] = []
-    unmapped: list[str] = []
+    rewards_lines: list[str] = []
     for name, key in KEYS.items():
         value, given = values[name], name in raw
-        origin = f"mlx-node {name} = {json.dumps(value)}" + ("" if given else " (its default)")
+        origin = f"mlx-node {said.get(name, name)} = {json.dumps(value)}" + ("" if given else " (its default)")
+        if name in ALIASES:
+            continue
         if key.ours is None:
-            if given:
+            if given and FITS.get(name, unmapped) != value:
                 unmapped.append(f"{name}: {key.note}")
             continue
         if value is None:
@@ -102,7 +136,10 @@ def convert(source: Path, data: str | None = None) -> tuple[str, list[str]]:
         written = _ours(name, value, values, source)
         section, _, field = key.ours.rpartition(".")
         line = f"{field} = {_toml(written)}  # {origin}" + (f"; {key.note}" if key.note else "")
-        (tables[section] if section else top).append(line)
+        if section == "rewards":  # every [[rewards]] table below takes it
+            rewards_lines.append(line)
+        else:
+            (tables[section] if section else top).append(line)
     store = raw.get("outputStore")
     if isinstance(store, dict) and store.get("localPath"):
         local = str((source.parent / str(store["localPath"])).expanduser().resolve())
@@ -118,7 +155,7 @@ def convert(source: Path, data: str | None = None) -> tuple[str, list[str]]:
     text = (f"# Converted from {source.name} by `grpo-tui init --from-mlx-node` (docs/from-mlx-node.md).\n"
             "# Every mlx-node setting is written out, the file's value or else mlx-node's default.\n")
     text += "".join(line + "\n" for line in top)
-    text += REWARDS
+    text += "".join(table + "".join(line + "\n" for line in rewards_lines) for table in REWARDS)
     for section in SECTIONS:
         if tables[section]:
             text += f"\n[{section}]\n" + "".join(line + "\n" for line in tables[section])
@@ -127,15 +164,18 @@ def convert(source: Path, data: str | None = None) -> tuple[str, list[str]]:
 
 # mlx-node's GSM8K example scores with correctnessReward (2.0 for the right <answer>) and format
 # rewards (0.5 each); these are grpo-tui's built-ins closest to that pair.
-REWARDS = """
+REWARDS = (
+    """
 [[rewards]]
 name = "accuracy"  # 1.0 for the dataset's answer (mlx-node's correctnessReward pays 2.0: the weight)
 weight = 2.0
-
+""",
+    """
 [[rewards]]
 name = "xml_format"  # one <answer>...</answer> and nothing after it (mlx-node's strict/soft format rewards)
 weight = 0.5
-"""
+""",
+)
 
 
 def _ours(name: str, value: Any, values: dict[str, Any], source: Path) -> Any:
@@ -150,6 +190,8 @@ def _ours(name: str, value: Any, values: dict[str, Any], source: Path) -> Any:
         return False
     if name == "outputStore":
         return True
+    if name == "rewardTimeout":
+        return value / 1000
     return value
 
 

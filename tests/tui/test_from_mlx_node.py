@@ -41,6 +41,47 @@ def test_keys_without_a_counterpart_are_said_once(tmp_path):
     assert [line.split(":")[0] for line in unmapped] == ["gradientClipValue", "device"]
 
 
+# mlx-node's DEFAULT_GRPO_CONFIG (packages/trl/src/trainers/grpo-trainer.ts) and the rest of its GRPOTrainerConfig
+SEED_DEFAULTS = {
+    "learningRate": 1e-6, "gradientAccumulationSteps": 1, "gradientClipNorm": 1.0, "weightDecay": 0.01, "numEpochs": 1,
+    "batchSize": 1, "groupSize": 4, "clipEpsilon": 0.2, "klCoef": 0.0, "lossType": "grpo", "advantageNormalization": True,
+    "maxCompletionLength": 256, "temperature": 0.8, "topP": 0.95, "repetitionPenalty": 1.1, "logInterval": 1,
+    "saveInterval": 100, "evalInterval": 100, "logConsole": True, "logJsonl": True, "maxCheckpoints": 3, "lmHeadChunkSize": 2,
+}
+SEED_OTHERS = {
+    "modelPath": "model", "modelName": "qwen3-0.6b", "rewardTimeout": 5000, "enableThinking": False,
+    "tools": [{"type": "function", "function": {"name": "lsp"}}], "forwardChunkSize": 4, "vocabChunkSize": 65536,
+    "useParallelBatchGeneration": True, "runName": "seed", "device": "gpu", "resumeFromCheckpoint": "latest",
+    "tuiMode": True, "outputStore": {"enabled": True}, "gradientCheckpointing": False, "optimizerType": "adamw",
+    "adamwBeta1": 0.8, "adamwBeta2": 0.99, "adamwEps": 1e-6, "presencePenalty": 0.5,
+}
+
+
+def test_every_key_of_mlx_nodes_config_is_converted_or_named_in_one_pass(tmp_path):
+    config, text, unmapped = converted(tmp_path, {**SEED_DEFAULTS, **SEED_OTHERS})
+    assert config.generation.max_completion_length == 256 and not config.generation.enable_thinking
+    assert [r.timeout_s for r in config.rewards] == [5.0, 5.0]
+    assert config.training.logprob_batch_size == 4 and not config.training.gradient_checkpointing
+    assert (config.training.adam_beta1, config.training.adam_beta2, config.training.adam_epsilon) == (0.8, 0.99, 1e-6)
+    assert config.name == "seed" and config.checkpoint.resume is False
+    assert sorted(line.split(":")[0] for line in unmapped) == sorted([
+        "modelName", "tools", "vocabChunkSize", "useParallelBatchGeneration", "device", "tuiMode", "presencePenalty",
+        "lmHeadChunkSize", "evalInterval", "logConsole", "logJsonl"])  # adamw is what grpo-tui does: not named
+
+
+def test_older_mlx_nodes_max_new_tokens_is_its_max_completion_length(tmp_path):
+    config, text, unmapped = converted(tmp_path, {"modelPath": "model", "maxNewTokens": 8})
+    assert config.generation.max_completion_length == 8 and "mlx-node maxNewTokens = 8" in text and unmapped == []
+    config, _, unmapped = converted(tmp_path, {"modelPath": "model", "maxNewTokens": 8, "maxCompletionLength": 16})
+    assert config.generation.max_completion_length == 16 and unmapped == ["maxNewTokens: maxCompletionLength is given too, and taken"]
+
+
+def test_keys_that_are_not_mlx_nodes_are_all_named_at_once(tmp_path):
+    (tmp_path / "mlx.json").write_text(json.dumps({"modelPath": "m", "learnRate": 1, "maxTokens": 3}))
+    with pytest.raises(InitError, match=re.escape("'learnRate', 'maxTokens' are not GRPOTrainerConfig keys of mlx-node")):
+        convert(tmp_path / "mlx.json")
+
+
 @pytest.mark.parametrize(("content", "said"), [
     ('{"modelPath": "m", "learnRate": 1}', "'learnRate' is not a GRPOTrainerConfig key of mlx-node"),
     ("[1, 2]", "holds a JSON list, not an mlx-node GRPOTrainerConfig object"),
