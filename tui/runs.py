@@ -96,13 +96,15 @@ def _from_run_log(folder: Path) -> RunInfo | None:
     """A run with no supervisor (``grpo-tui worker``): what the end of its run.jsonl says."""
     path = folder / RUN_LOG_FILE
     try:
-        size = path.stat().st_size
+        info = path.stat()
         with open(path, "rb") as f:
-            f.seek(max(0, size - TAIL_BYTES))
+            head = f.read(TAIL_BYTES).splitlines()
+            f.seek(max(0, info.st_size - TAIL_BYTES))
             tail = f.read().splitlines()
-        started = path.stat().st_mtime if size == 0 else _first_time(path)
     except OSError:
         return None
+    started, first_total = _start_of(head)
+    started = started or info.st_mtime
     step, total, reward, status, changes, said = 0, 0, None, "unknown", 0, None
     for line in tail:
         try:
@@ -125,11 +127,24 @@ def _from_run_log(folder: Path) -> RunInfo | None:
             status, step = ("done" if event.status == "completed" else "stopped"), event.total_steps
             if event.status == "stopped" and said is not None:
                 status = c.status_of_exit(said, event)
-    return RunInfo(folder, status, step, total, 0, started, reward, False, changes)
+    return RunInfo(folder, status, step, total or first_total, 0, started, reward, False, changes)
 
 
-def _first_time(path: Path) -> float:
-    return path.stat().st_ctime
+def _start_of(head: list[bytes]) -> tuple[float, int]:
+    """When the run started (its first log line's time; 0: none) and its first ``init``'s total steps
+    (0: none), from the start of run.jsonl: a long run's tail holds neither."""
+    started, total = 0.0, 0
+    for line in head:
+        if not (started and total) and line.startswith((_INIT, _LOG)):
+            try:
+                event = decode_event(line)
+            except ProtocolError:
+                continue
+            if isinstance(event, m.Log) and not started:
+                started = event.time
+            elif isinstance(event, m.Init) and not total:
+                total = event.total_steps
+    return started, total
 
 
 def newest_live(root: Path) -> RunInfo | None:
@@ -189,6 +204,7 @@ def store_of(folder: Path) -> Path:
 
 
 _INIT = line_prefix(m.Init)
+_LOG = line_prefix(m.Log)
 
 
 def _first_init(path: Path) -> m.Init | None:

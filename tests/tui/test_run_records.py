@@ -1,6 +1,7 @@
 """What ``supervisor.json`` and ``grpo-tui ls`` say of a run matches what happened (issue 57.12): a
 user's stop is said as a stop, not as an older stderr line of the run; after the supervisor is
-killed, ``ls`` shows the step the run log reached, not the record's older one."""
+killed, ``ls`` shows the step the run log reached, not the record's older one; a run of
+``grpo-tui worker --plain`` shows its total and when it started, however long its log."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from grpo_tui.protocol import control as c
 from grpo_tui.protocol import messages as m
+from grpo_tui.protocol.codec import encode
+from grpo_tui.tui.runs import TAIL_BYTES, format_runs, run_info
 from tests.helpers.runs import CLI, wait_for
 from tests.helpers.viewer import Viewer
 from tests.helpers.worker_harness import tiny_model, write_config
@@ -74,3 +77,21 @@ def test_ls_after_the_supervisor_was_killed_shows_the_step_the_run_reached(tmp_p
     ls = subprocess.run([*CLI, "ls", str(out.parent)], capture_output=True, text=True, timeout=30)
     [line] = [line for line in ls.stdout.splitlines() if line.rstrip().endswith(" out")]
     assert f" {reached}/" in line, (reached, ls.stdout)
+
+
+def test_ls_of_a_long_plain_run_shows_its_total_and_when_it_started_not_when_it_ended(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 2}, checkpoint={"save_every": 0})
+    done = subprocess.run([*CLI, "worker", str(config), "--plain"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    log = tmp_path / "out" / "run.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    first_log = next(json.loads(line)["time"] for line in lines if json.loads(line)["type"] == "log")
+    # as a long run's log: more than ls reads of its end between the start (init) and the last step
+    busy = encode(m.Status(phase="training", message="step")) * (TAIL_BYTES // 40)
+    at = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "epoch_start")
+    log.write_bytes(b"".join(lines[:at]) + busy + b"".join(lines[at:]))
+    info = run_info(tmp_path / "out")
+    assert info is not None and (info.status, info.step, info.total_steps) == ("done", 2, 2)
+    assert info.started_at == first_log != log.stat().st_ctime
+    ls = subprocess.run([*CLI, "ls", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert format_runs([info], tmp_path)[1] in ls.stdout and " 2/2 " in ls.stdout
