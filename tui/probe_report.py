@@ -44,7 +44,7 @@ def run_probe(config_path: str, prompts: int, overrides: list[str], config: Conf
     sentence = probe_verdict(found, config.training.memory_limit_gb, machine)
     by = "the accuracy reward" if found["by_accuracy"] else "the run's best reward"
     budget = f"{config.training.memory_limit_gb:g} GB memory_limit_gb" if config.training.memory_limit_gb else f"{machine:.0f} GB here"
-    print(f"# probe: {found['prompts']} prompts × {found['group_size']} completions, then a step of the run's batch (timed after a first)")
+    print(f"# probe: {found['prompts']} prompts × {found['group_size']} completions, then steps of the run's batch (the median of three, after a first)")
     print(f"#   pass rate ({by}): {_pct(found['pass_0'])} never, {_pct(found['pass_between'])} in between, "
           f"{_pct(found['pass_100'])} always")
     print(f"#   groups without a learning signal: {_pct(found['flat_groups'])}; cut at max_completion_length = "

@@ -159,7 +159,7 @@ SLOW_CALLS = 0
 def slow(prompts, completions, **columns):
     global SLOW_CALLS
     SLOW_CALLS += 1
-    if SLOW_CALLS >= int(os.environ.get("SLOW_FROM_CALL", "1")):
+    if int(os.environ.get("SLOW_FROM_CALL", "1")) <= SLOW_CALLS <= int(os.environ.get("SLOW_UNTIL_CALL", "1000000")):
         time.sleep(float(os.environ.get("SLOW_REWARD_S", "0.3")))
     return varied(prompts, completions)
 

@@ -5,6 +5,8 @@ evidence that exists in the store and shows it, the offline ``grpo-tui doctor`` 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -131,6 +133,19 @@ def test_check_probe_says_in_one_sentence_whether_a_run_will_learn(tmp_path, tin
     left = check_probe(config)
     assert left.returncode == 2 and "Traceback" not in left.stderr and left.stderr.count("\n") == 1, left.stderr
     assert "the probe could not run: its process ended without its figures" in left.stderr
+
+
+def test_check_probe_times_a_step_by_the_median_so_one_slow_step_does_not_make_the_estimate(tmp_path, tiny_model):
+    """A step that compiles again (its completions reach a new length) takes several steps' time: the
+    first timed step stands for one here (the reward's third call sleeps 5 s)."""
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"), training={"max_steps": 100})
+    env = {**os.environ, "SLOW_REWARD_S": "5", "SLOW_FROM_CALL": "3", "SLOW_UNTIL_CALL": "3"}
+    done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "check", str(config), "--probe", "2"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode in (0, 10), done.stderr
+    said = re.search(r"a step: ([0-9.]+) s, .*the run: about ([0-9.]+) min for 100 steps", done.stdout)
+    assert said is not None, done.stdout
+    assert float(said[1]) < 2.5 and float(said[2]) < 2.5 * 100 / 60
 
 
 def test_doctor_probe_true_says_the_probe_before_step_1(tmp_path, tiny_model):

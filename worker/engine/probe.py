@@ -1,8 +1,8 @@
 """``grpo-tui check CONFIG --probe [N]``: will it learn? (docs/doctor.md, "Before the run").
 
 Loads the model as the run would, samples ``N`` prompts × ``group_size`` with the run's sampler,
-scores them with the run's rewards, and trains two steps of the run's own batch shape (then forgets
-them): the second's time and peak memory are a step's. Run as a child process of ``check`` (the dashboard side
+scores them with the run's rewards, and trains four steps of the run's own batch shape (then forgets
+them): the median of the last three is a step's time, their peak memory a step's. Run as a child process of ``check`` (the dashboard side
 never imports MLX); prints one JSON object: ``python -m grpo_tui.worker.engine.probe CONFIG N [--set …]``.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 from grpo_tui.protocol.config import Config, load_config
 
 CORRECT = 1.0 - 1e-9
+TIMED_STEPS = 3  # after a first step that compiles
 
 
 def probe(config: Config, prompts: int) -> dict[str, Any]:
@@ -51,9 +52,14 @@ def probe(config: Config, prompts: int) -> dict[str, Any]:
     finished = sorted(c.model_tokens for c in completions if c.finish_reason != "length")
     engine.step_once()  # the run's own batch shape, once to build its compiled functions
     mx.reset_peak_memory()
-    t0 = time.perf_counter()
-    engine.step_once()  # and once more for its time and memory (the weights are not kept)
-    step_s = time.perf_counter() - t0
+    times = []
+    for _ in range(TIMED_STEPS):  # then its time and memory (the weights are not kept)
+        t0 = time.perf_counter()
+        engine.step_once()
+        times.append(time.perf_counter() - t0)
+    # the median: a step whose completions reach a length not seen yet compiles again (several times a
+    # step's time), which a run pays a few times at its start, not at every step
+    step_s = sorted(times)[len(times) // 2]
     return {
         "prompts": len(examples), "group_size": G, "completions": len(completions),
         "pass_0": sum(r == 0 for r in rates) / len(rates), "pass_100": sum(r == 1 for r in rates) / len(rates),
