@@ -28,6 +28,7 @@ CORRECT = 1.0 - 1e-9  # an accuracy score at least this counts as a pass (worker
 EVIDENCE_LIMIT = 24  # generations named per finding
 TIMES_KEPT = 2000  # recent step times behind the run's median
 TEXTS_PER_STEP = 64  # completions read per step for repetition
+BUSY_LOAD = 1.0  # a rise of the machine's load average this large is other work, not the run's (slowdown)
 # Findings that say no more than info until the window is full: a run that learns from scratch has
 # many all-0 groups in its first steps (the init tools template's seed 1: 50 % at step 5, 46 % at 6).
 EARLY_INFO = ("no_signal", "pass_rate")
@@ -56,6 +57,7 @@ class StepFacts:
     generations: list[GenFacts]
     # the evaluations since the previous step: (the step each measured, 0 before training; its accuracy)
     evals: list[tuple[int, float]] = field(default_factory=list)
+    load: float | None = None  # the machine's 1-minute load average after the step (None: not measured)
 
     _groups: list[list[GenFacts]] | None = None
     _flat: list[list[GenFacts]] | None = None
@@ -467,7 +469,9 @@ def grad_spike(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config
 
 def slowdown(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
     """Seconds per token of the window against the run's median. Above info only with the memory to
-    show for it (peak memory up a fifth since the start): a slower step alone may be a busy machine."""
+    show for it (peak memory up a fifth since the start): a slower step alone may be a busy machine;
+    nothing at all when the machine's load rose by a core's worth since the start (other work took the
+    time, not the run)."""
     per_token = [_per_token(s.metrics) for s in window]
     if len(run.times) < 3 * d.window or any(t is None for t in per_token):
         return None
@@ -480,11 +484,19 @@ def slowdown(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: 
     start, now = _mean(s.metrics.peak_memory_mb for s in run.first), _mean(s.metrics.peak_memory_mb for s in window)
     pressure = start is not None and now is not None and now >= 1.2 * start
     if not pressure:
+        if _busier(run.first, window):
+            return None
         severity = "info"
     why = (f"peak memory grew from {start:.0f} to {now:.0f} MB: memory pressure; training.memory_limit_gb picks the "
            "memory switches" if pressure else "peak memory did not grow: other work on the machine, or a slower phase")
     message = f"steps take {ratio:.1f}× the run's median time per token; {why}"
     return Verdict(severity, message, {"ratio": ratio}, _steps_of(window))
+
+
+def _busier(first: list[StepFacts], window: list[StepFacts]) -> bool:
+    """The machine's load during ``window`` at least a core's worth above the run's first steps'."""
+    before, now = ([s.load for s in steps if s.load is not None] for steps in (first, window))
+    return bool(before and now) and median(now) >= median(before) + BUSY_LOAD
 
 
 def _per_token(step: m.Step) -> float | None:

@@ -5,6 +5,8 @@ dashboard watches; ``doctor.stop_on`` ends the run on one that severe. The rules
 
 from __future__ import annotations
 
+import os
+
 from grpo_tui.common.doctor import SEVERITIES, Doctor, GenFacts, StepFacts
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.outcome import Exit
@@ -17,7 +19,15 @@ def step_facts(output: StepOutput, evals: list[tuple[int, float]] | None = None)
     """What the doctor reads of a step the worker just trained (with the evaluations since the last)."""
     generations = [GenFacts(g.prompt_index, g.group_index, g.reward, g.num_tokens, g.finish_reason, g.completion,
                             dict(g.reward_details)) for g in output.generations]
-    return StepFacts(output.metrics.step, output.metrics, generations, list(evals or []))
+    return StepFacts(output.metrics.step, output.metrics, generations, list(evals or []), load=_load())
+
+
+def _load() -> float | None:
+    """The machine's 1-minute load average (the slowdown rule tells other work from the run's own)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 class DoctorWatch:

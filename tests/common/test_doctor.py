@@ -187,3 +187,24 @@ def test_the_running_median_is_the_median_of_the_last_values_kept():
         recent.append(value)
         kept = (kept + [value])[-50:]
         assert len(recent) == len(kept) and recent.median() == statistics.median(kept)
+
+
+def slowing(load_then: float, load_now: float, memory_now: float = 100.0) -> list[StepFacts]:
+    """40 steps, the last 10 twice as slow per token; the load and peak memory of the first and last steps."""
+    out = []
+    for n in range(1, 41):
+        late = n > 30
+        s = varied(n, generation_ms=200.0 if late else 100.0, training_ms=200.0 if late else 100.0,
+                   peak_memory_mb=memory_now if late else 100.0)
+        s.load = load_now if late else load_then
+        out.append(s)
+    return out
+
+
+def test_a_slowdown_while_the_machine_got_busier_is_not_the_runs():
+    quiet = feed(Doctor(config()), slowing(1.0, 1.2))
+    assert "slowdown" in names(quiet, "info")  # the machine's load did not move: said, as info
+    busy = feed(Doctor(config()), slowing(1.0, 3.5))
+    assert "slowdown" not in names(busy)  # other work took the time: nothing to say of the run
+    pressed = feed(Doctor(config()), slowing(1.0, 3.5, memory_now=200.0))
+    assert "slowdown" in names(pressed, "warning")  # memory grew a fifth and more: the run's own
