@@ -187,6 +187,7 @@ def no_weights(folder: Path) -> str:
     return f"model folder {str(folder)!r} has no weights (no *.safetensors file); copy the model's weight files into it"
 
 
+HUB_TIMEOUT_S = 5.0  # how long check waits for the hub to answer before calling it unreachable
 # What a Hugging Face tokenizer is read from (mlx-lm's own download patterns hold these)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tiktoken.model", "vocab.json", "vocab.txt", "spiece.model")
 
@@ -222,17 +223,45 @@ def hub_offline() -> bool:
     return value.upper() in ("1", "ON", "YES", "TRUE")
 
 
+def unreachable_and_not_cached(path: str, cache: str, endpoint: str) -> str:
+    return (f"model {path!r} was not found: it is not a local folder, the Hugging Face cache ({cache}) has no "
+            f"snapshot of it, and the hub ({endpoint}) cannot be reached to download it; connect this machine to the "
+            "network, or download the model elsewhere and set model.path to its folder")
+
+
+def hub_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def hub_unreachable(timeout_s: float = HUB_TIMEOUT_S) -> bool:
+    """True when no answer comes from the hub at all (no network, a proxy or firewall in the way): any
+    HTTP answer, an error status included, means a download could be tried."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(urllib.request.Request(hub_endpoint(), method="HEAD"), timeout=timeout_s).close()
+    except urllib.error.HTTPError:
+        return False
+    except (OSError, ValueError):  # URLError, a timeout, a refused connection, a malformed HF_ENDPOINT
+        return True
+    return False
+
+
 def hub_model_problem(path: str) -> str | None:
-    """A hub id that the worker could not get: offline (HF_HUB_OFFLINE) with no snapshot of it in the
-    cache. Online, a missing snapshot is downloaded: only the worker can tell whether that works."""
+    """A hub id that the worker could not get: no snapshot of it in the cache, and offline
+    (HF_HUB_OFFLINE) or no answer from the hub. Otherwise a missing snapshot is downloaded: only the
+    worker can tell whether that works (a private or misspelled id)."""
     if Path(path).expanduser().exists() or path.count("/") != 1 or path.startswith(("/", ".", "~")):
-        return None
-    if not hub_offline():
         return None
     cache = hub_cache()
     if any((cache / f"models--{path.replace('/', '--')}" / "snapshots").glob("*/config.json")):
         return None
-    return offline_and_not_cached(path, str(cache))
+    if hub_offline():
+        return offline_and_not_cached(path, str(cache))
+    if hub_unreachable():
+        return unreachable_and_not_cached(path, str(cache), hub_endpoint())
+    return None
 
 
 def model_problems(config: Config) -> list[str]:

@@ -257,6 +257,13 @@ CASES: list[Case] = [
                                                      env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(f / "hf")}),
          lambda f: f"model 'nobody-here/no-such-model' was not found: it is not a local folder, the Hugging Face cache "
                    f"({f / 'hf' / 'hub'}) has no snapshot of it, and HF_HUB_OFFLINE=1 forbids downloading it", check=True),
+    Case("hub-id-unreachable", "model", lambda f: Setup(write_run(f, model={"path": "nobody-here/no-such-model"}),
+                                                         env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(f / "hf"),
+                                                              "HF_HUB_OFFLINE": "0"}),
+         lambda f: f"model 'nobody-here/no-such-model' was not found: it is not a local folder, the Hugging Face cache "
+                   f"({f / 'hf' / 'hub'}) has no snapshot of it, and the hub (http://127.0.0.1:9) cannot be reached to "
+                   "download it; connect this machine to the network, or download the model elsewhere and set model.path "
+                   "to its folder", check=True),
     Case("quantized-full-finetune", "model",
          lambda f: Setup(write_run(f, model={"path": str(model_copy(f, quantization={"group_size": 64, "bits": 4}))})),
          lambda f: f"model.lora: '{f / 'model'}' is a 4-bit quantized model, and full fine-tuning would train only its few "

@@ -71,6 +71,8 @@ def resolve(path: str) -> Path:
     except Exception as exc:  # noqa: BLE001 — the hub raises a dozen kinds; all mean "not available"
         if _offline():
             raise ModelSourceError(preflight.offline_and_not_cached(path, cache)) from None
+        if preflight.hub_unreachable():  # what check says too
+            raise ModelSourceError(preflight.unreachable_and_not_cached(path, cache, preflight.hub_endpoint())) from None
         raise ModelSourceError(
             f"model {path!r} was not found: it is not a local folder or in the Hugging Face cache ({cache}), "
             f"and downloading it failed ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
