@@ -184,7 +184,7 @@ class Engine:
         target = Path(path)
         trainer, t = self.trainer, self.config.training
         epoch, step_in_epoch, _ = trainer.batch(self.step) if self.step else (0, 0, [])
-        state = TrainingState(step=self.step, epoch=epoch, step_in_epoch=step_in_epoch, kind="manual", run_id=self._run_id,
+        state = TrainingState(step=self.step, epoch=epoch, step_in_epoch=step_in_epoch, kind="manual", run_id=self._run(),
                               seed=t.seed, dataset_size=trainer.dataset_size, dataset_hash=trainer.dataset_hash,
                               config_digest=ckpt.config_digest(self.config), total_steps=trainer.total_steps,
                               model=dict(getattr(trainer, "model_identity", None) or {}),
@@ -199,6 +199,10 @@ class Engine:
             raise EngineError(f"{directory} is not a checkpoint (no training_state.json): give a checkpoint-N folder")
         self.trainer.load_checkpoint(directory)
         self.step = state.step
+        if self._store is not None and self._loop is not None and not self._run_id and state.run_id:
+            # the store's run goes on (its rows after the step dropped, as a worker's resume drops them)
+            if self._loop.run_until_complete(self._store.reopen_run(state.run_id, state.step, self.trainer.total_steps)):
+                self._run_id = state.run_id
         return self.step
 
     # ------------------------------------------------------------ the optional store
@@ -216,20 +220,27 @@ class Engine:
         from grpo_tui.worker.store import Store
 
         self._loop = asyncio.new_event_loop()
-        self._store = store = self._loop.run_until_complete(Store.open(path))
-        cfg = self.config
-        self._run_id = self._loop.run_until_complete(
-            store.create_run(cfg.run_name, Path(cfg.model.path).name, cfg.model.path, cfg.to_dict(), self.trainer.total_steps))
+        self._store = self._loop.run_until_complete(Store.open(path))
+
+    def _run(self) -> int:
+        """The store's run, begun at the first step recorded (or saved) unless ``load`` went on with a
+        checkpoint's; 0 without a store."""
+        if self._store is not None and self._loop is not None and not self._run_id:
+            cfg = self.config
+            self._run_id = self._loop.run_until_complete(self._store.create_run(
+                cfg.run_name, Path(cfg.model.path).name, cfg.model.path, cfg.to_dict(), self.trainer.total_steps))
+        return self._run_id
 
     def _record(self, out: StepOutput) -> None:
         self._last = out
         if self._store is not None and self._loop is not None:
-            self._loop.run_until_complete(self._store.write_step(self._run_id, out))
+            self._loop.run_until_complete(self._store.write_step(self._run(), out))
 
-    def close(self) -> None:
-        """Mark the store's run completed and close it (nothing to do without a store)."""
+    def close(self, status: str = "completed") -> None:
+        """Mark the store's run ``status`` (completed, stopped or crashed) and close the store."""
         if self._store is not None and self._loop is not None:
-            self._loop.run_until_complete(self._store.finish_run(self._run_id, "completed"))
+            if self._run_id:
+                self._loop.run_until_complete(self._store.finish_run(self._run_id, status))
             self._loop.run_until_complete(self._store.close())
             self._loop.close()
             self._store = self._loop = None
@@ -237,5 +248,6 @@ class Engine:
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        # a loop that raised is not a completed run: browse and ls say how it ended
+        self.close("completed" if kind is None else "stopped" if issubclass(kind, KeyboardInterrupt) else "crashed")

@@ -64,6 +64,12 @@ def test_the_callers_rewards_train_and_a_store_records_the_steps(tmp_path, tiny_
     assert query(tmp_path / "engine.db", "SELECT step FROM steps ORDER BY step") == [(1,), (2,)]
     assert query(tmp_path / "engine.db", "SELECT count(*) FROM generations") == [(8,)]
     assert query(tmp_path / "engine.db", "SELECT status FROM runs") == [("completed",)]
+    with pytest.raises(RuntimeError), Engine(config, store=tmp_path / "engine.db") as resumed:
+        assert resumed.load(saved) == 2  # the store's run goes on: no second run
+        assert resumed.step_once().step == 3
+        raise RuntimeError("the caller's loop failed")
+    assert query(tmp_path / "engine.db", "SELECT id, status FROM runs") == [(1, "crashed")]  # not "completed"
+    assert query(tmp_path / "engine.db", "SELECT step FROM steps ORDER BY step") == [(1,), (2,), (3,)]
     again = Engine(config)
     assert again.load(saved) == 2
     assert all(np.array_equal(a, b) for a, b in zip(weights(again.trainer.policy.model).values(), weights(engine.trainer.policy.model).values()))
