@@ -12,7 +12,11 @@ from grpo_tui.tui.app import GrpoApp
 from grpo_tui.tui.series import HISTORY_LIMIT
 from grpo_tui.tui.state import RunState
 
+from tests.helpers.worker_harness import tiny_model
+
 from .conftest import FROZEN, make_config, wait_until
+
+__all__ = ["tiny_model"]
 
 STEPS = HISTORY_LIMIT + 700
 
@@ -52,3 +56,26 @@ async def test_a_long_history_folds_to_the_state_of_a_dashboard_that_watched(tmp
         assert s.book.keys() == watched.book.keys() and all(s.book.column(k) == watched.book.column(k) for k in s.book.keys())
         assert list(s.step_ms) == list(watched.step_ms) and s.last_step == watched.last_step
         assert [x.completion for x in s.samples] == ["c5000"]  # the newest samples
+
+
+async def test_attaching_to_a_finished_run_that_max_steps_cut_inside_its_epoch_shows_it_whole(tmp_path, tiny_model):
+    """4 batches an epoch, max_steps = 3: the epoch bar is full on attach, as the live dashboard showed it."""
+    import subprocess
+    import sys
+
+    from textual.widgets import ProgressBar, Static
+
+    from grpo_tui.protocol.config import load_config
+    from tests.helpers.worker_harness import write_config
+
+    config = write_config(tmp_path, tiny_model, training={"max_steps": 3}, checkpoint={"save_every": 0})
+    done = subprocess.run([sys.executable, "-m", "grpo_tui.tui.cli", "worker", str(config), "--plain"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    app = GrpoApp(str(config), load_config(config), run_dir=str(tmp_path / "out"), launch=False, clock=lambda: FROZEN)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.state.status == "done")
+        await pilot.pause()
+        assert app.query_one("#epoch-bar", ProgressBar).percentage == 1.0
+        assert str(app.query_one("#epoch-note", Static).render()) == "batch 3/3"
+        assert app.query_one("#step-bar", ProgressBar).percentage == 1.0
