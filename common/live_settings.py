@@ -28,6 +28,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "grpo.beta", "grpo.epsilon", "grpo.epsilon_high", "grpo.scale_rewards", "grpo.dynamic_sampling",
     "eval.every", "checkpoint.save_every",
     "curriculum.strategy", "curriculum.min_pass_rate", "curriculum.max_pass_rate", "curriculum.revisit_probability",
+    "async.max_staleness", "async.weight_sync_steps",
 )
 
 # Why a key that looks tunable is not live (the rest are what the run is: its model, data, LoRA's
@@ -54,10 +55,14 @@ def live_keys(config: Config) -> list[str]:
     return keys + [f"rewards[{i}].weight" for i in range(len(config.rewards))]
 
 
+# A key's segment as the config's attribute, where TOML's name is a Python keyword.
+_ATTRIBUTES = {"async": "async_", "class": "class_"}
+
+
 def value_at(config: Config, key: str) -> Any:
     node: Any = config
     for seg in parse_key(key, key, "<live>"):
-        node = node[seg] if isinstance(seg, int) else getattr(node, seg)
+        node = node[seg] if isinstance(seg, int) else getattr(node, _ATTRIBUTES.get(seg, seg))
     return node
 
 
@@ -68,7 +73,7 @@ def set_value(config: Config | dict[str, Any], key: str, value: Any) -> None:
     node: Any = config
     for seg in path:
         try:
-            node = node[seg] if isinstance(seg, int) or isinstance(node, dict) else getattr(node, seg)
+            node = node[seg] if isinstance(seg, int) or isinstance(node, dict) else getattr(node, _ATTRIBUTES.get(str(seg), str(seg)))
         except (KeyError, IndexError, TypeError, AttributeError):
             return
     if isinstance(node, dict):
@@ -76,7 +81,7 @@ def set_value(config: Config | dict[str, Any], key: str, value: Any) -> None:
     elif isinstance(node, list) and isinstance(last, int):
         node[last] = value
     else:
-        setattr(node, str(last), value)
+        setattr(node, _ATTRIBUTES.get(str(last), str(last)), value)
 
 
 def toml_value(value: Any) -> str:

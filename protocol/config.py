@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from grpo_tui.protocol import recipes
+from grpo_tui.protocol.config_async import AsyncConfig
 from grpo_tui.protocol.config_base import Section as _Section, invalid as _invalid
 from grpo_tui.protocol.config_curriculum import CurriculumConfig
 from grpo_tui.protocol.config_doctor import DoctorConfig
@@ -33,7 +34,7 @@ from grpo_tui.protocol.config_run import (Backend, CheckpointConfig, DisplayConf
                                           RuntimeConfig, StoreConfig, Tracker)
 from grpo_tui.protocol.config_training import SchedulerType, TrainingConfig
 
-__all__ = ["Config", "ConfigError", "load_config", "parse_config", "validate", "apply_override",
+__all__ = ["AsyncConfig", "Config", "ConfigError", "load_config", "parse_config", "validate", "apply_override",
            "DataConfig", "MIN_TEMPERATURE", "GenerationConfig", "GrpoConfig", "LoraConfig", "ModelConfig",
            "BUILTIN_REWARDS", "BUILTIN_REWARD_PARAMS", "JudgeConfig", "RewardConfig", "ToolConfig",
            "CheckpointConfig", "Tracker", "LoggingConfig", "StoreConfig", "DisplayConfig", "RuntimeConfig",
@@ -60,6 +61,7 @@ class Config(_Section):
     fork: ForkConfig | None = None  # a forked run: its parent (grpo-tui fork)
     environment: EnvironmentConfig | None = None  # TRL's environment_factory (docs/environments.md)
     curriculum: CurriculumConfig = msgspec.field(default_factory=CurriculumConfig)  # which prompts a step draws (docs/curriculum.md)
+    async_: AsyncConfig = msgspec.field(default_factory=AsyncConfig, name="async")  # asynchronous GRPO (docs/async.md)
 
     def __post_init__(self) -> None:
         if not self.rewards and (self.environment is None or self.environment.rollout_func is not None):
@@ -135,11 +137,35 @@ def validate(raw: dict[str, Any], file: str = "<config>") -> Config:
     if config.grpo.sync_ref_model and config.model.lora is not None:
         raise ConfigError("grpo.sync_ref_model", "is not supported with [model.lora] (as in TRL with PEFT): the "
                           "reference is the base model; fine-tune fully or set sync_ref_model = false", file)
+    if config.async_.on:
+        _check_async(config, file)
     names = [t.function.rsplit(":", 1)[1] for t in config.tools]
     for i, name in enumerate(names):  # the model calls a tool by its function's name
         if name in names[:i]:
             raise ConfigError(f"tools[{i}].function", f"{config.tools[i].function!r}: a second tool named {name!r}", file)
     return config
+
+
+def _check_async(config: Config, file: str) -> None:
+    """What asynchronous GRPO cannot be combined with (docs/async.md, "Works with")."""
+    k = config.async_.max_staleness
+    if config.training.steps_per_generation > 1:
+        raise ConfigError("async.max_staleness", f"{k} trains on generations made while the learner trains, while "
+                          f"training.steps_per_generation = {config.training.steps_per_generation} reuses one "
+                          "generation over several steps: use one of them (steps_per_generation = 1 or max_staleness = 0)", file)
+    if config.curriculum.on:
+        raise ConfigError("async.max_staleness", f"{k} is not supported with [curriculum] yet (the curriculum picks a "
+                          "step's prompts from the scores of the steps before it, which the learner has not seen when "
+                          "the generator runs ahead): set curriculum.strategy = \"off\" or max_staleness = 0", file)
+    a = config.async_
+    if config.grpo.loss_type == "vespo" and a.importance_sampling_correction and a.importance_sampling_mode.startswith("sequence"):
+        raise ConfigError("async.importance_sampling_mode", f"{a.importance_sampling_mode!r}: the vespo loss takes the "
+                          "correction into its per-token gamma weights, as in TRL: use 'token_truncate' or 'token_mask'", file)
+    d = config.distributed
+    if d.ranks > 1 or d.hosts or d.hostfile is not None:
+        raise ConfigError("async.max_staleness", f"{k} runs one learner process beside the generator; several learner "
+                          "ranks ([distributed]) are not supported with it yet: remove the [distributed] ranks or "
+                          "set max_staleness = 0", file)
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -136,8 +136,9 @@ class RankTiming(msgspec.Struct, kw_only=True):
 # figures, and (by prefix) the batch's figures only TRL's log shows, tools, dynamic sampling, the
 # judge. Every other key is what a reward function logged with ``log_metric``.
 LOSS_METRICS = ("cispo_clip_ratio", "vespo/phi_seq_mean", "entropy_coef", "policy_loss", "clip_ratio/low_min",
-                "clip_ratio/high_max")
-WORKER_METRIC_PREFIXES = ("rewards/", "completions/", "tools/", "sampling/", "judge/", "curriculum/")
+                "clip_ratio/high_max", "sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/min",
+                "sampling/importance_sampling_ratio/max", "async/is_clipped")
+WORKER_METRIC_PREFIXES = ("rewards/", "completions/", "tools/", "sampling/", "judge/", "curriculum/", "async/")
 
 
 def logged_by_rewards(name: str) -> bool:

@@ -16,7 +16,7 @@ import msgspec
 from grpo_tui.protocol.messages import Step
 
 APPLICATION_ID = "grpo-tui"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # Fields of the ``step`` message that are not stored: each completion's reward is in the
 # generations table anyway; the length extremes are live-only.
@@ -237,8 +237,16 @@ CREATE VIEW prompts AS
     FROM prompt_visits GROUP BY run_id, prompt_row;
 """
 
+# Asynchronous GRPO ([async], docs/async.md): the learner step whose weights sampled each generation
+# (step - 1 in a synchronous run; up to async.max_staleness less in an asynchronous one). NULL: a
+# generation stored before the column.
+_V12 = """
+ALTER TABLE generations ADD COLUMN policy_step INTEGER;
+"""
+
 # MIGRATIONS[v] upgrades a store at version v-1 to version v. Append, never edit.
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10, 11: _V11}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7, 8: _V8, 9: _V9, 10: _V10, 11: _V11,
+                              12: _V12}
 
 
 class StoreError(RuntimeError):

@@ -171,6 +171,8 @@ class TrainingLoop:
                 self.trackers.close()
             if run.store is not None:
                 await run.store.close()
+            if run.loaded is not None:
+                await run.mlx(run.loaded.close)
             await run.mlx(release_mlx_streams)
             run.executor.shutdown(wait=True)
 

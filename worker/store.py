@@ -249,13 +249,14 @@ class Store:
         cur = await db.execute(
             "INSERT INTO generations (run_id, step, prompt_index, group_index, prompt, completion, "
             "raw_completion, thinking, reward, reward_details, advantage, num_tokens, finish_reason, "
-            "created_at, reward_notes, turns, dropped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "created_at, reward_notes, turns, dropped, policy_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run_id, step, gen.prompt_index, gen.group_index, gen.prompt, gen.completion,
                 gen.raw_completion, gen.thinking, finite(gen.reward), json.dumps(gen.reward_details),
                 finite(gen.advantage), gen.num_tokens, gen.finish_reason, now,
                 json.dumps(gen.reward_notes) if gen.reward_notes else None,
                 msgspec.json.encode(gen.turns).decode() if gen.turns else None, int(gen.dropped),
+                step - 1 if gen.policy_step is None else gen.policy_step,
             ),
         )  # fmt: skip
         if gen.tool_calls:

@@ -30,6 +30,7 @@ class Generation(ScoredCompletion, kw_only=True):
     group_index: int  # index of the completion within its group (0..G-1)
     raw_completion: str  # exactly what the model produced (decoded from its token ids)
     dropped: bool = False  # dynamic sampling: its group's rewards were all equal, not trained on
+    policy_step: int | None = None  # [async]: the learner step whose weights sampled it (None: step - 1)
 
     def to_sample(self, step: int, group_size: int, display: SampleDisplay | None = None) -> Sample:
         """This completion as a ``sample`` frame of ``step``: its shared fields as they are."""
@@ -135,3 +136,7 @@ class Trainer(Protocol):
     def save_optimizer(self, path: Path) -> None: ...
 
     def load_checkpoint(self, directory: Path) -> None: ...
+
+    def close(self) -> None:
+        """The run is over (done, stopped or failed): end what the trainer started ([async]'s generator)."""
+        ...

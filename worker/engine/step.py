@@ -7,6 +7,7 @@ one collaborator (``collaborators.Collaborators``); this file only orders them.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import mlx.core as mx
@@ -23,6 +24,15 @@ from grpo_tui.worker.trainer_contract import StepOutput
 Phases = Callable[[Phase], None]  # hears "generating", "scoring" and "training" as they begin
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """Where an [async] step's rollouts came from: the learner step whose weights sampled them, and
+    the step's figures the generator and the link add (``async/*``, the scorer's own)."""
+
+    policy_step: int
+    metrics: dict[str, float]
+
+
 def train_step(c: Collaborators, step: int, held: dict[int, HeldStep], on_phase: Phases) -> StepOutput:
     """Train ``step``. ``held``: the later steps' shares of a generation made earlier
     (``steps_per_generation``), kept by the caller across steps."""
@@ -35,20 +45,26 @@ def train_step(c: Collaborators, step: int, held: dict[int, HeldStep], on_phase:
             held.update(generation_reuse.generate(c, step, on_phase))
         share = held.pop(step)
         return learn(c, step, epoch, share.selection, on_phase, share)
-    # Round 0: the step's own prompts; with dynamic sampling, more rounds until the groups teach.
+    return learn(c, step, epoch, scored_step(c, step, indices, on_phase), on_phase)
+
+
+def scored_step(c: Collaborators, step: int, indices: list[int], on_phase: Phases) -> Selection:
+    """The step's rollouts, scored: round 0 has the step's own prompts (``indices``); with dynamic
+    sampling, more rounds until the groups teach. [async]'s generator runs this for the learner."""
+    cfg = c.config
     rounds = [scored_round.roll_and_score(c, step, 0, c.prompts.examples(indices), on_phase)]
     used = set(indices)
     while (more := dynamic_sampling.next_round(step, rounds, used, c.prompts.dataset_size, cfg, c.prompts.curriculum)) is not None:
         rounds.append(scored_round.roll_and_score(c, step, len(rounds), c.prompts.examples(more), on_phase))
-    selection = dynamic_sampling.select(rounds, cfg.grpo.group_size, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
-    return learn(c, step, epoch, selection, on_phase)
+    return dynamic_sampling.select(rounds, cfg.grpo.group_size, cfg.training.batch_size, cfg.grpo.dynamic_sampling)
 
 
 def learn(c: Collaborators, step: int, epoch: int, selection: Selection, on_phase: Phases = lambda p: None,
-          held: HeldStep | None = None) -> StepOutput:
+          held: HeldStep | None = None, sampled: Sampled | None = None) -> StepOutput:
     """The step's scored rollouts (``selection``) -> advantages -> the learner's passes -> the step's
     metrics and generations. ``held``: the step's share of an earlier generation, with its
-    advantages and packed micro-batches."""
+    advantages and packed micro-batches. ``sampled``: [async]'s account of where the rollouts came
+    from (the policy step that sampled them, the generator's own figures)."""
     cfg, G = c.config, c.config.grpo.group_size
     # The trained batch (all of the step's completions without dynamic sampling) and everything
     # the step generated and scored: the reward and length metrics are the latter's, the
@@ -80,7 +96,8 @@ def learn(c: Collaborators, step: int, epoch: int, selection: Selection, on_phas
         advantages=advantages.tolist(), group_stds=stds.tolist()[::G], passes=passes,
         generation_s=selection.generation_s, scoring_s=scoring_s, training_s=training_s,
         learning_rate=c.learner.learning_rate, peak_memory=mx.get_peak_memory(), active_memory=mx.get_active_memory(),
-        with_kl=cfg.grpo.beta > 0, extra_metrics={**step_output.extra_metrics(cfg, selection, c.scorer, G), **pool},
+        with_kl=cfg.grpo.beta > 0, extra_metrics={**step_output.extra_metrics(cfg, selection, c.scorer, G), **pool,
+                                                  **(sampled.metrics if sampled is not None else {})},
         ranks=rank_times, slowest_rank=slowest, all_reduce_bytes=c.ranks.comm_bytes,
         trained_tokens=sum(len(examples[x.prompt_index].prompt_ids) + x.model_tokens for x in completions),
     ))  # fmt: skip
@@ -89,5 +106,6 @@ def learn(c: Collaborators, step: int, epoch: int, selection: Selection, on_phas
     c.learner.retraced(step, selection.generation_s, c.policy.decode is not None)
     generations = step_output.generations(owners, generated, selection.totals, selection.per_fn,
                                           step_output.advantage_by_completion(selection, advantages.tolist(), G),
-                                          selection.logged, G, dropped=selection.dropped)
+                                          selection.logged, G, dropped=selection.dropped,
+                                          policy_step=sampled.policy_step if sampled is not None else step - 1)
     return StepOutput(metrics=metrics, generations=generations, prompt_visits=visits)

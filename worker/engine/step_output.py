@@ -136,7 +136,7 @@ def step_frame(r: StepResults) -> Step:
 
 def generations(owners: list[Example], completions: list[Completion], totals: list[float | None],
                 per_fn: dict[str, list[float | None]], advantages: list[float], logged: StepLog, group_size: int,
-                dropped: set[int] | None = None) -> list[Generation]:
+                dropped: set[int] | None = None, policy_step: int | None = None) -> list[Generation]:
     """The step's generations as the store keeps them: each completion with its prompt (``owners``),
     scores, advantage and what the reward functions noted; ``dropped``: the prompts not trained on."""
     out = []
@@ -159,6 +159,7 @@ def generations(owners: list[Example], completions: list[Completion], totals: li
                 reward_notes=logged.notes(i),
                 turns=list(c.turns),
                 dropped=dropped is not None and c.prompt_index in dropped,
+                policy_step=policy_step,
             )
         )
     return out

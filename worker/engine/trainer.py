@@ -17,6 +17,8 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel, Phase
 from grpo_tui.worker.engine import distributed, scored_round
 from grpo_tui.worker.engine.accel import patches
+from grpo_tui.worker.engine import asynchronous
+from grpo_tui.worker.engine.asynchronous.learner_side import AsyncSteps
 from grpo_tui.worker.engine.collaborators import Collaborators
 from grpo_tui.worker.engine.generation_reuse import HeldStep
 from grpo_tui.worker.engine.inputs import Inputs, load_inputs
@@ -39,12 +41,14 @@ def default_log(level: LogLevel, message: str) -> None:
     print(f"[{level}] {message}", file=sys.stderr)
 
 
-def load_collaborators(config: Config, log: Callable[[LogLevel, str], None], inputs: Inputs | None = None) -> Collaborators:
-    """Everything a run's steps need, loaded once, in the order that keeps memory and mistakes right."""
+def load_collaborators(config: Config, log: Callable[[LogLevel, str], None], inputs: Inputs | None = None,
+                       ranks: distributed.Ranks | None = None) -> Collaborators:
+    """Everything a run's steps need, loaded once, in the order that keeps memory and mistakes right.
+    ``ranks``: [async]'s two processes are one learner and one generator, never ranks of the same group."""
     # Before MLX evaluates or allocates anything.
     keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
                                                      parameters=model_source.parameter_count(config.model.path, config.model.dequantize))
-    ranks = distributed.Ranks.join(config.distributed.backend)
+    ranks = ranks or distributed.Ranks.join(config.distributed.backend)
     ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)
     log("info", f"loading {config.model.path}")
     if note := model_source.NOTES.get(config.model.path):  # where a GGUF file's mlx-lm folder is
@@ -88,7 +92,10 @@ class MlxTrainer:
 
     def __init__(self, config: Config, log: Callable[[LogLevel, str], None] = default_log,
                  inputs: Inputs | None = None) -> None:
-        self.parts = load_collaborators(config, log, inputs)
+        # [async]: the generator starts first, so that it loads the model while this process does
+        started = asynchronous.start(config) if config.async_.on else None
+        self.parts = load_collaborators(config, log, inputs, ranks=distributed.Ranks() if started else None)
+        self.asynchronous = AsyncSteps(self.parts, started) if started is not None else None
         self.policy, self.scorer, self.learner = self.parts.policy, self.parts.scorer, self.parts.learner
         self.prompts, self.ranks = self.parts.prompts, self.parts.ranks
         self.model_name = self.policy.name
@@ -111,7 +118,13 @@ class MlxTrainer:
         return self.prompts.batch(step)
 
     def train_step(self, step: int, on_phase: Callable[[Phase], None] = lambda p: None) -> StepOutput:
+        if self.asynchronous is not None:
+            return self.asynchronous.train_step(step, on_phase)
         return train_step(self.parts, step, self.held, on_phase)
+
+    def close(self) -> None:
+        if self.asynchronous is not None:
+            self.asynchronous.close()
 
     @property
     def eval_size(self) -> int:
@@ -144,6 +157,9 @@ class MlxTrainer:
     def live_problem(self, key: str, value: object) -> str | None:
         """Why the loaded run cannot take ``key`` = ``value``, asked of the collaborator that owns it.
         Reads only what loading fixed, so it answers at once, while a step runs."""
+        if key.startswith("async.") and self.asynchronous is None:
+            return ("needs the generator process, which starts with the run: this run started synchronous "
+                    "(async.max_staleness = 0); stop it and resume with --set async.max_staleness=1")
         return (self.learner.live_problem(key, value)
                 or self.policy.live_problem(key, value, self.prompts.every_prompt)
                 or self.prompts.live_problem(key, value))
@@ -152,6 +168,8 @@ class MlxTrainer:
         """The shared config now holds live changes of ``keys``: each collaborator follows its own."""
         for part in (self.scorer, self.prompts, self.learner, self.policy):
             part.follow(keys)
+        if self.asynchronous is not None:  # the generator follows them with the step's answer
+            self.asynchronous.follow(keys)
 
     # ------------------------------------------------------------ checkpoints
 

@@ -34,6 +34,8 @@ class MicroBatch:
     entropy_mask: mx.array | None = None  # (B, T) top_entropy_quantile's tokens (grpo.high_entropy_mask)
     prompts: mx.array | None = None  # (B / group, W), shared-prompt layout only
     prompt_pad: mx.array | None = None  # (B / group,)
+    sampling_logps: mx.array | None = None  # (B, T) [async]: the sampler's log-probability of each target
+    sampling_known: mx.array | None = None  # (B, T) 1 where the sampler's log-probability is known
     start: int = 0
     group: int = 1
 
@@ -80,6 +82,20 @@ def pack(prompts: list[list[int]], completions: list[list[int]], advantages: lis
         start=start,
     )
     return _apply_token_masks(batch, completions, token_masks, [len(p) - 1 - start for p in prompts])
+
+
+def with_sampling_logps(batch: MicroBatch, prompts: list[list[int]], logprobs: list[list[float]]) -> MicroBatch:
+    """``batch`` with the sampler's log-probability of each completion token ([async]'s correction),
+    placed as the loss mask places the tokens; a completion without them (an agent's, TRL's
+    rollout function without logprobs) is marked unknown and weighs 1."""
+    width = batch.mask.shape[1]
+    values = [[0.0] * width for _ in logprobs]
+    known = [[0.0] * width for _ in logprobs]
+    for i, row in enumerate(logprobs):
+        off = 0 if batch.prompts is not None else len(prompts[i]) - 1 - batch.start
+        for t, v in enumerate(row[: width - off]):
+            values[i][off + t], known[i][off + t] = float(v), 1.0
+    return dataclasses.replace(batch, sampling_logps=mx.array(values), sampling_known=mx.array(known))
 
 
 def _apply_token_masks(batch: MicroBatch, completions: list[list[int]], token_masks: list[list[int] | None] | None,

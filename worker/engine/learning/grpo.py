@@ -10,7 +10,7 @@ with ``use_bias_correction_kl``), the off-policy sequence mask, and each loss ty
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import mlx.core as mx
 import numpy as np
@@ -48,6 +48,10 @@ class LossSettings:
     # TRL's entropy bonus is on (entropy_coef != 0 or use_adaptive_entropy): the loss then takes the
     # entropy with its gradient; the coefficient itself changes between steps, so it is an input.
     entropy_bonus: bool = False
+    # [async]'s off-policy correction (TRL's vllm_importance_sampling_*): None when off or synchronous
+    importance_sampling_mode: str | None = None
+    importance_sampling_clip_min: float | None = None
+    importance_sampling_clip_max: float | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> "LossSettings":
@@ -60,8 +64,17 @@ class LossSettings:
             importance_sampling_level=g.importance_sampling_level,
             max_completion_length=config.generation.max_completion_length,
             entropy_bonus=g.entropy_coef != 0.0 or g.use_adaptive_entropy,
+            **_importance_sampling(config),
             **{name: getattr(g, name) for name in SAME_NAMED},
         )
+
+
+def _importance_sampling(config: Config) -> dict[str, Any]:
+    a = config.async_
+    if not (a.on and a.importance_sampling_correction):
+        return {}
+    return {"importance_sampling_mode": a.importance_sampling_mode, "importance_sampling_clip_min": a.importance_sampling_clip_min,
+            "importance_sampling_clip_max": a.importance_sampling_clip_max}
 
 
 @dataclass
@@ -305,7 +318,8 @@ def _clip_metrics(ratio: mx.array, adv: mx.array, mask: mx.array, tokens: mx.arr
 
 # The metrics that are a micro-batch's extreme, not a token mean: min or max over its parts, then
 # the mean over the micro-batches that had one (TRL appends one per micro-batch and averages them).
-EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max}
+EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max,
+            "sampling/importance_sampling_ratio/min": min, "sampling/importance_sampling_ratio/max": max}
 
 
 def policy_loss(
@@ -322,6 +336,8 @@ def policy_loss(
     entropy_mask: mx.array | None = None,
     entropy: mx.array | None = None,
     entropy_coef: float | mx.array = 0.0,
+    sampling_logps: mx.array | None = None,
+    sampling_known: mx.array | None = None,
 ) -> tuple[mx.array, dict[str, mx.array]]:
     """The clipped surrogate loss of one micro-batch (docs/architecture.md, "Step data path").
 
@@ -334,6 +350,8 @@ def policy_loss(
     loss minus ``entropy_coef`` × the mean entropy of the tokens the policy term acts on (this
     micro-batch's, or ``part_of``'s whole), divided by ``accumulation_steps`` alone whatever the loss
     type (``entropy_bonus``).
+    ``sampling_logps`` (N, T), where ``sampling_known`` is 1 ([async]): the sampler's log-probability of
+    each token, for the off-policy correction (``importance_sampling_weight``).
     Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
     ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``, and ``EXTREMES``' (the
     rows' least or most, not a mean); with the bonus ``policy_loss``
@@ -348,11 +366,18 @@ def policy_loss(
     log_ratio = logps - old_logps
     ratio = mx.exp(_log_weight(log_ratio, mask, seq_tokens, settings.importance_sampling_level))
     adv = advantages[:, None]
-    per_token, metrics = _policy_term(logps, log_ratio, ratio, adv, mask, tokens, settings)
+    is_weight = None
+    if settings.importance_sampling_mode is not None and sampling_logps is not None:
+        is_weight, is_metrics = importance_sampling_weight(old_logps, sampling_logps, sampling_known, mask, tokens, settings)
+    per_token, metrics = _policy_term(logps, log_ratio, ratio, adv, mask, tokens, settings, is_weight)
     if settings.off_policy_mask_threshold is not None:
         per_token = per_token * off_policy_mask(logps, old_logps, adv, mask, settings.off_policy_mask_threshold)
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
+    if is_weight is not None:
+        if settings.loss_type != "vespo":  # VESPO folds the weight into its gamma weights, as in TRL
+            per_token = per_token * is_weight
+        metrics = {**metrics, **is_metrics}
 
     kl = mx.array(0.0)
     if settings.beta != 0.0:
@@ -397,8 +422,45 @@ def entropy_bonus(entropy: mx.array, acted: mx.array, counted: mx.array, tokens:
     return bonus, {"bonus_entropy": mx.stop_gradient(total) / denom, "bonus_tokens": counted / denom}
 
 
+def importance_sampling_weight(old_logps: mx.array, sampling_logps: mx.array, known: mx.array | None, mask: mx.array,
+                               tokens: mx.array, settings: LossSettings) -> tuple[mx.array, dict[str, mx.array]]:
+    """[async]'s off-policy correction, TRL 1.16's ``vllm_importance_sampling_*`` for a sampler some
+    steps behind the learner: the ratio of the learner's probability of a sampled token (``*_token``)
+    or completion (``sequence_*``) to the sampler's, truncated to [clip_min, clip_max] (truncated IS,
+    Ionides 2008; Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+    training") or zeroed outside it (masked IS, as in IcePop), a constant of the gradient. A token
+    whose sampler log-probability is unknown (``known`` 0: an agent's tool-call tokens) weighs 1.
+    The weight (N, T) or (N, 1), and the metrics: TRL's ``sampling/importance_sampling_ratio/*``
+    (of the raw ratio) and ``async/is_clipped``, the share of loss tokens the bounds changed."""
+    diff = (old_logps - sampling_logps) * mask
+    if known is not None:
+        diff = diff * known
+    sequence = settings.importance_sampling_mode.startswith("sequence")  # type: ignore[union-attr]
+    if sequence:
+        diff = mx.sum(diff, axis=-1, keepdims=True)
+    raw = mx.exp(mx.clip(diff, -30.0, 30.0))  # e^±30: far past any bound, never inf in the metrics
+    low = settings.importance_sampling_clip_min if settings.importance_sampling_clip_min is not None else 0.0
+    high = settings.importance_sampling_clip_max if settings.importance_sampling_clip_max is not None else float("inf")
+    outside = (raw < low) | (raw > high)
+    if settings.importance_sampling_mode.endswith("truncate"):  # type: ignore[union-attr]
+        weight = mx.clip(raw, low, high)
+    else:
+        weight = mx.where(outside, 0.0, raw)
+    full = mx.broadcast_to(raw, mask.shape)
+    denom = mx.maximum(tokens, 1.0)
+    inf = mx.array(float("inf"))
+    metrics = {
+        "sampling/importance_sampling_ratio/mean": mx.sum(full * mask) / denom,
+        "sampling/importance_sampling_ratio/min": mx.min(mx.where(mask > 0, full, inf)),
+        "sampling/importance_sampling_ratio/max": mx.max(mx.where(mask > 0, full, -inf)),
+        "async/is_clipped": mx.sum(mx.broadcast_to(outside, mask.shape).astype(mx.float32) * mask) / denom,
+    }
+    return mx.stop_gradient(weight), metrics
+
+
 def _policy_term(logps: mx.array, log_ratio: mx.array, ratio: mx.array, adv: mx.array, mask: mx.array,
-                 tokens: mx.array, settings: LossSettings) -> tuple[mx.array, dict[str, mx.array]]:
+                 tokens: mx.array, settings: LossSettings, is_weight: mx.array | None = None
+                 ) -> tuple[mx.array, dict[str, mx.array]]:
     """Each loss type's per-token policy loss (TRL 1.16's ``_compute_loss``), and the metrics TRL logs of it."""
     kind, denom = settings.loss_type, mx.maximum(tokens, 1.0)
     if kind == "cispo":  # the clipped ratio as a weight on the log-probability's gradient
@@ -409,17 +471,20 @@ def _policy_term(logps: mx.array, log_ratio: mx.array, ratio: mx.array, adv: mx.
         temperature = mx.where(adv > 0, settings.sapo_temperature_pos, settings.sapo_temperature_neg)
         return -(mx.sigmoid(temperature * (ratio - 1.0)) * 4.0 / temperature) * adv, {}
     if kind == "vespo":
-        phi = vespo_weights(log_ratio, adv, mask, settings)
+        phi = vespo_weights(log_ratio, adv, mask, settings, is_weight)
         return -phi * adv * logps, {"vespo/phi_seq_mean": mx.sum(mx.broadcast_to(phi, mask.shape) * mask) / denom}
     clipped_ratio = mx.clip(ratio, 1.0 - settings.epsilon, 1.0 + settings.epsilon_high)
     capped = ratio if settings.delta is None else mx.minimum(ratio, settings.delta)  # two-sided clipping
     return -mx.minimum(capped * adv, clipped_ratio * adv), _clip_metrics(ratio, adv, mask, tokens, settings)
 
 
-def vespo_weights(log_ratio: mx.array, adv: mx.array, mask: mx.array, settings: LossSettings) -> mx.array:
+def vespo_weights(log_ratio: mx.array, adv: mx.array, mask: mx.array, settings: LossSettings,
+                  is_weight: mx.array | None = None) -> mx.array:
     """VESPO's gamma weight of each completion (N, 1), a constant of the gradient (TRL's
-    ``get_gamma_weights`` without vLLM's correction): φ(w) = e^λ w^k e^(-λw) of its sequence ratio w."""
+    ``get_gamma_weights``): φ(w) = e^λ w^k e^(-λw) of its sequence ratio w, which takes the
+    off-policy correction's weight in too when [async] has one (``is_weight``)."""
     lower = float(np.log(1e-8))
+    log_ratio = log_ratio if is_weight is None else log_ratio + mx.clip(mx.log(is_weight), lower, 20.0)
     seq_log_ratio = mx.sum(mx.clip(log_ratio, -20.0, 20.0) * mask, axis=-1, keepdims=True)
     log_w = mx.clip(seq_log_ratio, lower, 20.0)
     positive = adv >= 0

@@ -68,6 +68,7 @@ def _loss(model: nn.Module, settings: LossSettings, temperature: float, accumula
             logps, old, batch.advantages, batch.mask, settings, ref_logps=batch.ref_logps,
             num_items=arrays["num_items"], accumulation_steps=accumulation_steps, part_of=part_of,
             entropy_mask=batch.entropy_mask, entropy=entropy, entropy_coef=arrays.get("entropy_coef", 0.0),
+            sampling_logps=batch.sampling_logps, sampling_known=batch.sampling_known,
         )
         tokens = mx.maximum(metrics["tokens"], 1.0)
         metrics["entropy"] = mx.sum(mx.stop_gradient(entropy) * batch.mask) / tokens

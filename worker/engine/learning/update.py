@@ -18,7 +18,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from grpo_tui.protocol.config import Config, GrpoConfig
 from grpo_tui.worker.engine.learning import tied_embedding
 from grpo_tui.worker.engine.accel import two_cores
-from grpo_tui.worker.engine.learning.batch import MicroBatch, halves, pack, row_parts
+from grpo_tui.worker.engine.learning.batch import MicroBatch, halves, pack, row_parts, with_sampling_logps
 from grpo_tui.worker.engine.learning.grpo import DAPO_NORMALISED, EXTREMES, EntropyCoefficient, LossSettings, high_entropy_mask
 from grpo_tui.worker.engine.learning.logps import token_logps
 from grpo_tui.worker.engine.learning.loss import LossFunctions, loss_grad_parts
@@ -69,6 +69,10 @@ def micro_batches(examples: list[Example], completions: list[Completion], advant
             group=plan.pack_group(G),
             token_masks=[c.mask for c in part],
         )
+        if config.async_.on and config.async_.importance_sampling_correction:
+            batch = with_sampling_logps(batch, [examples[c.prompt_index].prompt_ids for c in part],
+                                        [c.sampling_logprobs if len(c.sampling_logprobs) == len(c.token_ids) else []
+                                         for c in part])
         if ref_model is not None:
             # The reference is the policy's architecture without LoRA: the plan's head fits it.
             logps = token_logps(ref_model, batch, config.generation.temperature, plan.head, plan.vocab_chunk_size).logps

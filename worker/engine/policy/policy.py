@@ -36,6 +36,8 @@ class Policy:
         self.rank = rank
         self.log = log
         self.decode = fastgen.DecodeStep(model) if plan.fast_rollout else None
+        # [async]'s generator keeps each sampled token's log-probability for the learner's correction
+        self.keep_logprobs = False
 
     def seed(self, step: int) -> None:
         """Only mlx-lm's BatchGenerator path draws from this stream (see sampling.py)."""
@@ -59,7 +61,7 @@ class Policy:
         if self.tools or row_tools:
             return agent.generate(self.model, self.tokenizer, prompts, n, self.config.generation, self.tools,
                                   greedy=greedy, plan=self.plan, decode=self.decode, keys=keys, row_tools=row_tools)
-        return self.sample(prompts, n, self.config.generation, greedy=greedy, keys=keys)
+        return self.sample(prompts, n, self.config.generation, greedy=greedy, keys=keys, logprobs=self.keep_logprobs)
 
     def sample(self, prompts: list[list[int]], n: int, generation: GenerationConfig, *, greedy: bool = False,
                keys: list[int] | None = None, logprobs: bool = False) -> list[Completion]:
