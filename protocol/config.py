@@ -162,10 +162,11 @@ def _check_async(config: Config, file: str) -> None:
         raise ConfigError("async.importance_sampling_mode", f"{a.importance_sampling_mode!r}: the vespo loss takes the "
                           "correction into its per-token gamma weights, as in TRL: use 'token_truncate' or 'token_mask'", file)
     d = config.distributed
-    if d.ranks > 1 or d.hosts or d.hostfile is not None:
+    if d.ranks > 1 or len(d.hosts) > 1 or d.hostfile is not None:
         raise ConfigError("async.max_staleness", f"{k} runs one learner process beside the generator; several learner "
-                          "ranks ([distributed]) are not supported with it yet: remove the [distributed] ranks or "
-                          "set max_staleness = 0", file)
+                          "ranks ([distributed]) are not supported with it yet: remove the [distributed] ranks (with "
+                          "async.generator_hosts, distributed.hosts may name the learner's own address) or set "
+                          "max_staleness = 0", file)
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -61,7 +61,7 @@ class TrainingLoop:
         self.started = time.time()
         self.first_step = 0  # the step this worker started from (a resume's)
         self.leader = ranks.is_leader()  # only rank 0 touches the output folder (ranks.py)
-        self.distributed = ranks.launched()
+        self.distributed = ranks.data_parallel(config)
         self.checkpoints = CheckpointPolicy(run, self.leader)
         self.nan = NanStop(run, self.checkpoints)
         self.silent = SilentSteps(run)

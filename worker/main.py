@@ -140,6 +140,10 @@ def main(argv: list[str] | None = None, make_trainer: TrainerFactory = engine_tr
     if config is not None:
         # Before stdout is reserved and before MLX loads: the re-executed process starts clean.
         reexec_if_needed(config.runtime.blas)
+        if ranks.is_generator(config):  # [async]'s generator rank: no frames, no store, no stdin
+            from grpo_tui.worker.engine.asynchronous import generator
+
+            return generator.main()
     frames = reserve_stdout()
     if not ranks.is_leader():  # mlx.launch merges every rank's stdout: rank 0 alone writes frames
         os.close(frames)

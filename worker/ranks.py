@@ -21,7 +21,8 @@ from grpo_tui.common.distributed import add_arguments
 from grpo_tui.protocol.config import Config, ConfigError
 from grpo_tui.protocol.outcome import Exit
 
-__all__ = ["add_arguments", "apply_arguments", "config_launch", "describe", "launch_command", "launched", "rank", "relaunch"]
+__all__ = ["add_arguments", "apply_arguments", "config_launch", "data_parallel", "describe", "is_generator",
+           "launch_command", "launched", "rank", "relaunch", "remote_generator"]
 
 # mlx.launch's entry point, run with this interpreter (its console script may name another one).
 _LAUNCHER = "import sys; from mlx._distributed_utils.launch import main; sys.argv[0] = 'mlx.launch'; sys.exit(main())"
@@ -46,9 +47,26 @@ def is_leader() -> bool:
 
 
 def wanted(config: Config) -> bool:
-    """Whether the config asks for more than one process."""
+    """Whether the config asks for more than one process (``mlx.launch``'s)."""
     d = config.distributed
-    return d.ranks > 1 or bool(d.hosts) or d.hostfile is not None
+    return d.ranks > 1 or bool(d.hosts) or d.hostfile is not None or remote_generator(config)
+
+
+def remote_generator(config: Config) -> bool:
+    """[async] with ``generator_hosts``: ``mlx.launch`` starts the learner (rank 0) and the
+    generator (rank 1, on the generator's host); docs/async.md."""
+    return config.async_.on and bool(config.async_.generator_hosts)
+
+
+def is_generator(config: Config) -> bool:
+    """This process is [async]'s generator rank (``mlx.launch``'s last)."""
+    return remote_generator(config) and launched() and rank() == 1
+
+
+def data_parallel(config: Config) -> bool:
+    """The ranks share the step's batch (``engine.distributed``): ``mlx.launch`` started this process
+    for ``[distributed]``, not for [async]'s generator."""
+    return launched() and not remote_generator(config)
 
 
 def launch_command(command: list[str], *, ranks: int = 1, backend: str = "ring", hosts: list[str] | None = None,
@@ -79,6 +97,8 @@ def launcher_failure(stderr: str) -> str | None:
 
 def config_launch(config: Config, command: list[str]) -> list[str]:
     d = config.distributed
+    if remote_generator(config):  # the learner's host (this one unless named), then the generator's
+        return launch_command(command, backend="ring", hosts=(d.hosts or ["127.0.0.1"]) + config.async_.generator_hosts)
     return launch_command(command, ranks=d.ranks if not (d.hosts or d.hostfile) else 1, backend=d.backend,
                           hosts=d.hosts or None, hostfile=d.hostfile)
 
