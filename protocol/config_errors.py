@@ -108,6 +108,8 @@ def _struct_at(segments: list[str | int], root: type) -> Any:
             tp = typing.get_args(tp)[0] if typing.get_args(tp) else tp
             continue
         hints = typing.get_type_hints(tp) if isinstance(tp, type) else {}
+        if seg not in hints and isinstance(tp, type) and issubclass(tp, msgspec.Struct):  # TOML's name of ``async_``
+            seg = next((f.name for f in msgspec.structs.fields(tp) if f.encode_name == seg), seg)
         tp = hints.get(seg)
         if tp is None:
             return None

@@ -195,3 +195,24 @@ def test_the_agent_demo_validates_and_its_tool_has_a_schema(root):
     assert cfg.tools[0].function == f"{root / 'examples' / 'tools' / 'calculator.py'}:multiply"
     schema = load_tools(cfg.tools)[0].schema["function"]
     assert schema["name"] == "multiply" and schema["parameters"]["required"] == ["a", "b"]
+
+
+# ---------------------------------------------------------------- [async] (docs/async.md)
+
+ASYNC_BASE = '[model]\npath = "m"\n[data]\npath = "d.jsonl"\n[[rewards]]\nname = "length"\n'
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    ("[async]\nmax_staleness = -1\n", "async.max_staleness", "0 (synchronous) or more"),
+    ("[async]\nmax_staleness = 1\nweight_sync_steps = 3\n", "async.weight_sync_steps", "max_staleness of at least 2"),
+    ("[async]\nmax_staleness = 1\nimportance_sampling_mode = \"tokens\"\n", "async.importance_sampling_mode", "token_truncate"),
+    ("[async]\nmax_staleness = 1\n[training]\nsteps_per_generation = 2\n", "async.max_staleness", "steps_per_generation"),
+    ("[async]\nmax_staleness = 1\n[curriculum]\nstrategy = \"pass_rate\"\n", "async.max_staleness", "curriculum"),
+    ("[async]\nmax_staleness = 1\n[distributed]\nranks = 2\n", "async.max_staleness", "several learner ranks"),
+    ("[async]\nmax_staleness = 1\n[grpo]\nloss_type = \"vespo\"\n", "async.importance_sampling_mode", "token_truncate"),
+    ("[async]\nmax_staleness = 1\ngenerator_hosts = [\"a\", \"b\"]\n", "async.generator_hosts", "one host"),
+])
+def test_async_combinations_that_cannot_work_are_one_sentence_at_check_time(extra, key, words):
+    with pytest.raises(ConfigError) as info:
+        parse_config(ASYNC_BASE + extra, check_paths=False)
+    assert info.value.key == key and words in str(info.value)
