@@ -53,6 +53,7 @@ def toml_default(key: str) -> Any:
     *tables, name = key.split(".")
     for table in tables:
         hints = typing.get_type_hints(tp)
+        table = next((f.name for f in msgspec.structs.fields(tp) if f.encode_name == table), table)  # [async]
         if table not in hints:
             return MISSING
         tp = hints[table]
@@ -160,12 +161,18 @@ class TRLFields:
     vllm_gpu_memory_utilization: float = _ignored(0.3, _VLLM)
     vllm_max_model_length: int | None = _ignored(None, _VLLM)
     vllm_tensor_parallel_size: int = _ignored(1, _VLLM)
-    vllm_importance_sampling_correction: bool = _ignored(
-        True, "the rollout samples from the trained weights themselves, so there is no sampler mismatch to correct")
-    vllm_importance_sampling_mode: str = _ignored("sequence_mask", "no vLLM sampler mismatch to correct here")
-    vllm_importance_sampling_clip_max: float = _ignored(3.0, "no vLLM sampler mismatch to correct here")
-    vllm_importance_sampling_clip_min: float | None = _ignored(None, "no vLLM sampler mismatch to correct here")
-    vllm_importance_sampling_cap: float | None = _ignored(None, "no vLLM sampler mismatch to correct here")
+    # [async]'s off-policy correction (docs/async.md): the sampler is the generator's copy of the
+    # policy, up to max_staleness steps old, instead of vLLM
+    vllm_importance_sampling_correction: bool = _key("async.importance_sampling_correction", True,
+                                                     note="applies with max_staleness > 0 (the sampler lags the learner)")
+    vllm_importance_sampling_mode: str = _key("async.importance_sampling_mode", "sequence_mask")
+    vllm_importance_sampling_clip_max: float | None = _key("async.importance_sampling_clip_max", 3.0)
+    vllm_importance_sampling_clip_min: float | None = _key("async.importance_sampling_clip_min", None)
+    vllm_importance_sampling_cap: float | None = _ignored(
+        None, "deprecated in TRL 1.16 for vllm_importance_sampling_clip_max, which is taken")
+    # TRL 1.18's AsyncGRPOConfig names: the generator runs ahead of the learner (docs/async.md)
+    max_staleness: int = _key("async.max_staleness", 0, note="AsyncGRPOTrainer's (its default 4); 0: synchronous")
+    weight_sync_steps: int = _key("async.weight_sync_steps", 1)
     use_transformers_continuous_batching: bool = _ignored(False, "the rollout batches in MLX")
     transformers_continuous_batching_config: dict[str, Any] | None = _ignored(None, "the rollout batches in MLX")
     use_transformers_paged: bool = _ignored(False, "the rollout batches in MLX")

@@ -25,7 +25,8 @@ from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import LogLevel
 from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker.engine import distributed
-from grpo_tui.worker.engine.asynchronous.wire import Bundle, Failure, GeneratorLost, Hello, Link, Ready, Reply, Start
+from grpo_tui.worker.engine.asynchronous.wire import (Bundle, Failure, GeneratorLost, Go, Hello, Link, Ready, Reply, Start,
+                                                      connect, ring_bytes, secret_from_env)
 from grpo_tui.worker.engine.collaborators import Collaborators
 from grpo_tui.worker.engine.step import scored_step
 
@@ -95,6 +96,7 @@ class Generator:
             t0 = time.perf_counter()
             reply: Reply = self.link.receive(Reply)
             if reply.weights:
+                self.link.send(Go())
                 self.link.receive_weights(c.policy.model)
                 policy_step = reply.policy_step
             self.blocked += time.perf_counter() - t0
@@ -148,15 +150,19 @@ def _die_with_learner() -> None:
 
 
 def main() -> int:
-    """``python -m grpo_tui.worker.engine.asynchronous.generator`` (the environment names its ring)."""
+    """``python -m grpo_tui.worker.engine.asynchronous.generator``, or ``mlx.launch``'s rank 1 of a
+    [async] worker (the environment names its ring; a local generator's, the learner's socket too)."""
     _die_with_learner()
+    secret = secret_from_env()
     group = mx.distributed.init(strict=True, backend="ring")
-    return serve(group)
+    if secret is None:  # mlx.launch's rank: the learner says it over the ring
+        secret = ring_bytes(group, 0).decode()
+    return serve(Link(group, 0, connect(secret)))
 
 
-def serve(group: Any) -> int:
-    """Rank 1 of ``group``: the generator, until the learner stops it or goes."""
-    generator = Generator(Link(group, peer=0))
+def serve(link: Link) -> int:
+    """The generator, until the learner stops it or goes."""
+    generator = Generator(link)
     try:
         generator.serve()
     except GeneratorLost:  # the learner ended (its run stopped, or it died): so does this

@@ -29,7 +29,8 @@ from grpo_tui.common.live_settings import value_at
 from grpo_tui.protocol.config import Config
 from grpo_tui.protocol.messages import Phase
 from grpo_tui.protocol.outcome import Mistake
-from grpo_tui.worker.engine.asynchronous.wire import Bundle, Failure, Hello, Link, Ready, Reply, Start
+from grpo_tui.worker.engine.asynchronous.wire import (SECRET_ENV, Bundle, Failure, GeneratorLost, Go, Hello, Link, Listener,
+                                                      Ready, Reply, Start, ring_bytes)
 from grpo_tui.worker.engine.collaborators import Collaborators
 from grpo_tui.worker.engine.dynamic_sampling import Selection
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
@@ -54,11 +55,20 @@ class Started:
 def start(config: Config) -> Started:
     """Start the generator and give it the run (before this side loads the model: both load at once)."""
     if config.async_.generator_hosts:  # mlx.launch started every rank; this is rank 0
-        started = Started(Link(mx.distributed.init(strict=True, backend="ring"), peer=1), None)
+        group = mx.distributed.init(strict=True, backend="ring")
+        listener = Listener(_own_address())
+        ring_bytes(group, 1, listener.secret().encode())  # the generator learns where to connect
+        started = Started(Link(group, 1, listener.accept(time.monotonic() + JOIN_TIMEOUT_S)), None)
     else:
         started = _start_local()
     started.link.send(Hello(config=config.to_dict()))
     return started
+
+
+def _own_address() -> str:
+    """Rank 0's address in ``mlx.launch``'s ring hostfile: where the generator's host reaches this one."""
+    hosts = json.loads(Path(os.environ["MLX_HOSTFILE"]).read_text())
+    return str(hosts[0][0]).rsplit(":", 1)[0]
 
 
 def _free_ports(n: int) -> list[int]:
@@ -73,11 +83,14 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _start_local() -> Started:
-    """The generator as a child process, rank 1 of a ring on 127.0.0.1; its hostfile in a private folder."""
+    """The generator as a child process, rank 1 of a ring on 127.0.0.1; its hostfile in a private
+    folder, the socket's secret in its environment."""
     folder = Path(tempfile.mkdtemp(prefix="grpo-tui-ring-"))  # 0700: another local user cannot swap it
     hostfile = folder / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{port}"] for port in _free_ports(2)]))
-    env = {**os.environ, "MLX_RANK": "1", "MLX_HOSTFILE": str(hostfile), "GRPO_TUI_GENERATOR_LOCAL": "1"}
+    listener = Listener("127.0.0.1")
+    env = {**os.environ, "MLX_RANK": "1", "MLX_HOSTFILE": str(hostfile), "GRPO_TUI_GENERATOR_LOCAL": "1",
+           SECRET_ENV: listener.secret()}
     process = subprocess.Popen([sys.executable, "-m", "grpo_tui.worker.engine.asynchronous.generator"], env=env,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # stdout: the frames' alone
     joined: dict[str, Any] = {}
@@ -90,10 +103,10 @@ def _start_local() -> Started:
 
     saved = {k: os.environ.get(k) for k in ("MLX_RANK", "MLX_HOSTFILE")}
     os.environ.update(MLX_RANK="0", MLX_HOSTFILE=str(hostfile))
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
     try:
         thread = threading.Thread(target=join, name="ring", daemon=True)
         thread.start()
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
         while thread.is_alive():
             thread.join(0.1)
             if process.poll() is not None or time.monotonic() > deadline:
@@ -111,7 +124,13 @@ def _start_local() -> Started:
     if "error" in joined:
         process.kill()
         raise joined["error"]
-    return Started(Link(joined["group"], peer=1), process)
+    try:
+        sock = listener.accept(deadline, alive=lambda: process.poll() is None)
+    except GeneratorLost:
+        process.kill()
+        raise GeneratorCrashed(f"the generator process did not connect (exit {process.poll()}); "
+                               "the worker's log has its output") from None
+    return Started(Link(joined["group"], 1, sock), process)
 
 
 class AsyncSteps:
@@ -124,6 +143,7 @@ class AsyncSteps:
         self.began = False
         self.changes: dict[str, Any] = {}  # the live changes the next answer carries
         self.cycle_from: float | None = None  # when the last answer went
+        self.weights_owed = False  # the last answer announced weights the generator has not taken yet
 
     def train_step(self, step: int, on_phase: Callable[[Phase], None]) -> StepOutput:
         c = self.parts
@@ -144,11 +164,10 @@ class AsyncSteps:
         metrics = {**bundle.metrics, "async/staleness_mean": staleness, "async/staleness_max": staleness,
                    "async/wait_ms": waited * 1000}
         output = learn(c, step, bundle.epoch, selection(bundle, c), on_phase, sampled=Sampled(bundle.policy_step, metrics))
-        due = step % c.config.async_.weight_sync_steps == 0
-        self.link.send(Reply(policy_step=step, weights=due, changes=self.changes))
+        # the weights go when the generator waits for them (its Go, before the next step's rollouts)
+        self.weights_owed = step % c.config.async_.weight_sync_steps == 0
+        self.link.send(Reply(policy_step=step, weights=self.weights_owed, changes=self.changes))
         self.changes = {}
-        if due:
-            self.link.send_weights(c.learner.model)
         now = time.perf_counter()
         cycle = now - cycle_from
         output.metrics.extra_metrics["async/learner_busy"] = max(cycle - waited, 0.0) / cycle if cycle > 0 else 1.0
@@ -156,7 +175,11 @@ class AsyncSteps:
         return output
 
     def _receive(self, kind: type[Any]) -> Any:
-        message = self.link.receive(Bundle | Failure | Ready)
+        message = self.link.receive(Bundle | Failure | Ready | Go)
+        if isinstance(message, Go) and self.weights_owed:  # then the message that was due
+            self.link.send_weights(self.parts.learner.model)
+            self.weights_owed = False
+            message = self.link.receive(Bundle | Failure | Ready)
         if isinstance(message, Failure):
             if message.mistake_kind is not None:
                 raise Mistake(message.mistake_kind, message.message)  # type: ignore[arg-type]

@@ -1,14 +1,19 @@
-"""What the learner and the generator say to each other, over MLX's own ``mx.distributed`` ring of
-two ranks (rank 0 the learner, rank 1 the generator; docs/async.md, "The conversation"): msgpack
-bytes for messages, the trainable weights as arrays. The two take turns, so neither ever sends
-while the other sends: the generator sends a step's scored rollouts (``Bundle``), the learner
-answers (``Reply``, its new weights after it when due), and so on.
+"""What the learner and the generator say to each other (docs/async.md, "The conversation"): typed
+msgpack messages over a TCP socket the learner listens on (a secret token first), the trainable
+weights over MLX's own ``mx.distributed`` ring of two ranks (rank 0 the learner, rank 1 the
+generator). The two take turns: the generator sends a step's scored rollouts (``Bundle``), the
+learner answers (``Reply``); when the answer announces weights, the generator says ``Go`` once it
+waits for them on the ring, and the learner sends them.
 
 Messages are typed structs decoded with their type: bytes from the ring never become code.
 """
 
 from __future__ import annotations
 
+import hmac
+import os
+import secrets
+import socket
 import time
 from typing import Any
 
@@ -20,6 +25,7 @@ from grpo_tui.worker.engine.policy.rollout import Completion
 from grpo_tui.worker.engine.prompts.data import Example
 
 CHUNK_BYTES = 64 * 1024 * 1024  # weights travel in buffers of at most this, one per dtype run
+MAX_MESSAGE_BYTES = 1 << 30  # a step's rollouts are far less; more is not the peer speaking
 
 
 class Hello(msgspec.Struct, kw_only=True):
@@ -45,6 +51,10 @@ class Reply(msgspec.Struct, kw_only=True):
 
 class Ready(msgspec.Struct, kw_only=True, tag=True):
     """The generator loaded the run: the learner's weights may come."""
+
+
+class Go(msgspec.Struct, kw_only=True, tag=True):
+    """The generator waits on the ring for the weights the last ``Reply`` announced."""
 
 
 class Bundle(msgspec.Struct, kw_only=True, tag=True):
@@ -91,31 +101,52 @@ class GeneratorLost(RuntimeError):
 
 
 class Link:
-    """This side of the ring; ``peer`` is the other rank. ``sent_bytes`` counts what went out."""
+    """This side of the conversation: messages over a TCP socket (a blocked read costs no CPU, where
+    a rank waiting inside MLX's ring polls), the weights over the ring, sent only when the peer waits
+    for them (``Go``). ``sent_bytes`` counts what went out."""
 
-    def __init__(self, group: Any, peer: int) -> None:
+    def __init__(self, group: Any, peer: int, sock: socket.socket) -> None:
         self.group = group
         self.peer = peer
+        self.sock = sock
         self.sent_bytes = 0
+
+    def _lost(self, exc: BaseException | None = None) -> GeneratorLost:
+        side = "generator" if self.peer else "learner"
+        return GeneratorLost(f"the {side} stopped" + (f" ({exc})" if exc else ""))
 
     def _eval(self, *arrays: Any) -> None:
         try:
             mx.eval(*arrays)
         except RuntimeError as exc:  # the ring: "connection to a peer was lost"
-            raise GeneratorLost(f"the {'generator' if self.peer else 'learner'} stopped ({exc})") from exc
+            raise self._lost(exc) from exc
 
     def send(self, message: msgspec.Struct) -> None:
         payload = _ENCODER.encode(message)
-        self._eval(mx.distributed.send(mx.array([len(payload)], dtype=mx.int64), self.peer, group=self.group))
-        self._eval(mx.distributed.send(mx.array(memoryview(payload), dtype=mx.uint8), self.peer, group=self.group))
+        try:
+            self.sock.sendall(len(payload).to_bytes(8, "little") + payload)
+        except OSError as exc:
+            raise self._lost(exc) from exc
         self.sent_bytes += 8 + len(payload)
 
-    def receive(self, kind: type[Any]) -> Any:
-        size = mx.distributed.recv((1,), mx.int64, self.peer, group=self.group)
-        self._eval(size)
-        data = mx.distributed.recv((int(size.item()),), mx.uint8, self.peer, group=self.group)
-        self._eval(data)
-        return msgspec.msgpack.decode(bytes(memoryview(data)), type=kind)
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            try:
+                chunk = self.sock.recv(min(left, 1 << 20))
+            except OSError as exc:
+                raise self._lost(exc) from exc
+            if not chunk:
+                raise self._lost()
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self, kind: Any) -> Any:
+        size = int.from_bytes(self._read(8), "little")
+        if size > MAX_MESSAGE_BYTES:
+            raise self._lost(ValueError(f"a message of {size} bytes"))
+        return msgspec.msgpack.decode(self._read(size), type=kind)
 
     def send_weights(self, model: Any) -> None:
         """The model's trainable weights (LoRA: the adapters), by name, in runs of one dtype."""
@@ -152,21 +183,75 @@ def _chunks(model: Any) -> list[list[tuple[str, mx.array]]]:
     return chunks
 
 
-class Clock:
-    """Busy and waiting seconds since the last ``take`` (each side's busy share of a step)."""
+# ------------------------------------------------------------ the socket's setup
 
-    def __init__(self) -> None:
-        self.busy = 0.0
-        self.waiting = 0.0
-        self._since = time.perf_counter()
+TOKEN_BYTES = 32
 
-    def waited(self, seconds: float) -> None:
-        self.waiting += seconds
 
-    def take(self) -> tuple[float, float]:
-        now = time.perf_counter()
-        total = now - self._since
-        busy = max(total - self.waiting, 0.0)
-        waiting = self.waiting
-        self.waiting, self._since = 0.0, now
-        return busy, waiting
+def ring_bytes(group: Any, peer: int, payload: bytes | None = None) -> bytes:
+    """Send ``payload`` to ``peer`` over the ring, or receive one (``payload`` None): once, at start,
+    for the socket's address and token where the generator has no other way to learn them."""
+    if payload is not None:
+        mx.eval(mx.distributed.send(mx.array([len(payload)], dtype=mx.int64), peer, group=group))
+        mx.eval(mx.distributed.send(mx.array(memoryview(payload), dtype=mx.uint8), peer, group=group))
+        return payload
+    size = mx.distributed.recv((1,), mx.int64, peer, group=group)
+    mx.eval(size)
+    data = mx.distributed.recv((int(size.item()),), mx.uint8, peer, group=group)
+    mx.eval(data)
+    return bytes(memoryview(data))
+
+
+class Listener:
+    """The learner's end: a socket on ``host``, and the token only the generator is told."""
+
+    def __init__(self, host: str) -> None:
+        self.server = socket.create_server((host, 0))
+        self.token = secrets.token_bytes(TOKEN_BYTES)
+        self.address = f"{host}:{self.server.getsockname()[1]}"
+
+    def secret(self) -> str:
+        return f"{self.address}/{self.token.hex()}"
+
+    def accept(self, deadline: float, alive: Any = lambda: True) -> socket.socket:
+        """The generator's connection: the first one to bring the token before ``deadline`` (others
+        are closed unheard); ``alive()`` False gives up at once."""
+        self.server.settimeout(0.2)
+        while time.monotonic() < deadline and alive():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(5.0)
+            try:
+                brought = b""
+                while len(brought) < TOKEN_BYTES and (chunk := conn.recv(TOKEN_BYTES - len(brought))):
+                    brought += chunk
+            except OSError:
+                brought = b""
+            if hmac.compare_digest(brought, self.token):
+                conn.settimeout(None)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.server.close()
+                return conn
+            conn.close()
+        self.server.close()
+        raise GeneratorLost("the generator did not connect")
+
+
+def connect(secret: str) -> socket.socket:
+    """The generator's end, from the learner's ``Listener.secret()``."""
+    address, token = secret.rsplit("/", 1)
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(bytes.fromhex(token))
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+SECRET_ENV = "GRPO_TUI_GENERATOR_LINK"  # a local generator's secret (its environment, readable by its user alone)
+
+
+def secret_from_env() -> str | None:
+    return os.environ.pop(SECRET_ENV, None)

@@ -349,14 +349,11 @@ def policy_loss(
     ``entropy`` (N, T), differentiable, with ``settings.entropy_bonus``: TRL's entropy bonus, the
     loss minus ``entropy_coef`` × the mean entropy of the tokens the policy term acts on (this
     micro-batch's, or ``part_of``'s whole), divided by ``accumulation_steps`` alone whatever the loss
-    type (``entropy_bonus``).
-    ``sampling_logps`` (N, T), where ``sampling_known`` is 1 ([async]): the sampler's log-probability of
-    each token, for the off-policy correction (``importance_sampling_weight``).
+    type (``entropy_bonus``). ``sampling_logps``, ``sampling_known``: [async]'s correction (``importance_sampling_weight``).
     Returns the scalar loss and metrics (means over masked tokens): ``clip_ratio_low``,
-    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``, and ``EXTREMES``' (the
-    rows' least or most, not a mean); with the bonus ``policy_loss``
-    (the loss without it: a sum, not a mean) and ``bonus_entropy``, ``bonus_tokens`` (the bonus's
-    entropy sum and token count over ``tokens``).
+    ``clip_ratio_high``, ``clip_ratio_region``, ``kl``, ``tokens``, and ``EXTREMES``' (the rows' least
+    or most, not a mean); with the bonus ``policy_loss`` (the loss without it: a sum, not a mean) and
+    ``bonus_entropy``, ``bonus_tokens`` (the bonus's entropy sum and token count over ``tokens``).
     """
     if settings.loss_type not in NORMALISATIONS:
         raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {settings.loss_type!r}")
@@ -366,18 +363,16 @@ def policy_loss(
     log_ratio = logps - old_logps
     ratio = mx.exp(_log_weight(log_ratio, mask, seq_tokens, settings.importance_sampling_level))
     adv = advantages[:, None]
-    is_weight = None
-    if settings.importance_sampling_mode is not None and sampling_logps is not None:
-        is_weight, is_metrics = importance_sampling_weight(old_logps, sampling_logps, sampling_known, mask, tokens, settings)
+    is_weight, is_metrics = (importance_sampling_weight(old_logps, sampling_logps, sampling_known, mask, tokens, settings)
+                             if settings.importance_sampling_mode is not None and sampling_logps is not None else (None, {}))
     per_token, metrics = _policy_term(logps, log_ratio, ratio, adv, mask, tokens, settings, is_weight)
     if settings.off_policy_mask_threshold is not None:
         per_token = per_token * off_policy_mask(logps, old_logps, adv, mask, settings.off_policy_mask_threshold)
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
-    if is_weight is not None:
-        if settings.loss_type != "vespo":  # VESPO folds the weight into its gamma weights, as in TRL
-            per_token = per_token * is_weight
-        metrics = {**metrics, **is_metrics}
+    if is_weight is not None and settings.loss_type != "vespo":  # VESPO folds it into its gamma weights, as TRL
+        per_token = per_token * is_weight
+    metrics = {**metrics, **is_metrics}
 
     kl = mx.array(0.0)
     if settings.beta != 0.0:
