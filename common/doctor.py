@@ -360,6 +360,24 @@ def clipping(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: 
                    f"training.learning_rate={lr / 2:g}")
 
 
+def off_policy(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
+    """[async] (docs/async.md): the correction clips or masks a large share of the loss's tokens, so
+    the generator's completions are too far from what the learner would sample now."""
+    value = _mean(s.metrics.extra_metrics.get("async/is_clipped") for s in window)
+    if value is None:
+        return None
+    severity = _grade(value, d.off_policy)
+    if severity is None:
+        return None
+    k = config.async_.max_staleness
+    stale = _mean(s.metrics.extra_metrics.get("async/staleness_mean") for s in window)
+    message = (f"the off-policy correction clipped or masked {_pct(value)} of the loss's tokens over the last "
+               f"{len(window)} steps (completions {stale or 0:.1f} steps old on average): the run is too far off-policy "
+               f"for what it learns from; a lower async.max_staleness keeps the generator closer")
+    fix = f"async.max_staleness={k - 1}" if k > 1 else f"training.learning_rate={config.training.learning_rate / 2:g}"
+    return Verdict(severity, message, {"is_clipped": value, "staleness": stale or 0.0}, _steps_of(window), fix)
+
+
 def length_hacking(window: list[StepFacts], run: RunFigures, d: DoctorConfig, config: Config) -> Verdict | None:
     start = _mean(s.metrics.completion_mean_length for s in run.first)
     now = _mean(s.metrics.completion_mean_length for s in window)
@@ -513,7 +531,7 @@ RULES: dict[str, Rule] = {
     "no_signal": no_signal, "truncation": truncation, "pass_rate": pass_rate, "entropy_collapse": entropy_collapse,
     "kl": kl, "clipping": clipping, "length_hacking": length_hacking, "repetition": repetition,
     "reward_dominance": reward_dominance, "reward_up_eval_down": reward_up_eval_down, "grad_spike": grad_spike,
-    "slowdown": slowdown,
+    "slowdown": slowdown, "off_policy": off_policy,
 }
 
 

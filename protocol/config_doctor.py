@@ -16,7 +16,7 @@ def _marks(*values: float) -> Any:
 
 FINDINGS = ("no_signal", "truncation", "pass_rate", "entropy_collapse", "kl", "clipping", "length_hacking",
             "repetition", "reward_dominance", "reward_up_eval_down", "flat_reward", "grad_spike", "slowdown", "converged",
-            "probe")
+            "probe", "off_policy")
 
 
 class DoctorConfig(Section):
@@ -41,6 +41,7 @@ class DoctorConfig(Section):
     flat_reward: Marks = _marks(20.0, 40.0, 80.0)  # steps without the reward moving
     grad_spike: Marks = _marks(5.0, 10.0, 50.0)  # a step's grad norm over the run's median
     slowdown: Marks = _marks(1.4, 2.0, 3.0)  # the window's median step time over the run's
+    off_policy: Marks = _marks(0.10, 0.25, 0.50)  # [async]: share of loss tokens the importance-sampling correction clipped or masked
 
     def __post_init__(self) -> None:
         if self.window < 2:

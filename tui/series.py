@@ -270,9 +270,24 @@ STEP_GROUPS: tuple[GroupSpec, ...] = (
         single("extra_metrics/curriculum/revisits", "revisits per step"),
         single("extra_metrics/curriculum/level", "level"),
     )),
+    # [async] (docs/async.md): how old the trained completions were, what the correction did, and
+    # who waited (the timeline strip above draws the busy shares step by step)
+    GroupSpec("asynchronous", (
+        PanelSpec("staleness (steps behind)", (("extra_metrics/async/staleness_max", "max"),
+                                               ("extra_metrics/async/staleness_mean", "mean"))),
+        single("extra_metrics/async/is_clipped", "IS clipped or masked", percent=True),
+        PanelSpec("importance ratio", (("extra_metrics/sampling/importance_sampling_ratio/mean", "mean"),
+                                       ("extra_metrics/sampling/importance_sampling_ratio/min", "min"),
+                                       ("extra_metrics/sampling/importance_sampling_ratio/max", "max"))),
+        single("extra_metrics/async/queue_depth", "queue (steps ready)"),
+        PanelSpec("busy share", (("extra_metrics/async/generator_busy", "generator"),
+                                 ("extra_metrics/async/learner_busy", "learner")), percent=True),
+        single("extra_metrics/async/wait_ms", "learner waiting (ms)"),
+    )),
     # the worker's own extra figures, under TRL's names (protocol/messages.py, LOSS_METRICS)
     GroupSpec("more step metrics", prefix="extra_metrics/",
-              keep=lambda key: not m.logged_by_rewards(key) and not key.startswith(("completions/", "curriculum/"))),
+              keep=lambda key: not m.logged_by_rewards(key) and not key.startswith(("completions/", "curriculum/", "async/"))
+              and not key.startswith("sampling/importance_sampling_ratio/")),
     GroupSpec("optimizer", (
         single("grad_norm", "grad norm"),
         single("learning_rate", "learning rate"),

@@ -208,3 +208,17 @@ def test_a_slowdown_while_the_machine_got_busier_is_not_the_runs():
     assert "slowdown" not in names(busy)  # other work took the time: nothing to say of the run
     pressed = feed(Doctor(config()), slowing(1.0, 3.5, memory_now=200.0))
     assert "slowdown" in names(pressed, "warning")  # memory grew a fifth and more: the run's own
+
+
+def test_an_async_run_too_far_off_policy_is_told_to_lower_max_staleness_live():
+    doctor = Doctor(config("[async]\nmax_staleness = 3\n"))
+    close = [varied(n, extra_metrics={"async/is_clipped": 0.01, "async/staleness_mean": 1.0}) for n in range(1, 12)]
+    assert "off_policy" not in names(feed(doctor, close))
+    far = [varied(n, extra_metrics={"async/is_clipped": 0.4, "async/staleness_mean": 3.0}) for n in range(12, 24)]
+    said = feed(doctor, far)
+    finding = [f for f in said if f.name == "off_policy" and not f.cleared][-1]  # once the window is all far
+    assert finding.severity == "warning" and "40%" in finding.message.replace(" %", "%")
+    assert finding.suggestion == "async.max_staleness=2"
+    from grpo_tui.common.live_settings import check
+
+    assert check(config("[async]\nmax_staleness = 3\n"), finding.suggestion, "config.toml") == ("async.max_staleness", 2)

@@ -285,3 +285,31 @@ async def test_a_curriculum_run_gets_its_pool_strip_and_the_equal_reward_chart_a
         await pilot.press("down")
         assert app.focused is strip
         assert "too hard" in strip.plain() and "11" in strip.plain()
+
+
+async def test_an_async_run_gets_its_busy_timeline_and_staleness_charts():
+    from grpo_tui.tui.widgets.busy_timeline_strip import BusyTimelineStrip
+
+    app = Host()
+    async with app.run_test(size=(120, 60)) as pilot:
+        view = app.query_one(ChartsView)
+        feed(view, 3)  # a synchronous run: neither the strip nor the group
+        await pilot.pause(0.7)
+        strip = app.query_one(BusyTimelineStrip)
+        assert not strip.display and not list(view.query("#charts-group-asynchronous ChartPanel"))
+        args = parse_args([])
+        for s in range(4, 12):
+            frame = step_frame(s, 0, args)
+            frame.extra_metrics.update({"async/staleness_mean": 1.0, "async/staleness_max": 1.0, "async/is_clipped": 0.02,
+                                        "async/queue_depth": 0.0, "async/generator_busy": 0.95,
+                                        "async/learner_busy": 0.25, "async/wait_ms": 300.0,
+                                        "sampling/importance_sampling_ratio/mean": 1.01})
+            view.book.append(s, flatten_step(frame))
+        await pilot.pause(0.8)
+        assert strip.display and strip in view.panels()
+        assert strip.border_subtitle == "step 11: gen 95% · learn 25%"
+        titles = [p.spec.title for p in view.query("#charts-group-asynchronous ChartPanel").results(ChartPanel)]
+        assert titles[:2] == ["staleness (steps behind)", "IS clipped or masked"] and "busy share" in titles
+        more = [p.spec.title for p in view.query("#charts-group-more-step-metrics ChartPanel").results(ChartPanel)]
+        assert not any("async" in t or "importance" in t for t in more)  # charted once, in their group
+        assert "gen" in strip.plain() and "learn" in strip.plain()

@@ -154,3 +154,29 @@ def test_a_generator_that_dies_crashes_the_run_instead_of_hanging(tmp_path, tiny
     os.kill(pid, 9)
     assert worker.finish(timeout=60) == Exit.CRASH
     assert "generator" in " ".join(e.message for e in worker.of(m.Error))
+
+
+def test_max_staleness_changes_live_and_a_synchronous_run_says_why_it_cannot(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, rewards=reward_config(tmp_path, "slow"),
+                          training={"max_steps": 12, "num_epochs": 6}, checkpoint={"save_every": 0},
+                          **{"async": {"max_staleness": 2}})
+    worker = WorkerProcess(config, env={"SLOW_REWARD_S": "0.05"})
+    worker.wait_for(m.Step, lambda e: e.step == 4)
+    worker.send(m.SetSetting(key="async.max_staleness", value="0", id="k0"))
+    changed = worker.wait_for(m.SettingChanged)
+    worker.wait_for(m.Complete, timeout=300)
+    assert worker.finish() == 0, worker.stderr.decode()[-3000:]
+    stale = {s.step: s.extra_metrics["async/staleness_max"] for s in worker.of(m.Step)}
+    assert max(stale.values()) == 2
+    assert all(stale[s] == 0 for s in range(changed.step + 3, 13)), (changed.step, stale)  # in step, from then on
+
+    (tmp_path / "sync").mkdir()
+    sync = write_config(tmp_path / "sync", tiny_model, training={"max_steps": 40, "num_epochs": 20},
+                        checkpoint={"save_every": 0})
+    plain = WorkerProcess(sync)
+    plain.wait_for(m.Step, lambda e: e.step == 1)
+    plain.send(m.SetSetting(key="async.max_staleness", value="1", id="k1"))
+    refused = plain.wait_for(m.SettingRefused)
+    plain.send(m.Stop())
+    plain.finish()
+    assert "--set async.max_staleness=1" in refused.message and "started synchronous" in refused.message

@@ -91,6 +91,7 @@ class GenDetail:
     tool_calls: list[ToolCallRow] = field(default_factory=list)
     turns: list[m.Turn] = field(default_factory=list)  # agent rollouts (store v3), else empty
     dropped: bool = False  # dynamic sampling dropped its group: not trained on (store v6)
+    policy_step: int | None = None  # [async]: the learner step whose weights sampled it (store v12)
 
 
 def runs(conn: sqlite3.Connection) -> list[Run]:
@@ -317,7 +318,17 @@ def generation(conn: sqlite3.Connection, generation_id: int) -> GenDetail | None
         tool_calls=_tool_calls(conn, [generation_id]).get(generation_id, []),
         turns=_turns(conn, generation_id),
         dropped=_dropped(conn, generation_id),
+        policy_step=_policy_step(conn, generation_id),
     )
+
+
+def _policy_step(conn: sqlite3.Connection, generation_id: int) -> int | None:
+    """The learner step whose weights sampled the generation; None in a store before version 12."""
+    try:
+        row = conn.execute("SELECT policy_step FROM generations WHERE id = ?", (generation_id,)).fetchone()
+    except sqlite3.OperationalError:  # read-only and not migrated
+        return None
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def _dropped(conn: sqlite3.Connection, generation_id: int) -> bool:

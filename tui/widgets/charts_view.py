@@ -23,6 +23,7 @@ from grpo_tui.tui.series import STEP_GROUPS, GroupSpec, RewardSpread, SeriesBook
 from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.plot import ChartSettings
 from grpo_tui.tui.widgets.chart_panel import ChartPanel, Move
+from grpo_tui.tui.widgets.busy_timeline_strip import BusyTimelineStrip
 from grpo_tui.tui.widgets.prompt_pool_strip import PromptPoolStrip
 from grpo_tui.tui.widgets.reward_heatmap import RewardHeatmap
 
@@ -43,8 +44,9 @@ class ChartsView(Vertical):
     ChartsView #charts-scroll { height: 1fr; }
     ChartsView .charts-group-title { height: 1; padding: 0 1; text-style: bold; color: $text-accent; }
     ChartsView .charts-grid { height: auto; grid-size: 2; grid-rows: 9; grid-gutter: 0 1; padding: 0 1; }
-    ChartsView RewardHeatmap, ChartsView PromptPoolStrip { margin: 0 1; }
+    ChartsView RewardHeatmap, ChartsView PromptPoolStrip, ChartsView BusyTimelineStrip { margin: 0 1; }
     ChartsView PromptPoolStrip, ChartsView #charts-title-prompt-pool { display: none; }
+    ChartsView BusyTimelineStrip, ChartsView #charts-title-busy-timeline { display: none; }
     """
     BINDINGS = [
         Binding("w", "window", "steps shown"),
@@ -77,6 +79,9 @@ class ChartsView(Vertical):
             title = Text.assemble(("prompt pool", "bold"), ("  the curriculum's prompts by state, bottom up", "dim"))
             yield Static(tidy(title), classes="charts-group-title", id="charts-title-prompt-pool")
             yield PromptPoolStrip(self.book, self.settings, id="chart-prompt-pool")
+            title = Text.assemble(("asynchronous steps", "bold"), ("  who waited for whom ([async])", "dim"))
+            yield Static(tidy(title), classes="charts-group-title", id="charts-title-busy-timeline")
+            yield BusyTimelineStrip(self.book, self.settings, id="chart-busy-timeline")
             for spec, _ in self.groups:
                 yield from self._group_widgets(spec)
 
@@ -114,10 +119,11 @@ class ChartsView(Vertical):
 
     def _sync(self) -> None:
         """Mount a chart for each column that appeared since the last look (a new reward function)."""
-        pool = self.query_one(PromptPoolStrip)
-        if pool.shown() != pool.display:  # a run with a curriculum: its prompt pool's strip
-            pool.display = self.query_one("#charts-title-prompt-pool").display = pool.shown()
-            self._panels = None
+        for strip, title in ((self.query_one(PromptPoolStrip), "#charts-title-prompt-pool"),  # a curriculum's
+                             (self.query_one(BusyTimelineStrip), "#charts-title-busy-timeline")):  # [async]'s
+            if strip.shown() != strip.display:
+                strip.display = self.query_one(title).display = strip.shown()
+                self._panels = None
         for spec, book in self.groups:
             count = len(book.keys())
             if self._seen.get(spec.name) == count:
@@ -172,7 +178,7 @@ class ChartsView(Vertical):
     def panels(self) -> list[Widget]:
         """The charts in screen order (kept: a query walks every chart, four times a second)."""
         if self._panels is None:
-            self._panels = [w for w in self.query("ChartPanel, RewardHeatmap, PromptPoolStrip") if w.display]
+            self._panels = [w for w in self.query("ChartPanel, RewardHeatmap, PromptPoolStrip, BusyTimelineStrip") if w.display]
         return self._panels
 
     def action_window(self) -> None:
@@ -215,7 +221,7 @@ class ChartsView(Vertical):
             return
         i = panels.index(focused)
         # the heatmap spans a row of its own; inside a grid, up/down jump a row of charts
-        step = dx if dy == 0 else dy * (1 if isinstance(focused, (RewardHeatmap, PromptPoolStrip)) else self.columns)
+        step = dx if dy == 0 else dy * (1 if isinstance(focused, (RewardHeatmap, PromptPoolStrip, BusyTimelineStrip)) else self.columns)
         # remembered here, not on every focus event: hiding the tab moves focus through the charts
         self._last_focused = panels[max(0, min(len(panels) - 1, i + step))]
         self._last_focused.focus()

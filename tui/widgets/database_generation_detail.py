@@ -43,6 +43,8 @@ def render_detail(d: GenDetail, search: str = "") -> Group:
         (r.finish_reason, "yellow" if r.finish_reason != "stop" else ""),
         ("  dropped: its group's rewards were all equal (dynamic sampling), not trained on" if d.dropped else "",
          "yellow"),
+        (f"  sampled by step {d.policy_step}'s weights, {r.step - 1 - d.policy_step} behind ([async])"
+         if d.policy_step is not None and d.policy_step != r.step - 1 else "", "cyan"),
     )
     parts: list = [head]
     if d.reward_details:

@@ -84,3 +84,22 @@ def test_the_detail_says_a_generation_was_dropped(store_path, conn):
 
     assert "dropped: its group's rewards were all equal" in text(ids[2])
     assert "dropped" not in text(ids[3])
+
+
+def test_the_detail_says_how_stale_an_async_generation_was(store_path, conn):
+    """[async]: a generation sampled by older weights than its step's says which (docs/async.md)."""
+    from grpo_tui.tui.db.queries import generation
+    from grpo_tui.tui.widgets.database_generation_detail import render_detail
+    from rich.console import Console
+
+    with sqlite3.connect(store_path) as c:
+        c.execute("UPDATE generations SET policy_step = step - 3 WHERE step % 2 = 0")
+    ids = {step: gid for gid, step in conn.execute("SELECT id, step FROM generations WHERE run_id = 1")}
+
+    def text(gid: int) -> str:
+        console = Console(width=200, record=True)
+        console.print(render_detail(generation(conn, gid)))
+        return console.export_text()
+
+    assert "sampled by step 1's weights, 2 behind ([async])" in text(ids[4])
+    assert "sampled by" not in text(ids[3])
