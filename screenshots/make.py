@@ -30,7 +30,7 @@ from tests.tui.conftest import build_app  # noqa: E402
 from tests.tui.scenarios import SCENARIOS  # noqa: E402
 
 SHOTS = ("running", "paused", "sample_detail", "group_view", "help", "crash_countdown", "zero_std", "eval_curve",
-         "agent_sample_detail", "compared", "doctor", "curriculum")
+         "agent_sample_detail", "compared", "doctor", "curriculum", "asynchronous")
 SIZE = (160, 48)
 # (file name, state in tests/tui/sized_scenarios.py, terminal size): the layouts by width
 SIZED_SHOTS = (

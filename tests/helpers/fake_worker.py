@@ -40,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ignore-stop", action="store_true", help="never answer stop (tests the kill timeout)")
     p.add_argument("--zero-std-from", type=int, default=0, help="from this step on every group ties")
     p.add_argument("--curriculum", action="store_true", help="steps carry a curriculum's pool (docs/curriculum.md)")
+    p.add_argument("--async-steps", action="store_true", help="steps carry [async]'s figures (docs/async.md)")
     p.add_argument("--output-dir", default="", help="write tiny safetensors checkpoints here")
     p.add_argument("--resume", default="", help='"latest": a dashboard restart (resume after the last checkpoint)')
     p.add_argument("--save-every", type=int, default=0)
@@ -181,8 +182,19 @@ def step_frame(step: int, epoch: int, args: argparse.Namespace) -> m.Step:
         num_tokens=640, generation_ms=300.0, scoring_ms=20.0, training_ms=180.0,
         generation_tokens_per_s=2000.0, training_tokens_per_s=3500.0 + 10 * step,
         grad_norm=0.5 + 0.1 * math.sin(step / 3), learning_rate=2e-4, peak_memory_mb=812.5, active_memory_mb=600.0,
-        extra_metrics=curriculum_pool(step) if getattr(args, "curriculum", False) else {},
+        extra_metrics={**(curriculum_pool(step) if getattr(args, "curriculum", False) else {}),
+                       **(async_figures(step) if getattr(args, "async_steps", False) else {})},
     )
+
+
+def async_figures(step: int) -> dict[str, float]:
+    """An [async] run's step, max_staleness 2: the learner waits on the generator early (a slow reward),
+    then the generator gets ahead and waits at its bound."""
+    ahead = step > 12
+    return {"async/staleness_max": float(min(step - 1, 2 if ahead else 1)), "async/staleness_mean": float(min(step - 1, 2 if ahead else 1)),
+            "async/is_clipped": 0.02 + 0.01 * (step % 3), "sampling/importance_sampling_ratio/mean": 1.0 + 0.01 * (step % 4),
+            "async/queue_depth": 2.0 if ahead else 0.0, "async/generator_busy": 0.55 if ahead else 0.97,
+            "async/learner_busy": 0.96 if ahead else 0.45, "async/wait_ms": 15.0 if ahead else 320.0}
 
 
 def curriculum_pool(step: int, prompts: int = 400, per_step: int = 8) -> dict[str, float]:

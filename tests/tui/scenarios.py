@@ -89,6 +89,18 @@ async def curriculum(pilot) -> None:  # type: ignore[no-untyped-def]
     await pilot.pause(0.8)
 
 
+async def asynchronous(pilot) -> None:  # type: ignore[no-untyped-def]
+    """The Charts tab of an [async] run: who waited for whom, step by step (docs/async.md)."""
+    from grpo_tui.tui.widgets.busy_timeline_strip import BusyTimelineStrip
+
+    await running(pilot)
+    await pilot.press("5")
+    strip = pilot.app.query_one(BusyTimelineStrip)
+    await wait_until(pilot, lambda: strip.display and strip._key == strip._cache_key() and not strip.stale)
+    pilot.app.query_one("#charts-scroll").scroll_to_widget(pilot.app.query_one("#charts-title-busy-timeline"), animate=False, top=True)
+    await pilot.pause(0.8)
+
+
 async def compared(pilot) -> None:  # type: ignore[no-untyped-def]
     """Two other runs drawn over this one's chart (C, docs/steering.md): a longer one and a fork."""
     await running(pilot)
@@ -115,4 +127,5 @@ SCENARIOS: dict[str, Scenario] = {
     "compared": Scenario(RUN, compared),
     "doctor": Scenario(RUN + ("--findings-at", "20"), doctor),  # the Doctor tab: findings, a chart
     "curriculum": Scenario(RUN + ("--curriculum",), curriculum),  # the Charts tab's prompt pool (docs/curriculum.md)
+    "asynchronous": Scenario(RUN + ("--async-steps",), asynchronous),  # the Charts tab's timeline (docs/async.md)
 }
