@@ -56,6 +56,7 @@ def one_run(case: str, staleness: int, steps: int, args: argparse.Namespace, fol
         raise SystemExit(f"{case}/staleness {staleness}: the worker exited {done.returncode}\n{done.stderr[-3000:]}")
     db = sqlite3.connect(f"file:{out / 'outputs.db'}?mode=ro", uri=True)
     times = [t for (t,) in db.execute("SELECT created_at FROM steps ORDER BY step")]
+    parts = db.execute("SELECT avg(generation_ms), avg(scoring_ms), avg(training_ms) FROM steps WHERE step > 2").fetchone()
     extras = [json.loads(e or "{}") for (e,) in db.execute("SELECT extra_metrics FROM steps ORDER BY step")]
     evals = db.execute("SELECT step, accuracy, rewards FROM evals WHERE greedy = 1 ORDER BY step").fetchall()
     db.close()
@@ -69,7 +70,13 @@ def one_run(case: str, staleness: int, steps: int, args: argparse.Namespace, fol
             "steps_per_s": (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else None,
             "accuracy": score(evals[-1]) if evals else None, "start_accuracy": score(evals[0]) if evals else None,
             "max_staleness_seen": max(stale) if stale else 0.0,
-            "is_clipped": sum(clipped) / len(clipped) if clipped else None, "wall_s": wall}
+            "is_clipped": sum(clipped) / len(clipped) if clipped else None, "wall_s": wall,
+            "generation_ms": parts[0], "scoring_ms": parts[1], "training_ms": parts[2],
+            "wait_ms": _mean([e["async/wait_ms"] for e in extras[2:] if "async/wait_ms" in e])}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def show(value: float | None, fmt: str) -> str:
@@ -100,7 +107,9 @@ def main() -> None:
                 runs.append(r)
                 print(f"{case:11} max_staleness {staleness}: {show(r['steps_per_s'], '.2f')} steps/s, held-out "
                       f"{show(r['start_accuracy'], '.1%')} -> {show(r['accuracy'], '.1%')}, staleness seen "
-                      f"{r['max_staleness_seen']:.0f}, IS clipped {show(r['is_clipped'], '.1%')} "
+                      f"{r['max_staleness_seen']:.0f}, IS clipped {show(r['is_clipped'], '.1%')}; per step (after the "
+                      f"second) generation {show(r['generation_ms'], '.0f')} ms, scoring {show(r['scoring_ms'], '.0f')} ms, "
+                      f"training {show(r['training_ms'], '.0f')} ms, learner waiting {show(r['wait_ms'], '.0f')} ms "
                       f"(process {r['wall_s']:.1f} s)", flush=True)
     print(f"\n{'case':11} {'staleness':>9} {'steps/s':>8} {'x sync':>7} {'held-out':>9}")
     goals = []

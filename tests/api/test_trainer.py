@@ -230,3 +230,20 @@ def test_trainer_set_from_a_thread_and_from_a_callback_changes_the_run_and_log_h
     assert rates[-1] == pytest.approx(2e-5) and rates[0] == pytest.approx(5e-5)
     with pytest.raises(RuntimeError, match="while train\\(\\) runs"):
         trainer.set("training.learning_rate", 1e-5)
+
+
+def test_max_staleness_runs_a_closure_reward_in_the_generator_process(root, tmp_path, rows):
+    """TRL 1.18's AsyncGRPOConfig name on GRPOConfig: the caller's closure scores in the generator
+    process, the steps train on completions one update old (docs/async.md)."""
+    bonus = 0.5
+
+    def exact(completions, answer, **kwargs):
+        return [bonus * float(a in c) + 1.0 for c, a in zip(completions, answer)]
+
+    trainer = GRPOTrainer(model=str(root / "examples" / "models" / "tiny-arith"), reward_funcs=[exact],
+                          args=quick_args(tmp_path, max_staleness=1, vllm_importance_sampling_mode="token_truncate"),
+                          train_dataset=datasets.Dataset.from_list(rows))
+    assert trainer.train().global_step == 4
+    train = [e for e in trainer.state.log_history if "reward" in e]
+    assert all(1.0 <= e["rewards/exact/mean"] <= 1.5 for e in train)
+    assert [e.get("async/staleness_max") for e in train] == [0.0, 1.0, 1.0, 1.0]

@@ -92,6 +92,10 @@ class Engine:
             raise EngineError(f"curriculum.strategy = {self.config.curriculum.strategy!r}: the engine's batches are "
                               "the data order (the caller may score anything in between); set it to \"off\", or "
                               "train with the worker (GRPOTrainer, grpo-tui run)")
+        if self.config.async_.on:
+            raise EngineError(f"async.max_staleness = {self.config.async_.max_staleness}: the engine runs each phase "
+                              "when you call it, in this process, so nothing generates ahead; set it to 0, or train "
+                              "with the worker (GRPOTrainer, grpo-tui run), which starts the generator")
         self.trainer = MlxTrainer(self.config, log)
         self.step = 0  # the last step trained
         self._store: Any = None

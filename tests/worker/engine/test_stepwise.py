@@ -74,3 +74,9 @@ def test_the_callers_rewards_train_and_a_store_records_the_steps(tmp_path, tiny_
     assert again.load(saved) == 2
     assert all(np.array_equal(a, b) for a, b in zip(weights(again.trainer.policy.model).values(), weights(engine.trainer.policy.model).values()))
     assert again.generate().step == 3
+
+
+def test_an_engine_over_an_async_config_says_it_generates_nothing_ahead(tmp_path, tiny_model):
+    config = write_config(tmp_path, tiny_model, **{"async": {"max_staleness": 1}})
+    with pytest.raises(EngineError, match="async.max_staleness = 1: the engine runs each phase when you call it"):
+        Engine(config)
