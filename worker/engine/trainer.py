@@ -94,7 +94,12 @@ class MlxTrainer:
                  inputs: Inputs | None = None) -> None:
         # [async]: the generator starts first, so that it loads the model while this process does
         started = asynchronous.start(config) if config.async_.on else None
-        self.parts = load_collaborators(config, log, inputs, ranks=distributed.Ranks() if started else None)
+        try:
+            self.parts = load_collaborators(config, log, inputs, ranks=distributed.Ranks() if started else None)
+        except BaseException:
+            if started is not None:  # its process is ours, not user code left running
+                started.stop()
+            raise
         self.asynchronous = AsyncSteps(self.parts, started) if started is not None else None
         self.policy, self.scorer, self.learner = self.parts.policy, self.parts.scorer, self.parts.learner
         self.prompts, self.ranks = self.parts.prompts, self.parts.ranks

@@ -51,6 +51,17 @@ class Started:
         self.link = link
         self.process = process
 
+    def stop(self) -> None:
+        """End the generator (this worker's child; a rank of mlx.launch ends when its link closes)."""
+        self.link.sock.close()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
 
 def start(config: Config) -> Started:
     """Start the generator and give it the run (before this side loads the model: both load at once)."""
@@ -126,10 +137,12 @@ def _start_local() -> Started:
         raise joined["error"]
     try:
         sock = listener.accept(deadline, alive=lambda: process.poll() is None)
-    except GeneratorLost:
+    except BaseException as exc:
         process.kill()
-        raise GeneratorCrashed(f"the generator process did not connect (exit {process.poll()}); "
-                               "the worker's log has its output") from None
+        if isinstance(exc, GeneratorLost):
+            raise GeneratorCrashed(f"the generator process did not connect (exit {process.wait()}); "
+                                   "the worker's log has its output") from None
+        raise
     return Started(Link(joined["group"], 1, sock), process)
 
 
@@ -138,8 +151,8 @@ class AsyncSteps:
 
     def __init__(self, parts: Collaborators, started: Started) -> None:
         self.parts = parts
+        self.started = started
         self.link = started.link
-        self.process = started.process
         self.began = False
         self.changes: dict[str, Any] = {}  # the live changes the next answer carries
         self.cycle_from: float | None = None  # when the last answer went
@@ -196,13 +209,7 @@ class AsyncSteps:
 
     def close(self) -> None:
         """What is in flight is dropped with the generator (a resume rolls it out again)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self.started.stop()
 
 
 def selection(bundle: Bundle, c: Collaborators) -> Selection:
