@@ -180,3 +180,25 @@ def test_max_staleness_changes_live_and_a_synchronous_run_says_why_it_cannot(tmp
     plain.send(m.Stop())
     plain.finish()
     assert "--set async.max_staleness=1" in refused.message and "started synchronous" in refused.message
+
+
+EXAMPLE_RUNS = {  # (config, --set items): what [async] must work with (docs/async.md, "What runs where")
+    "lora_dynamic_sampling": ("quickstart.toml", ["model.lora.rank=4", "grpo.dynamic_sampling=true"]),
+    "environment": ("guess_sum.toml", ["generation.max_completion_length=32"]),
+    "tools": ("agent_calculator.toml", ["generation.max_completion_length=48"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_RUNS))
+def test_async_works_with_lora_dynamic_sampling_an_environment_and_tools(tmp_path, name):
+    file, items = EXAMPLE_RUNS[name]
+    out = tmp_path / "out"
+    args = [f"--set={item}" for item in [*items, "training.max_steps=3", "async.max_staleness=1",
+                                         "checkpoint.save_every=0", f'checkpoint.output_dir="{out}"']]
+    worker = WorkerProcess(ROOT / "examples" / file, *args, "--set", "eval.at_start=false", "--set", "eval.limit=8")
+    worker.wait_for(m.Complete, timeout=300)
+    assert worker.finish() == 0, worker.stderr.decode()[-3000:]
+    assert [s.extra_metrics["async/staleness_max"] for s in worker.of(m.Step)] == [0, 1, 1]
+    assert query(out / "outputs.db", "SELECT DISTINCT step - 1 - policy_step FROM generations ORDER BY 1") == [(0,), (1,)]
+    if name == "tools":
+        assert query(out / "outputs.db", "SELECT count(*) > 0 FROM tool_calls") == [(1,)]
