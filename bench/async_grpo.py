@@ -25,13 +25,11 @@ import argparse
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from worker_runs import ROOT, finish, run_worker, show
 EXAMPLES = ROOT / "examples"
 
 
@@ -46,14 +44,7 @@ def one_run(case: str, staleness: int, steps: int, args: argparse.Namespace, fol
     items = [f"training.max_steps={steps}", f"async.max_staleness={staleness}", "eval.every=0",
              f"eval.limit={args.eval_limit}", f"checkpoint.output_dir={out}", "checkpoint.save_every=0",
              "checkpoint.resume=false", "training.silent_patience=0", "doctor.enabled=false"]
-    command = [sys.executable, "-m", "grpo_tui.worker", str(config), "--plain"]
-    for item in items:
-        command += ["--set", item]
-    t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{case}/staleness {staleness}: the worker exited {done.returncode}\n{done.stderr[-3000:]}")
+    wall = run_worker(config, items, f"{case}/staleness {staleness}")
     db = sqlite3.connect(f"file:{out / 'outputs.db'}?mode=ro", uri=True)
     times = [t for (t,) in db.execute("SELECT created_at FROM steps ORDER BY step")]
     parts = db.execute("SELECT avg(generation_ms), avg(scoring_ms), avg(training_ms) FROM steps WHERE step > 2").fetchone()
@@ -77,10 +68,6 @@ def one_run(case: str, staleness: int, steps: int, args: argparse.Namespace, fol
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def show(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
 
 
 def main() -> None:
@@ -127,12 +114,7 @@ def main() -> None:
                 goals.append(f"(b) slow reward: max_staleness {best['staleness']} runs {show(best['x_sync'], '.2f')}x the "
                              f"synchronous steps per second (goal >= 1.5x), held-out {show(best['accuracy'], '.1%')} vs "
                              f"{show(rows[0]['accuracy'], '.1%')}: {'met' if (best['x_sync'] or 0) >= 1.5 else 'missed'}")
-    print()
-    for line in goals:
-        print(line)
-    print(f"load {os.getloadavg()[0]:.2f} at the end (started at {load:.2f}); {time.perf_counter() - t0:.0f} s in all")
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=1))
+    finish(goals, load, t0, runs, args.json)
 
 
 if __name__ == "__main__":

@@ -33,13 +33,12 @@ import json
 import os
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from worker_runs import ROOT, finish, run_worker, show
+
 EXAMPLES = ROOT / "examples"
 QUICKSTART = EXAMPLES / "quickstart.toml"
 MODES = {
@@ -65,14 +64,7 @@ def one_run(name: str, files: tuple[Path, Path], mode: str, seed: int, args: arg
              "eval.greedy=true", f"checkpoint.output_dir={out}", "checkpoint.save_every=0", "checkpoint.resume=false",
              "training.silent_patience=0", "doctor.enabled=false", *MODES[mode],
              *(args.curriculum_set if "curriculum" in mode or mode == "both" else [])]
-    command = [sys.executable, "-m", "grpo_tui.worker", str(QUICKSTART), "--plain"]
-    for item in items:
-        command += ["--set", item]
-    t0 = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{name}/{mode}/seed {seed}: the worker exited {done.returncode}\n{done.stderr[-3000:]}")
+    wall = run_worker(QUICKSTART, items, f"{name}/{mode}/seed {seed}")
     db = sqlite3.connect(f"file:{out / 'outputs.db'}?mode=ro", uri=True)
     steps = db.execute("SELECT step, frac_reward_zero_std, generation_ms, scoring_ms, training_ms, extra_metrics "
                        "FROM steps ORDER BY step").fetchall()
@@ -99,10 +91,6 @@ def one_run(name: str, files: tuple[Path, Path], mode: str, seed: int, args: arg
 def mean(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.fmean(values) if values else None
-
-
-def show(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
 
 
 def main() -> None:
@@ -163,12 +151,7 @@ def main() -> None:
                 ratio = None if ct is None or not ut else ct / ut
                 goals.append(f"mixed: the curriculum reaches {args.target_mixed:.0%} in {show(ratio, '.2f')}x uniform's "
                              f"time (goal <= 0.7x): {'met' if ratio is not None and ratio <= 0.7 else 'missed'}")
-    print()
-    for line in goals:
-        print(line)
-    print(f"load {os.getloadavg()[0]:.2f} at the end (started at {load:.2f}); {time.perf_counter() - t0:.0f} s in all")
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=1))
+    finish(goals, load, t0, runs, args.json)
 
 
 if __name__ == "__main__":

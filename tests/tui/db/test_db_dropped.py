@@ -16,6 +16,18 @@ from grpo_tui.tui.widgets.database_generations_table import DatabaseGenerationsT
 from .make_store import build_store
 
 
+def detail_text(conn, gid: int) -> str:
+    """What the Database tab's detail shows of generation ``gid``."""
+    from rich.console import Console
+
+    from grpo_tui.tui.db.queries import generation
+    from grpo_tui.tui.widgets.database_generation_detail import render_detail
+
+    console = Console(width=200, record=True)
+    console.print(render_detail(generation(conn, gid)))
+    return console.export_text()
+
+
 def _mark_even_steps_dropped(path) -> None:
     with sqlite3.connect(path) as c:
         c.execute("UPDATE generations SET dropped = 1 WHERE step % 2 = 0")
@@ -70,17 +82,12 @@ async def test_the_forms_sampling_select(store_path):
 
 
 def test_the_detail_says_a_generation_was_dropped(store_path, conn):
-    from grpo_tui.tui.db.queries import generation
-    from grpo_tui.tui.widgets.database_generation_detail import render_detail
-    from rich.console import Console
 
     _mark_even_steps_dropped(store_path)
     ids = {step: gid for gid, step in conn.execute("SELECT id, step FROM generations WHERE run_id = 1")}
 
     def text(gid: int) -> str:
-        console = Console(width=200, record=True)
-        console.print(render_detail(generation(conn, gid)))
-        return console.export_text()
+        return detail_text(conn, gid)
 
     assert "dropped: its group's rewards were all equal" in text(ids[2])
     assert "dropped" not in text(ids[3])
@@ -88,18 +95,13 @@ def test_the_detail_says_a_generation_was_dropped(store_path, conn):
 
 def test_the_detail_says_how_stale_an_async_generation_was(store_path, conn):
     """[async]: a generation sampled by older weights than its step's says which (docs/async.md)."""
-    from grpo_tui.tui.db.queries import generation
-    from grpo_tui.tui.widgets.database_generation_detail import render_detail
-    from rich.console import Console
 
     with sqlite3.connect(store_path) as c:
         c.execute("UPDATE generations SET policy_step = step - 3 WHERE step % 2 = 0")
     ids = {step: gid for gid, step in conn.execute("SELECT id, step FROM generations WHERE run_id = 1")}
 
     def text(gid: int) -> str:
-        console = Console(width=200, record=True)
-        console.print(render_detail(generation(conn, gid)))
-        return console.export_text()
+        return detail_text(conn, gid)
 
     assert "sampled by step 1's weights, 2 behind ([async])" in text(ids[4])
     assert "sampled by" not in text(ids[3])
