@@ -108,6 +108,15 @@ def test_a_tracker_that_is_not_installed_is_one_sentence_with_the_pip_command(ro
     assert err.value.kind == "config"
 
 
+def test_the_engine_imports_no_tracker_that_the_run_does_not_report_to():
+    """Every worker's start: mlx-lm's LoRA tuner imports wandb and swanlab when they are installed (a
+    second or more), so the engine imports the tuner only for a run that trains adapters."""
+    code = "import sys, grpo_tui.worker.engine.trainer; print(sorted({'wandb', 'swanlab', 'trackio'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_worker_stops_before_loading_when_a_tracker_is_missing(root, tmp_path):
     import os
 

@@ -11,7 +11,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm import load as mlx_load
-from mlx_lm.tuner.utils import linear_to_lora_layers
 
 from grpo_tui.common import preflight
 from grpo_tui.protocol.config import LoraConfig, ModelConfig
@@ -144,6 +143,10 @@ def num_lora_layers(model: nn.Module, lora: LoraConfig) -> int:
 
 
 def add_lora(model: nn.Module, lora: LoraConfig) -> None:
+    # mlx-lm's tuner imports wandb (and swanlab) when installed: a second or more of every worker's
+    # start, paid only by the runs that train adapters
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
     model.freeze()
     layers = num_lora_layers(model, lora)
     linear_to_lora_layers(model, layers, lora_parameters(lora))
