@@ -1,3 +1,4 @@
+import collections
 import os
 from pathlib import Path
 
@@ -33,18 +34,39 @@ def pytest_collection_modifyitems(config, items):
         if len(chosen) != len(items):
             config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
             items[:] = chosen
+    groups: dict[str, str] = {}
+    slow: set[str] = set()
     for item in items:
         ranks = item.get_closest_marker("ranks") is not None or "distributed" in item.path.parts
-        item.add_marker(pytest.mark.xdist_group("ranks" if ranks else item.path.relative_to(ROOT).as_posix()))
-    # the longest files first, so that no worker starts one of them while the others run out of work
-    heavy = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: heavy.get(item.path.relative_to(ROOT).as_posix(), len(heavy)))
+        groups[item.nodeid] = group = "ranks" if ranks else item.path.relative_to(ROOT).as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("slow") is not None:
+            slow.add(group)
+    # xdist hands out whole groups in the order of their first test (its own reordering, by number of
+    # tests, is off: tests/helpers/parallel.py). The longest first, then those with a slow test, then
+    # the rest by number of tests, so that no worker starts a long one while the others run out of work.
+    longest = {name: i for i, name in enumerate(LONGEST_GROUPS)}
+    sizes = collections.Counter(groups.values())
+
+    def order(item: pytest.Item) -> tuple[int, bool, int, str]:
+        group = groups[item.nodeid]
+        return longest.get(group, len(longest)), group not in slow, -sizes[group], group
+
+    items.sort(key=order)
 
 
-# The files that take longest (each a few minutes on two cores: the every-key table, the mistakes'
-# matrix, the SIGKILL moments, mypy, the doctor's quiet runs, the printed commands).
-LONGEST_FILES = ("tests/tui/test_global_keys.py", "tests/faults/test_user_mistakes.py", "tests/faults/test_kills.py",
-                 "tests/test_printed_commands.py", "tests/worker/test_doctor_quiet.py", "tests/test_types.py")
+# The groups that take longest, longest first (measured one folder at a time; bench/README.md, "The
+# test suite"): the every-key table, the doctor's quiet runs, the mistakes' matrix, the printed
+# commands, the files of many worker runs, the SIGKILL moments, the rank launches and mypy.
+LONGEST_GROUPS = (
+    "tests/tui/test_global_keys.py", "tests/worker/test_doctor_quiet.py", "tests/faults/test_user_mistakes.py",
+    "tests/test_printed_commands.py", "tests/worker/test_worker_process.py", "tests/worker/test_environments.py",
+    "tests/tui/test_init_templates.py", "tests/worker/test_nothing_lost.py", "tests/tui/test_app.py",
+    "tests/worker/test_doctor_runs.py", "tests/worker/test_resume.py", "tests/tui/db/test_db_browse_app.py",
+    "tests/worker/test_algorithms.py", "tests/tui/test_long_runs.py", "tests/worker/test_live_settings.py",
+    "tests/worker/test_training_features.py", "tests/faults/test_kills.py", "ranks", "tests/worker/test_trackers.py",
+    "tests/test_types.py",
+)
 
 
 def pytest_xdist_auto_num_workers(config):

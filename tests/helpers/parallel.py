@@ -2,7 +2,9 @@
 suite, ``python -m pytest`` with no file or folder named, runs on pytest-xdist's workers, one per
 core up to four (``pytest_xdist_auto_num_workers`` in tests/conftest.py), each test file on one
 worker (its module fixtures built once) and every test that launches ranks on the same worker
-(``mlx.launch`` listens on fixed ports). Naming files, ``-n``, ``-p no:xdist``, ``--pdb`` or ``-s``
+(``mlx.launch`` listens on fixed ports). ``--no-loadscope-reorder`` keeps the order of the groups that
+tests/conftest.py sets, longest first (pytest-xdist 3.8 otherwise starts the groups of most tests
+first, which left the longest single tests to the end of the run). Naming files, ``-n``, ``-p no:xdist``, ``--pdb`` or ``-s``
 keeps the run in this process; without pytest-xdist installed nothing changes."""
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import importlib.util
 # or a snapshot update must be this process's.
 SERIAL = ("-n", "--numprocesses", "--pdb", "--trace", "-s", "--capture=no", "--collect-only", "--co",
           "--snapshot-update")
+
+
+XDIST = ("-n", "auto", "--dist", "loadgroup", "--no-loadscope-reorder")
 
 
 def pytest_load_initial_conftests(early_config, parser, args):  # type: ignore[no-untyped-def]
@@ -26,4 +31,4 @@ def pytest_load_initial_conftests(early_config, parser, args):  # type: ignore[n
         if before != "-p" and not arg.startswith("-") and ("/" in arg or arg.endswith(".py") or "::" in arg
                                                            or arg == "tests"):
             return  # files or folders named: a developer's run of a few tests
-    args[:0] = ["-n", "auto", "--dist", "loadgroup"]
+    args[:0] = list(XDIST)
