@@ -47,7 +47,8 @@ def load_collaborators(config: Config, log: Callable[[LogLevel, str], None], inp
     ``ranks``: [async]'s two processes are one learner and one generator, never ranks of the same group."""
     # Before MLX evaluates or allocates anything.
     keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
-                                                     parameters=model_source.parameter_count(config.model.path, config.model.dequantize))
+                                                     parameters=model_source.parameter_count(config.model.path, config.model.dequantize),
+                                                     sharing_cores=config.async_.on)
     ranks = ranks or distributed.Ranks.join(config.distributed.backend)
     ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)
     log("info", f"loading {config.model.path}")

@@ -2,6 +2,7 @@
 
 import ast
 import dataclasses
+import os
 
 import pytest
 
@@ -173,3 +174,13 @@ def test_the_memory_fit_is_part_of_the_decision(loaded):
     plan = engine_plan.decide(model, roomy, prompt_tokens=8)
     assert plan.memory_fit is not None and plan.memory_fit.startswith("memory_limit_gb = 64")
     assert not plan.compiled_loss  # a memory budget keeps the loss eager
+
+
+def test_async_processes_let_blas_threads_sleep_as_they_wait_and_a_users_own_setting_wins(monkeypatch):
+    """[async]'s learner and generator share the cores: a waiting side's OpenMP threads must not spin."""
+    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    engine_plan.prepare_process(parameters=10**9)
+    assert "KMP_BLOCKTIME" not in os.environ  # one process: the spin saves a wake-up
+    engine_plan.prepare_process(parameters=10**9, sharing_cores=True)
+    assert os.environ["KMP_BLOCKTIME"] == "0" and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

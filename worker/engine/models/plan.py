@@ -52,19 +52,30 @@ def saves_memory(config: Config) -> bool:
     return t.gradient_checkpointing or t.vocab_chunk_size > 0 or t.logprob_batch_size > 0 or t.memory_limit_gb > 0
 
 
+# OpenMP's threads (MKL's, OpenBLAS's) spin after each parallel region before they sleep (Intel's
+# KMP_BLOCKTIME: 200 ms): a waste in one process, but with [async]'s two processes on the same cores
+# the side that waits takes those cores from the side that works (bench/README.md, "async_grpo.py").
+SHARED_CORES_ENV = {"KMP_BLOCKTIME": "0", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False,
-                    parameters: int | None = None) -> bool:
+                    parameters: int | None = None, sharing_cores: bool = False) -> bool:
     """Process-wide settings, before the first MLX evaluation and allocation: the wider evaluation
     order for a small model (``parameters``, from the weight files' headers: at most
     ``SMALL_MODEL_PARAMETERS``, or unknown), where it lets the two CPU streams' halves interleave;
     a user's own ``MLX_BFS_MAX_WIDTH`` wins. A larger model, or a run with a memory switch on,
     keeps MLX's default: there the wider order holds more memory at the end of the backward pass
     for no speed (bench/README.md, "Width 20 for large models"). And malloc keeping freed memory.
+    ``sharing_cores`` ([async]: a learner and a generator process): BLAS threads sleep as soon as
+    they wait (``SHARED_CORES_ENV``; a user's own settings win).
     Returns whether malloc keeps freed memory (glibc only, so the answer comes from trying)."""
     env = os.environ if environ is None else environ
     small = parameters is None or parameters <= SMALL_MODEL_PARAMETERS
     if environ is None and not saving_memory and small:
         os.environ.setdefault(BFS_WIDTH_VARIABLE, BFS_WIDTH)
+    if environ is None and sharing_cores:
+        for name, value in SHARED_CORES_ENV.items():
+            os.environ.setdefault(name, value)
     return _on(env, "keep_freed_memory") and memory.keep_freed_memory()
 
 
