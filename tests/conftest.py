@@ -56,16 +56,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 # The groups that take longest, longest first (measured one folder at a time; bench/README.md, "The
-# test suite"): the every-key table, the doctor's quiet runs, the mistakes' matrix, the printed
-# commands, the files of many worker runs, the SIGKILL moments, the rank launches and mypy.
+# test suite"): the every-key table, the rank launches, the doctor's quiet runs, the mistakes' matrix,
+# the files of many worker runs, the printed commands, mypy and the SIGKILL moments.
 LONGEST_GROUPS = (
-    "tests/tui/test_global_keys.py", "tests/worker/test_doctor_quiet.py", "tests/faults/test_user_mistakes.py",
-    "tests/test_printed_commands.py", "tests/worker/test_worker_process.py", "tests/worker/test_environments.py",
-    "tests/tui/test_init_templates.py", "tests/worker/test_nothing_lost.py", "tests/tui/test_app.py",
+    "tests/tui/test_global_keys.py", "ranks", "tests/worker/test_doctor_quiet.py", "tests/faults/test_user_mistakes.py",
+    "tests/worker/test_worker_process.py", "tests/worker/test_environments.py", "tests/tui/test_init_templates.py",
+    "tests/worker/test_nothing_lost.py", "tests/test_printed_commands.py", "tests/test_types.py", "tests/tui/test_app.py",
     "tests/worker/test_doctor_runs.py", "tests/worker/test_resume.py", "tests/tui/db/test_db_browse_app.py",
-    "tests/worker/test_algorithms.py", "tests/tui/test_long_runs.py", "tests/worker/test_live_settings.py",
-    "tests/worker/test_training_features.py", "tests/faults/test_kills.py", "ranks", "tests/worker/test_trackers.py",
-    "tests/test_types.py",
+    "tests/worker/test_algorithms.py", "tests/tui/test_long_runs.py", "tests/faults/test_kills.py",
+    "tests/worker/test_live_settings.py", "tests/worker/test_training_features.py", "tests/worker/test_trackers.py",
 )
 
 
