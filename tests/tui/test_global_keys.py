@@ -266,7 +266,9 @@ async def test_every_global_key_from_every_widget_of_every_tab(tmp_path, tiny_mo
         await until(pilot, lambda: app.state.step >= 2 and app.state.database is not None, "training", 120)
         table = Table(app, pilot)
         await pilot.press("4")
-        await until(pilot, lambda: table.db.level == "steps", "the run opened in the Database tab")
+        # the tab's view is mounted once the tab is shown, a moment after the key (later under load)
+        await until(pilot, lambda: bool(app.query(DatabaseView)) and table.db.level == "steps",
+                    "the run opened in the Database tab")
         places = await table.places()
         failures: list[str] = []
         for place in places:

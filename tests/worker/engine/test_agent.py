@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx_lm
 import pytest
 
-from grpo_tui.protocol.config import GenerationConfig, GrpoConfig
+from grpo_tui.protocol.config import AsyncConfig, GenerationConfig, GrpoConfig
 from grpo_tui.protocol.messages import Turn
 from grpo_tui.worker.engine.policy import agent, rollout, sampling
 from grpo_tui.worker.engine.accel import fastgen
@@ -307,7 +307,7 @@ def test_the_cpu_kernels_model_gives_the_same_agent_rollout():
 
 
 def _loss(model, batch: MicroBatch) -> float:
-    settings = LossSettings.from_config(type("C", (), {"grpo": GrpoConfig(group_size=2),
+    settings = LossSettings.from_config(type("C", (), {"grpo": GrpoConfig(group_size=2), "async_": AsyncConfig(),
                                                        "generation": GenerationConfig()})())
     (loss, _, _), _ = loss_and_grad(model, batch, settings, 1.0, float(mx.sum(batch.mask).item()), 1, compiled=False)
     return float(loss.item())

@@ -159,8 +159,10 @@ def test_switches_are_read_only_by_the_plan(root):
         assert not names & set(engine_plan.SWITCHES.values()), file
         environ = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "environ"]
         # ranks, distributed: MLX_RANK (set by mlx.launch); dataset_sources: the hub's own HF_* variables;
-        # loop: the Python API's step barrier (protocol/control.STEP_BARRIER_ENV), a contract, not a switch
-        assert not environ or file.name in ("ranks.py", "distributed.py", "dataset_sources.py", "loop.py"), file
+        # loop: the Python API's step barrier (protocol/control.STEP_BARRIER_ENV), a contract, not a switch;
+        # [async]'s learner_side, generator and wire: the generator's ring (MLX_RANK, MLX_HOSTFILE) and link secret
+        assert not environ or file.name in ("ranks.py", "distributed.py", "dataset_sources.py", "loop.py",
+                                            "learner_side.py", "generator.py", "wire.py"), file
 
 
 def test_the_memory_fit_is_part_of_the_decision(loaded):
