@@ -60,3 +60,8 @@ class AsyncConfig(Section):
     @property
     def on(self) -> bool:
         return self.max_staleness > 0
+
+    @property
+    def shares_cores(self) -> bool:
+        """The generator runs on this machine beside the learner (not on ``generator_hosts``)."""
+        return self.on and not self.generator_hosts

@@ -48,7 +48,7 @@ def load_collaborators(config: Config, log: Callable[[LogLevel, str], None], inp
     # Before MLX evaluates or allocates anything.
     keeps_freed_memory = engine_plan.prepare_process(saving_memory=engine_plan.saves_memory(config),
                                                      parameters=model_source.parameter_count(config.model.path, config.model.dequantize),
-                                                     sharing_cores=config.async_.on)
+                                                     sharing_cores=config.async_.shares_cores)
     ranks = ranks or distributed.Ranks.join(config.distributed.backend)
     ranks.check(config.training.batch_size, config.training.gradient_accumulation_steps)
     log("info", f"loading {config.model.path}")

@@ -178,11 +178,11 @@ def test_the_memory_fit_is_part_of_the_decision(loaded):
     assert not plan.compiled_loss  # a memory budget keeps the loss eager
 
 
-def test_async_processes_let_blas_threads_sleep_as_they_wait_and_a_users_own_setting_wins(monkeypatch):
-    """[async]'s learner and generator share the cores: a waiting side's OpenMP threads must not spin."""
-    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+def test_async_processes_run_one_blas_thread_and_one_stream_each_and_a_users_own_setting_wins(monkeypatch):
+    """[async]'s learner and generator share the cores: each takes one (bench/README.md, "async_grpo.py")."""
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     engine_plan.prepare_process(parameters=10**9)
-    assert "KMP_BLOCKTIME" not in os.environ  # one process: the spin saves a wake-up
+    assert "MKL_NUM_THREADS" not in os.environ  # one process: BLAS keeps its threads
     engine_plan.prepare_process(parameters=10**9, sharing_cores=True)
-    assert os.environ["KMP_BLOCKTIME"] == "0" and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert os.environ["MKL_NUM_THREADS"] == "1" and os.environ["OMP_NUM_THREADS"] == "2"

@@ -32,6 +32,7 @@ from grpo_tui.protocol.outcome import Mistake
 from grpo_tui.worker.engine.asynchronous.wire import (SECRET_ENV, Bundle, Failure, GeneratorLost, Go, Hello, Link, Listener,
                                                       Ready, Reply, Start, ring_bytes)
 from grpo_tui.worker.engine.collaborators import Collaborators
+from grpo_tui.worker.engine.models.plan import SHARED_CORES_ENV
 from grpo_tui.worker.engine.dynamic_sampling import Selection
 from grpo_tui.worker.engine.scoring.reward_call import StepLog
 from grpo_tui.worker.engine.step import Sampled, learn
@@ -100,8 +101,8 @@ def _start_local() -> Started:
     hostfile = folder / "hosts.json"
     hostfile.write_text(json.dumps([[f"127.0.0.1:{port}"] for port in _free_ports(2)]))
     listener = Listener("127.0.0.1")
-    env = {**os.environ, "MLX_RANK": "1", "MLX_HOSTFILE": str(hostfile), "GRPO_TUI_GENERATOR_LOCAL": "1",
-           SECRET_ENV: listener.secret()}
+    env = {**SHARED_CORES_ENV, **os.environ, "MLX_RANK": "1", "MLX_HOSTFILE": str(hostfile),
+           "GRPO_TUI_GENERATOR_LOCAL": "1", SECRET_ENV: listener.secret()}
     process = subprocess.Popen([sys.executable, "-m", "grpo_tui.worker.engine.asynchronous.generator"], env=env,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # stdout: the frames' alone
     joined: dict[str, Any] = {}

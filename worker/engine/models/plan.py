@@ -52,10 +52,10 @@ def saves_memory(config: Config) -> bool:
     return t.gradient_checkpointing or t.vocab_chunk_size > 0 or t.logprob_batch_size > 0 or t.memory_limit_gb > 0
 
 
-# OpenMP's threads (MKL's, OpenBLAS's) spin after each parallel region before they sleep (Intel's
-# KMP_BLOCKTIME: 200 ms): a waste in one process, but with [async]'s two processes on the same cores
-# the side that waits takes those cores from the side that works (bench/README.md, "async_grpo.py").
-SHARED_CORES_ENV = {"KMP_BLOCKTIME": "0", "OMP_WAIT_POLICY": "PASSIVE"}
+# [async]'s learner and generator share the machine's cores: each process's BLAS runs one thread (and
+# the plan one CPU stream), so the two never fight for the same cores, and a thread pool's spin or
+# wake-up per small matmul is not paid (bench/README.md, "async_grpo.py").
+SHARED_CORES_ENV = {"MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: bool = False,
@@ -66,8 +66,8 @@ def prepare_process(environ: Mapping[str, str] | None = None, *, saving_memory: 
     a user's own ``MLX_BFS_MAX_WIDTH`` wins. A larger model, or a run with a memory switch on,
     keeps MLX's default: there the wider order holds more memory at the end of the backward pass
     for no speed (bench/README.md, "Width 20 for large models"). And malloc keeping freed memory.
-    ``sharing_cores`` ([async]: a learner and a generator process): BLAS threads sleep as soon as
-    they wait (``SHARED_CORES_ENV``; a user's own settings win).
+    ``sharing_cores`` ([async]: a learner and a generator process): one BLAS thread each
+    (``SHARED_CORES_ENV``; a user's own settings win).
     Returns whether malloc keeps freed memory (glibc only, so the answer comes from trying)."""
     env = os.environ if environ is None else environ
     small = parameters is None or parameters <= SMALL_MODEL_PARAMETERS
@@ -197,7 +197,8 @@ def decide(model: nn.Module, config: Config, *, prompt_tokens: int = 0, extra_by
     # Where the numpy log-softmax is not for (large models, GPUs) and the loss is eager: MLX's own
     # logsumexp, softmax and logsumexp gradient each take an exp over the vocabulary, one is enough.
     fused = _on(env, "fused_head") and chunked_head.supports(model) and not host and not compiled
-    two = _on(env, "two_streams") and (os.cpu_count() or 1) >= 2 and len(two_cores.streams()) >= 2 and small
+    two = (_on(env, "two_streams") and (os.cpu_count() or 1) >= 2 and len(two_cores.streams()) >= 2 and small
+           and not config.async_.shares_cores)  # [async]: the other core is the generator's
     return EnginePlan(
         device="cpu" if cpu else "gpu",
         parameters=parameters,
