@@ -158,6 +158,12 @@ class AsyncSteps:
         self.changes: dict[str, Any] = {}  # the live changes the next answer carries
         self.cycle_from: float | None = None  # when the last answer went
         self.weights_owed = False  # the last answer announced weights the generator has not taken yet
+        cfg = parts.config
+        if cfg.environment is not None or cfg.tools:
+            parts.log("warning", f"async.max_staleness = {cfg.async_.max_staleness} with multi-turn rollouts "
+                                 "([environment] or [[tools]]): their tokens carry no sampling log-probabilities, so the "
+                                 "off-policy correction cannot act, and the guess_sum example learned far less "
+                                 "asynchronously (docs/async.md, \"When it helps\"); compare with a synchronous run")
 
     def train_step(self, step: int, on_phase: Callable[[Phase], None]) -> StepOutput:
         c = self.parts
