@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from grpo_tui.protocol.config import Config
+from grpo_tui.protocol.config_base import attribute
 
 MISSING = object()
 NOT_YET = "not supported yet (TRL 1.16's newer losses and options come in a later grpo-tui)"
@@ -53,7 +54,7 @@ def toml_default(key: str) -> Any:
     *tables, name = key.split(".")
     for table in tables:
         hints = typing.get_type_hints(tp)
-        table = next((f.name for f in msgspec.structs.fields(tp) if f.encode_name == table), table)  # [async]
+        table = attribute(tp, table)
         if table not in hints:
             return MISSING
         tp = hints[table]

@@ -18,6 +18,7 @@ from typing import Any
 from grpo_tui.common.commands import run_command
 from grpo_tui.protocol import messages as m
 from grpo_tui.protocol.config import Config, ConfigError, validate
+from grpo_tui.protocol.config_base import attribute
 from grpo_tui.protocol.config_overrides import apply_override, parse_key
 
 # Keys that change between two steps and apply from the next step on; each reward's weight too.
@@ -55,14 +56,10 @@ def live_keys(config: Config) -> list[str]:
     return keys + [f"rewards[{i}].weight" for i in range(len(config.rewards))]
 
 
-# A key's segment as the config's attribute, where TOML's name is a Python keyword.
-_ATTRIBUTES = {"async": "async_", "class": "class_"}
-
-
 def value_at(config: Config, key: str) -> Any:
     node: Any = config
     for seg in parse_key(key, key, "<live>"):
-        node = node[seg] if isinstance(seg, int) else getattr(node, _ATTRIBUTES.get(seg, seg))
+        node = node[seg] if isinstance(seg, int) else getattr(node, attribute(type(node), seg))
     return node
 
 
@@ -73,7 +70,7 @@ def set_value(config: Config | dict[str, Any], key: str, value: Any) -> None:
     node: Any = config
     for seg in path:
         try:
-            node = node[seg] if isinstance(seg, int) or isinstance(node, dict) else getattr(node, _ATTRIBUTES.get(str(seg), str(seg)))
+            node = node[seg] if isinstance(seg, int) or isinstance(node, dict) else getattr(node, attribute(type(node), str(seg)))
         except (KeyError, IndexError, TypeError, AttributeError):
             return
     if isinstance(node, dict):
@@ -81,7 +78,7 @@ def set_value(config: Config | dict[str, Any], key: str, value: Any) -> None:
     elif isinstance(node, list) and isinstance(last, int):
         node[last] = value
     else:
-        setattr(node, _ATTRIBUTES.get(str(last), str(last)), value)
+        setattr(node, attribute(type(node), str(last)), value)
 
 
 def toml_value(value: Any) -> str:

@@ -17,3 +17,11 @@ def invalid(field: str, value: Any, expected: str) -> ValueError:
 
 class Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pass
+
+
+def attribute(struct: type, key: str) -> str:
+    """The attribute of ``struct`` that the TOML key ``key`` names: itself, or the field renamed
+    where TOML's name is a Python keyword (``[async]`` is ``async_``, ``class`` is ``class_``)."""
+    if isinstance(struct, type) and issubclass(struct, msgspec.Struct):
+        return next((f.name for f in msgspec.structs.fields(struct) if f.encode_name == key), key)
+    return key

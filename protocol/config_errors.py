@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from grpo_tui.protocol.config_base import SEP
+from grpo_tui.protocol.config_base import SEP, attribute
 from grpo_tui.protocol.outcome import Mistake, MistakeKind
 
 
@@ -108,8 +108,7 @@ def _struct_at(segments: list[str | int], root: type) -> Any:
             tp = typing.get_args(tp)[0] if typing.get_args(tp) else tp
             continue
         hints = typing.get_type_hints(tp) if isinstance(tp, type) else {}
-        if seg not in hints and isinstance(tp, type) and issubclass(tp, msgspec.Struct):  # TOML's name of ``async_``
-            seg = next((f.name for f in msgspec.structs.fields(tp) if f.encode_name == seg), seg)
+        seg = attribute(tp, seg)
         tp = hints.get(seg)
         if tp is None:
             return None

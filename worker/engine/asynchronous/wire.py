@@ -103,13 +103,12 @@ class GeneratorLost(RuntimeError):
 class Link:
     """This side of the conversation: messages over a TCP socket (a blocked read costs no CPU, where
     a rank waiting inside MLX's ring polls), the weights over the ring, sent only when the peer waits
-    for them (``Go``). ``sent_bytes`` counts what went out."""
+    for them (``Go``)."""
 
     def __init__(self, group: Any, peer: int, sock: socket.socket) -> None:
         self.group = group
         self.peer = peer
         self.sock = sock
-        self.sent_bytes = 0
 
     def _lost(self, exc: BaseException | None = None) -> GeneratorLost:
         side = "generator" if self.peer else "learner"
@@ -127,7 +126,6 @@ class Link:
             self.sock.sendall(len(payload).to_bytes(8, "little") + payload)
         except OSError as exc:
             raise self._lost(exc) from exc
-        self.sent_bytes += 8 + len(payload)
 
     def _read(self, n: int) -> bytes:
         chunks, left = [], n
@@ -153,7 +151,6 @@ class Link:
         for chunk in _chunks(model):
             flat = mx.concatenate([v.reshape(-1) for _, v in chunk])
             self._eval(mx.distributed.send(flat, self.peer, group=self.group))
-            self.sent_bytes += flat.nbytes
 
     def receive_weights(self, model: Any) -> None:
         """The peer's trainable weights into ``model`` (the same model: the same names and shapes)."""
