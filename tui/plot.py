@@ -63,6 +63,12 @@ class Series:
     style: str | None = None  # None: the next of LINE_COLORS (a compared run has its own)
 
 
+def column_spans(n: int, width: int) -> list[range]:
+    """The steps (of ``n``) each of ``width`` columns stands for: a run of steps, or one step over
+    several columns when there are fewer steps than columns."""
+    return [range(c * n // width, max(c * n // width + 1, (c + 1) * n // width)) for c in range(width)]
+
+
 def axis_label(value: float, width: int = AXIS_WIDTH - 1) -> str:
     text = number(value)
     if len(text) > width:

@@ -10,7 +10,7 @@ from rich.style import Style
 from rich.text import Text
 
 from grpo_tui.tui.glyph_text import tidy
-from grpo_tui.tui.plot import AXIS_WIDTH, ChartSettings
+from grpo_tui.tui.plot import AXIS_WIDTH, ChartSettings, column_spans
 from grpo_tui.tui.series import SeriesBook
 from grpo_tui.tui.widgets.chart_panel import CachedChart
 
@@ -28,13 +28,7 @@ def shade(base: tuple[int, int, int], busy: float) -> str:
 
 def columns(values: list[float], width: int) -> list[float]:
     """``values`` (one per step) as ``width`` columns, each the mean of the steps mapped to it."""
-    n = len(values)
-    out = []
-    for c in range(width):
-        first = c * n // width
-        last = max(first + 1, (c + 1) * n // width)
-        out.append(sum(values[first:last]) / (last - first))
-    return out
+    return [sum(values[i] for i in span) / len(span) for span in column_spans(len(values), width)]
 
 
 class BusyTimelineStrip(CachedChart):

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.style import Style
 from rich.text import Text
 
-from grpo_tui.tui.plot import AXIS_WIDTH, ChartSettings
+from grpo_tui.tui.plot import AXIS_WIDTH, ChartSettings, column_spans
 from grpo_tui.tui.series import SeriesBook
 from grpo_tui.tui.glyph_text import tidy
 from grpo_tui.tui.widgets.chart_panel import CachedChart
@@ -28,10 +28,8 @@ def stacked(counts: list[tuple[float, ...]], width: int, height: int) -> list[li
     n = len(counts)
     if n == 0 or width <= 0 or height <= 0:
         return grid
-    for c in range(width):  # fewer steps than columns: each step is several columns wide
-        first = c * n // width
-        last = max(first + 1, (c + 1) * n // width)
-        means = [sum(row[k] for row in counts[first:last]) / (last - first) for k in range(len(STATES))]
+    for c, span in enumerate(column_spans(n, width)):
+        means = [sum(counts[i][k] for i in span) / len(span) for k in range(len(STATES))]
         total = sum(means) or 1.0
         row = height
         edge = 0.0
