@@ -228,6 +228,10 @@ CASES: list[Case] = [
          lambda f: _config_error(f, "training.steps_per_generation: 2 reuses one generation over several steps, while "
                                     "grpo.dynamic_sampling rolls out more prompts within a step: set steps_per_generation = 1 "
                                     "or dynamic_sampling = false"), check=True),
+    Case("async-weights-too-rare", "config", cfg(**{"async": {"max_staleness": 1, "weight_sync_steps": 3}}),
+         lambda f: _config_error(f, "async.weight_sync_steps: 3 needs max_staleness of at least 2: weights that arrive "
+                                    "every 3 steps leave the generator that many steps behind; lower weight_sync_steps "
+                                    "or raise max_staleness"), check=True),
     Case("missing-data-file", "data", cfg(data={"path": "no-such.jsonl"}),
          lambda f: _config_error(f, f"data.path: 'no-such.jsonl' does not exist (looked at {f / 'no-such.jsonl'})"), check=True),
     # ---- model
